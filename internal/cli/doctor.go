@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/crosstalk-project/crosstalk/internal/doctor"
+	"github.com/crosstalk-project/crosstalk/internal/host"
+)
+
+func newDoctorCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	var capture string
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Show what this host lets crosstalk sense and control, and what in its tuning hurts tenants",
+		Long: `doctor reads the host (never writes) and reports two things.
+
+Capabilities: the cgroup layout and controllers, pressure stall information,
+the hardware PMU and the bus-lock event for this CPU model, resctrl (cache and
+memory-bandwidth allocation and monitoring), RAPL power zones, cpufreq, MSR
+access, KVM and libvirt.
+
+Checks: host tuning that makes tenants hurt each other, each with the files
+read, the reason (with its source) and the exact setting to change:
+split_lock_detect, ksm, ept, thp, smt, numa_balancing, cpufreq_governor,
+nmi_watchdog, resctrl_mount, perf_event_paranoid, psi.
+
+Anything missing or unreadable is reported as unknown with the reason; doctor
+exits 0 unless the root itself is unusable (exit 1).
+
+--capture DIR copies every file doctor read into DIR (devices and sockets as
+empty stand-ins), so the tree can be attached to a bug report and replayed with
+'crosstalk doctor --root DIR'.`,
+		Example: `  crosstalk doctor
+  crosstalk doctor --json | jq .capabilities.pmu
+  crosstalk doctor --root testdata/hosts/intel-skx-2s
+  crosstalk doctor --capture /tmp/myhost && tar czf myhost.tgz -C /tmp myhost`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			var rec host.Recorder
+			var opts []host.Option
+			if capture != "" {
+				opts = append(opts, host.WithRecorder(&rec))
+			}
+			h, err := g.openHost(opts...)
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+
+			dopt := doctor.Options{EUID: -1, Log: log}
+			if h.IsLive() {
+				dopt = doctor.LiveOptions(os.Geteuid(), log)
+			}
+			report := doctor.Run(h, dopt)
+
+			if capture != "" {
+				m, err := host.Capture(h, rec.Touched(), capture)
+				if err != nil {
+					return exitError{code: 1, err: err}
+				}
+				fmt.Fprintf(g.errOut, "captured %d files, %d directories and %d device/socket stand-ins into %s (%d unreadable, listed in %s)\n",
+					m.Files, m.Dirs, len(m.StandIns), capture, len(m.Unreadable), host.ManifestName)
+			}
+			if asJSON {
+				enc := json.NewEncoder(g.out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(report)
+			}
+			return doctor.WriteText(g.out, report)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON (a stable interface)")
+	cmd.Flags().StringVar(&capture, "capture", "", "also copy the files doctor reads into `DIR`, for bug reports and tests")
+	return cmd
+}

@@ -1,0 +1,115 @@
+// Package cli wires crosstalk's subcommands. It parses flags, opens the host,
+// calls into the pipeline packages and prints; the work lives elsewhere.
+package cli
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/crosstalk-project/crosstalk/internal/host"
+)
+
+// Build describes the binary; set by main from linker flags.
+type Build struct {
+	Version string
+	Commit  string
+}
+
+// globals are the flags every subcommand shares.
+type globals struct {
+	root     string
+	logLevel string
+	out      io.Writer
+	errOut   io.Writer
+	build    Build
+}
+
+// NewRoot builds the command tree. out and errOut receive normal output and logs.
+func NewRoot(b Build, out, errOut io.Writer) *cobra.Command {
+	g := &globals{out: out, errOut: errOut, build: b}
+	root := &cobra.Command{
+		Use:   "crosstalk",
+		Short: "Find the tenant polluting shared hardware and throttle only it",
+		Long: `crosstalk watches the tenants (VMs and containers) of a multi-tenant Linux host,
+finds the one polluting shared hardware — the memory bus (split/bus locks), the
+last-level cache, memory bandwidth, power — proves it, and throttles only that
+tenant so its neighbours get their performance back.
+
+Start with 'crosstalk doctor' to see what this host lets crosstalk sense and
+control, and what in its tuning hurts tenants.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(out)
+	root.SetErr(errOut)
+	root.PersistentFlags().StringVar(&g.root, "root", "/", "root of the host filesystem to examine: / on the host, /host in a DaemonSet, or a captured tree")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.AddCommand(newDoctorCmd(g), newVersionCmd(g))
+	return root
+}
+
+// Execute runs the CLI and returns the process exit code.
+func Execute(b Build, args []string) int {
+	root := NewRoot(b, os.Stdout, os.Stderr)
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "crosstalk:", err)
+		var ee exitError
+		if asExit(err, &ee) {
+			return ee.code
+		}
+		return 2
+	}
+	return 0
+}
+
+// exitError carries a specific exit code out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
+
+func asExit(err error, target *exitError) bool {
+	ee, ok := err.(exitError)
+	if ok {
+		*target = ee
+	}
+	return ok
+}
+
+func (g *globals) logger() (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(strings.ToUpper(g.logLevel))); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
+	}
+	return slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+// openHost opens --root; an unusable root is the one error that stops doctor.
+func (g *globals) openHost(opts ...host.Option) (*host.Host, error) {
+	h, err := host.Open(g.root, opts...)
+	if err != nil {
+		return nil, exitError{code: 1, err: err}
+	}
+	return h, nil
+}
+
+func newVersionCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version and commit of this binary",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintf(g.out, "crosstalk %s (commit %s)\n", g.build.Version, g.build.Commit)
+			return err
+		},
+	}
+}

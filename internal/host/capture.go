@@ -1,0 +1,88 @@
+package host
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// CaptureManifest is written as crosstalk-capture.json at the top of a captured
+// tree: what was copied and what could not be, so a tree attached to a bug
+// report says what it leaves out.
+type CaptureManifest struct {
+	Source     string            `json:"source"`
+	CapturedAt time.Time         `json:"captured_at"`
+	Files      int               `json:"files"`
+	Dirs       int               `json:"dirs"`
+	StandIns   []string          `json:"stand_ins,omitempty"` // devices and sockets, stored as empty files
+	Unreadable map[string]string `json:"unreadable,omitempty"`
+}
+
+// ManifestName is the file Capture writes at the root of the tree.
+const ManifestName = "crosstalk-capture.json"
+
+// Capture copies the recorded paths from src into the directory dst, so dst
+// can later serve as a Host root. File contents are copied; listed directories
+// are recreated; devices and sockets (/dev/kvm, /dev/cpu/N/msr, the libvirt
+// socket) become empty regular files, the convention every tree in testdata/
+// follows. Paths that did not exist are not created, so absence is preserved.
+func Capture(src *Host, touched []Touch, dst string) (CaptureManifest, error) {
+	m := CaptureManifest{Source: src.Root(), CapturedAt: time.Now().UTC(), Unreadable: map[string]string{}}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return m, fmt.Errorf("capture: %w", err)
+	}
+	for _, t := range touched {
+		out := filepath.Join(dst, t.Path)
+		st, err := src.stat(t.Path)
+		if err != nil {
+			continue // absent on the source: leave it absent
+		}
+		switch {
+		case st.IsDir():
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return m, fmt.Errorf("capture %s: %w", t.Path, err)
+			}
+			m.Dirs++
+		case st.Mode().IsRegular():
+			data, err := src.readFile(t.Path)
+			if err != nil {
+				// Present but unreadable (EACCES, or EOPNOTSUPP from /proc/pressure
+				// with PSI compiled in but off): keep the fact, not a fake value.
+				m.Unreadable[t.Path] = err.Error()
+				continue
+			}
+			if err := writeCaptured(out, data); err != nil {
+				return m, err
+			}
+			m.Files++
+		default: // device node, socket, fifo
+			if err := writeCaptured(out, nil); err != nil {
+				return m, err
+			}
+			m.StandIns = append(m.StandIns, t.Path)
+		}
+	}
+	if len(m.Unreadable) == 0 {
+		m.Unreadable = nil
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return m, err
+	}
+	if err := os.WriteFile(filepath.Join(dst, ManifestName), append(b, '\n'), 0o644); err != nil {
+		return m, fmt.Errorf("capture manifest: %w", err)
+	}
+	return m, nil
+}
+
+func writeCaptured(out string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return fmt.Errorf("capture: %w", err)
+	}
+	if err := os.WriteFile(out, data, 0o644); err != nil {
+		return fmt.Errorf("capture: %w", err)
+	}
+	return nil
+}
