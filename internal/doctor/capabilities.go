@@ -362,6 +362,10 @@ func cpufreqCap(e *env) CPUFreqCap {
 		c.Reason = err.Error()
 		return c
 	}
+	if len(pols) == 0 && !e.h.Exists("/sys/devices/system/cpu") {
+		c.Reason = "cannot tell: /sys/devices/system/cpu is missing (partial tree?)"
+		return c
+	}
 	if len(pols) == 0 {
 		c.Reason = "no cpufreq policies: no frequency driver (usual in VMs; on bare metal check BIOS power management and the intel_pstate/acpi-cpufreq/amd-pstate module)"
 		return c

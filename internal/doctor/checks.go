@@ -1,7 +1,10 @@
 package doctor
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -67,16 +70,33 @@ var checks = []checkDef{
 	{"psi", checkPSI},
 }
 
+// fileState is what reading a file for a check found.
+type fileState int
+
+const (
+	present    fileState = iota
+	absent               // the file is missing but its directory exists: the kernel lacks the feature
+	unreadable           // unreadable, or its directory is missing too (a partial tree): unknowable
+)
+
 // read reads a file for a check, adding what it found to the evidence.
 // A missing or unreadable file becomes evidence too ("<absent>", "<error: …>").
-func (e *env) read(c *Check, p string) (string, bool) {
+func (e *env) read(c *Check, p string) (string, fileState) {
 	s, err := e.h.ReadString(p)
-	if err != nil {
+	switch {
+	case err == nil:
+		c.Evidence = append(c.Evidence, Evidence{File: p, Value: s})
+		return s, present
+	case errors.Is(err, fs.ErrNotExist) && e.h.Exists(path.Dir(p)):
+		c.Evidence = append(c.Evidence, Evidence{File: p, Value: "<absent>"})
+		return "", absent
+	case errors.Is(err, fs.ErrNotExist):
+		c.Evidence = append(c.Evidence, Evidence{File: p, Value: "<absent, and so is " + path.Dir(p) + ": partial tree?>"})
+		return "", unreadable
+	default:
 		c.Evidence = append(c.Evidence, Evidence{File: p, Value: "<" + shortErr(err) + ">"})
-		return "", false
+		return "", unreadable
 	}
-	c.Evidence = append(c.Evidence, Evidence{File: p, Value: s})
-	return s, true
 }
 
 func shortErr(err error) string {
@@ -114,7 +134,8 @@ func checkSplitLock(e *env) Check {
 			c.Evidence = append(c.Evidence, Evidence{File: "/proc/cmdline", Value: "no split_lock_detect= (kernel default)"})
 		}
 	}
-	mitigate, hasMitigate := e.read(&c, "/proc/sys/kernel/split_lock_mitigate")
+	mitigate, st := e.read(&c, "/proc/sys/kernel/split_lock_mitigate")
+	hasMitigate := st == present
 
 	if !sld && !bld {
 		c.Status = Info
@@ -171,13 +192,16 @@ func checkSplitLock(e *env) Check {
 
 func checkKSM(e *env) Check {
 	c := Check{Why: "KSM scans guest memory to merge identical pages; " + srcCERN + " measured about 1% overhead on 4 VMs × 8 cores, and merged pages are shared state between tenants."}
-	run, ok := e.read(&c, "/sys/kernel/mm/ksm/run")
-	if !ok {
-		if strings.Contains(c.Evidence[len(c.Evidence)-1].Value, "absent") {
-			c.Status, c.Summary = OK, "KSM not built into this kernel"
-			return c
-		}
+	run, st := e.read(&c, "/sys/kernel/mm/ksm/run")
+	switch {
+	case st == unreadable:
 		c.Status, c.Summary = Unknown, "KSM state unreadable"
+		return c
+	case st == absent && e.h.Exists("/sys/kernel/mm"):
+		c.Status, c.Summary = OK, "KSM not built into this kernel"
+		return c
+	case st == absent:
+		c.Status, c.Summary = Unknown, "KSM state unknown (/sys/kernel/mm missing)"
 		return c
 	}
 	switch run {
@@ -225,6 +249,10 @@ func checkEPT(e *env) Check {
 		return c
 	}
 	c.Evidence = append(c.Evidence, Evidence{File: "/sys/module/kvm_intel/parameters/ept", Value: "<absent>"}, Evidence{File: "/sys/module/kvm_amd/parameters/npt", Value: "<absent>"})
+	if !e.h.Exists("/sys/module") {
+		c.Status, c.Summary = Unknown, "cannot tell: /sys/module is missing (partial tree?)"
+		return c
+	}
 	if e.caps != nil && e.caps.KVM.Device {
 		c.Status, c.Summary = Info, "KVM present but kvm_intel/kvm_amd parameters are not visible (nested or paravirtual KVM)"
 	} else {
@@ -235,8 +263,8 @@ func checkEPT(e *env) Check {
 
 func checkTHP(e *env) Check {
 	c := Check{Why: "Guest RAM backed by 2 MiB pages shortens the two-dimensional page walk EPT/NPT adds (" + srcCERN + " measured what that walk costs); QEMU madvises guest memory, so \"madvise\" is enough, while \"always\" and synchronous defrag can stall latency-sensitive tenants in compaction (" + srcTHP + ")."}
-	en, ok := e.read(&c, "/sys/kernel/mm/transparent_hugepage/enabled")
-	if !ok {
+	en, st := e.read(&c, "/sys/kernel/mm/transparent_hugepage/enabled")
+	if st != present {
 		c.Status, c.Summary = Unknown, "THP setting unreadable (kernel without THP?)"
 		return c
 	}
@@ -274,7 +302,8 @@ func bracketed(s string) string {
 
 func checkSMT(e *env) Check {
 	c := Check{Why: "SMT siblings share a core's L1, L2 and execution units, so two tenants on sibling threads interfere more than through any shared LLC: \"Don't run tasks on CPUs that share computational resources\" (" + srcTopology + "); \"Run VMs on different cores or better sockets, mind the HT\" (" + srcIntel + ")."}
-	ctl, ok := e.read(&c, "/sys/devices/system/cpu/smt/control")
+	ctl, st := e.read(&c, "/sys/devices/system/cpu/smt/control")
+	ok := st == present
 	tpc := 0
 	if e.topo != nil {
 		tpc = e.topo.SMT
@@ -289,7 +318,9 @@ func checkSMT(e *env) Check {
 		c.Status = Info
 		c.Summary = fmt.Sprintf("SMT on (%d threads per core): tenants sharing a core are each other's worst neighbours", max(tpc, 2))
 		c.Advice = "Give each tenant whole cores: pin a VM's vCPU pairs to sibling pairs from thread_siblings_list and expose them as <topology threads='2'/>, and never pin two tenants to siblings of one core. Where capacity allows: `echo off > /sys/devices/system/cpu/smt/control`."
-	case !ok && tpc == 1:
+	case ok:
+		c.Status, c.Summary = Unknown, fmt.Sprintf("unexpected smt/control value %q", ctl)
+	case tpc == 1:
 		c.Status, c.Summary = OK, "one thread per core"
 	default:
 		c.Status, c.Summary = Unknown, "SMT state unknown"
@@ -299,17 +330,19 @@ func checkSMT(e *env) Check {
 
 func checkNUMABalancing(e *env) Check {
 	c := Check{Why: "Automatic NUMA balancing unmaps pages to sample accesses and migrates memory behind running guests; for VMs pinned to a node with <numatune> it only adds hinting faults and jitter (" + srcTopology + ": pin vCPUs and memory to the node instead)."}
-	v, ok := e.read(&c, "/proc/sys/kernel/numa_balancing")
+	v, st := e.read(&c, "/proc/sys/kernel/numa_balancing")
 	nodes := 0
 	if e.topo != nil {
 		nodes = len(e.topo.Nodes)
 		c.Evidence = append(c.Evidence, Evidence{File: "/sys/devices/system/node", Value: fmt.Sprintf("%d NUMA node(s)", nodes)})
 	}
 	switch {
-	case !ok && strings.Contains(c.Evidence[0].Value, "absent"):
+	case st == absent:
 		c.Status, c.Summary = OK, "kernel without NUMA balancing"
-	case !ok:
+	case st == unreadable:
 		c.Status, c.Summary = Unknown, "numa_balancing unreadable"
+	case v != "0" && v != "1" && v != "2" && v != "3":
+		c.Status, c.Summary = Unknown, fmt.Sprintf("unexpected numa_balancing value %q", v)
 	case v == "0":
 		c.Status, c.Summary = OK, "NUMA balancing off"
 		if nodes > 1 {
@@ -377,14 +410,16 @@ func maxStatus(a, b Status) Status {
 
 func checkNMIWatchdog(e *env) Check {
 	c := Check{Why: "The hard-lockup detector keeps a cycles counter pinned on every CPU, leaving one general-purpose PMU counter fewer for crosstalk's per-tenant events and forcing multiplexing (perf itself advises \"Try disabling the NMI watchdog\")."}
-	v, ok := e.read(&c, "/proc/sys/kernel/nmi_watchdog")
+	v, st := e.read(&c, "/proc/sys/kernel/nmi_watchdog")
 	hw := e.caps != nil && e.caps.PMU.Hardware
 	c.Evidence = append(c.Evidence, Evidence{File: "/sys/bus/event_source/devices/cpu", Value: fmt.Sprintf("hardware PMU: %v", hw)})
 	switch {
-	case !ok && strings.Contains(c.Evidence[0].Value, "absent"):
+	case st == absent:
 		c.Status, c.Summary = OK, "kernel without the NMI watchdog"
-	case !ok:
+	case st == unreadable:
 		c.Status, c.Summary = Unknown, "nmi_watchdog unreadable"
+	case v != "0" && v != "1":
+		c.Status, c.Summary = Unknown, fmt.Sprintf("unexpected nmi_watchdog value %q", v)
 	case v == "0":
 		c.Status, c.Summary = OK, "NMI watchdog off: all PMU counters are free"
 	case !hw:
@@ -412,6 +447,12 @@ func checkResctrlMount(e *env) Check {
 		if len(r.Warnings) > 0 {
 			c.Status, c.Summary = Warn, "resctrl mounted but partly unreadable: "+strings.Join(r.Warnings, "; ")
 		}
+		if r.L3CAT == nil && e.id.HasFlag("cat_l3") && skxQuirk(e) {
+			c.Status = Warn
+			c.Summary = "resctrl mounted without L3 CAT: the kernel turns CAT, CMT and MBM off by default on Skylake-SP stepping ≤ 4"
+			c.Why += " The default-off is an erratum workaround in arch/x86/kernel/cpu/resctrl/core.c (__check_quirks_intel)."
+			c.Advice = "Boot with rdt=l3cat,cmt,mbmtotal,mbmlocal to enable them, after reading the erratum's impact for your workload."
+		}
 	case len(r.CPUSupport) > 0:
 		c.Status = Warn
 		c.Summary = "the CPU supports RDT/PQoS but resctrl is not mounted"
@@ -419,10 +460,21 @@ func checkResctrlMount(e *env) Check {
 		if !r.Supported {
 			c.Advice = "The kernel lacks resctrl (CONFIG_X86_CPU_RESCTRL not in /proc/filesystems): use a kernel with it, then " + c.Advice
 		}
+	case e.idErr != nil:
+		c.Status, c.Summary = Unknown, "resctrl not mounted, and the CPU flags that would say whether it could be are unknown"
 	default:
 		c.Status, c.Summary = Info, "no RDT/PQoS on this CPU: LLC and bandwidth isolation fall back to CPU quota"
 	}
 	return c
+}
+
+// skxQuirk reports a Skylake-SP stepping ≤ 4 booted without rdt=…l3cat.
+func skxQuirk(e *env) bool {
+	if !e.id.IsIntel() || e.id.Family != 6 || e.id.Model != 0x55 || e.id.Stepping > 4 {
+		return false
+	}
+	v, _ := host.ParseCmdline(e.cmdline).Get("rdt")
+	return !strings.Contains(v, "l3cat")
 }
 
 func orNone(s string) string {
@@ -434,8 +486,8 @@ func orNone(s string) string {
 
 func checkPerfParanoid(e *env) Check {
 	c := Check{Why: "Per-tenant counters are per-CPU events in cgroup mode, which the kernel only allows to CAP_PERFMON/CAP_SYS_ADMIN holders unless perf_event_paranoid ≤ 0."}
-	v, ok := e.read(&c, "/proc/sys/kernel/perf_event_paranoid")
-	if !ok {
+	v, st := e.read(&c, "/proc/sys/kernel/perf_event_paranoid")
+	if st != present {
 		c.Status, c.Summary = Unknown, "perf_event_paranoid unreadable (kernel without perf events?)"
 		return c
 	}
@@ -466,6 +518,8 @@ func checkPSI(e *env) Check {
 	c.Evidence = append(c.Evidence, Evidence{File: "/proc/pressure/cpu", Value: fmt.Sprintf("readable: %v", p.Host)},
 		Evidence{File: "<cgroup2>/cpu.pressure", Value: fmt.Sprintf("present: %v", p.PerCgroup)})
 	switch {
+	case !p.Host && !e.h.Exists("/proc/sys/kernel"):
+		c.Status, c.Summary = Unknown, "cannot tell: /proc/sys/kernel is missing (partial tree?)"
 	case p.Host && p.PerCgroup:
 		c.Status, c.Summary = OK, "PSI host-wide and per cgroup"
 	case p.Host:

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"time"
 )
@@ -45,6 +46,17 @@ func Capture(src *Host, touched []Touch, dst string) (CaptureManifest, error) {
 				return m, fmt.Errorf("capture %s: %w", t.Path, err)
 			}
 			m.Dirs++
+			if t.Listed {
+				// A listing's answer is its entries: recreate the subdirectories
+				// (perf event sources, cgroups, resctrl groups) even when nothing
+				// inside them was read. Files only come along when they were read,
+				// so no value is ever invented.
+				n, err := captureSubdirs(src, t.Path, out)
+				if err != nil {
+					return m, err
+				}
+				m.Dirs += n
+			}
 		case st.Mode().IsRegular():
 			data, err := src.readFile(t.Path)
 			if err != nil {
@@ -75,6 +87,25 @@ func Capture(src *Host, touched []Touch, dst string) (CaptureManifest, error) {
 		return m, fmt.Errorf("capture manifest: %w", err)
 	}
 	return m, nil
+}
+
+func captureSubdirs(src *Host, dir, out string) (int, error) {
+	ents, err := src.readDir(dir)
+	if err != nil {
+		return 0, nil // listed before, unlistable now: nothing to add
+	}
+	n := 0
+	for _, e := range ents {
+		st, err := src.stat(path.Join(dir, e.Name())) // follows sysfs symlinks
+		if err != nil || !st.IsDir() {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Join(out, e.Name()), 0o755); err != nil {
+			return n, fmt.Errorf("capture %s: %w", dir, err)
+		}
+		n++
+	}
+	return n, nil
 }
 
 func writeCaptured(out string, data []byte) error {

@@ -178,6 +178,10 @@ func (h *Host) ReadUint(p string) (uint64, error) {
 // ReadDir lists a host directory, sorted by name.
 func (h *Host) ReadDir(p string) ([]fs.DirEntry, error) {
 	h.note(recDir, p)
+	return h.readDir(p)
+}
+
+func (h *Host) readDir(p string) ([]fs.DirEntry, error) {
 	f, err := h.OpenFile(p, os.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err

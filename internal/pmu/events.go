@@ -46,7 +46,7 @@ var (
 	busLockZen1  = Event{Name: "ls_locks.bus_lock", Code: 0x25, Umask: 0x01, File: "memory.json"}
 	busLockZen2  = Event{Name: "ls_locks.bus_lock", Code: 0x25, Umask: 0x01, File: "memory.json"}
 	busLockZen3  = Event{Name: "ls_locks.bus_lock", Code: 0x25, Umask: 0x01, File: "memory.json"}
-	busLockZen4  = Event{Name: "ls_locks.bus_lock", Code: 0x25, Umask: 0x01, File: "memory.json"}
+	busLockZen4  = Event{Name: "ls_locks.bus_lock", Code: 0x25, Umask: 0x01, File: "core.json"}
 	busLockZen5  = Event{Name: "ls_locks.bus_lock", Code: 0x25, Umask: 0x01, File: "load-store.json"}
 )
 
@@ -69,10 +69,14 @@ var table = []struct {
 	{0x17, 0x00, 0x2f, 0, 255, Microarch{Dir: "amdzen1", Display: "AMD Zen 1", Vendor: "AuthenticAMD", BusLock: busLockZen1}},
 	{0x17, 0x30, 0xff, 0, 255, Microarch{Dir: "amdzen2", Display: "AMD Zen 2", Vendor: "AuthenticAMD", BusLock: busLockZen2}},
 	{0x19, 0x00, 0x0f, 0, 255, Microarch{Dir: "amdzen3", Display: "AMD Zen 3", Vendor: "AuthenticAMD", BusLock: busLockZen3}},
-	{0x19, 0x20, 0x5f, 0, 255, Microarch{Dir: "amdzen3", Display: "AMD Zen 3", Vendor: "AuthenticAMD", BusLock: busLockZen3}},
-	{0x19, 0x10, 0x1f, 0, 255, Microarch{Dir: "amdzen4", Display: "AMD Zen 4", Vendor: "AuthenticAMD", BusLock: busLockZen4}},
-	{0x19, 0x60, 0xff, 0, 255, Microarch{Dir: "amdzen4", Display: "AMD Zen 4", Vendor: "AuthenticAMD", BusLock: busLockZen4}},
-	{0x1a, 0x00, 0xff, 0, 255, Microarch{Dir: "amdzen5", Display: "AMD Zen 5", Vendor: "AuthenticAMD", BusLock: busLockZen5}},
+	{0x19, 0x20, 0x2f, 0, 255, Microarch{Dir: "amdzen3", Display: "AMD Zen 3", Vendor: "AuthenticAMD", BusLock: busLockZen3}},
+	{0x19, 0x40, 0x5f, 0, 255, Microarch{Dir: "amdzen3", Display: "AMD Zen 3", Vendor: "AuthenticAMD", BusLock: busLockZen3}},
+	// Every other family 19h model is Zen 4 in mapfile.csv.
+	{0x19, 0x00, 0xff, 0, 255, Microarch{Dir: "amdzen4", Display: "AMD Zen 4", Vendor: "AuthenticAMD", BusLock: busLockZen4}},
+	// Family 1Ah is shared with Zen 6; mapfile.csv gives Zen 5 these model ranges.
+	{0x1a, 0x00, 0x2f, 0, 255, Microarch{Dir: "amdzen5", Display: "AMD Zen 5", Vendor: "AuthenticAMD", BusLock: busLockZen5}},
+	{0x1a, 0x40, 0x4f, 0, 255, Microarch{Dir: "amdzen5", Display: "AMD Zen 5", Vendor: "AuthenticAMD", BusLock: busLockZen5}},
+	{0x1a, 0x60, 0x7f, 0, 255, Microarch{Dir: "amdzen5", Display: "AMD Zen 5", Vendor: "AuthenticAMD", BusLock: busLockZen5}},
 }
 
 // Lookup finds the microarchitecture of a CPU. ok is false for CPUs crosstalk
@@ -95,7 +99,7 @@ func Lookup(vendor string, family, model, stepping int) (Microarch, bool) {
 func NoEventReason(vendor string, family, model int) string {
 	switch vendor {
 	case "GenuineIntel", "AuthenticAMD":
-		return fmt.Sprintf("no verified bus-lock event for %s family %#x model %#x (crosstalk knows Skylake-SP and later Xeons and AMD Zen 1-5)", vendor, family, model)
+		return fmt.Sprintf("no verified bus-lock event for %s family %#x model %#x (crosstalk knows Skylake-SP and later Xeons and AMD Zen 1-5; Sierra Forest has none in the kernel's data)", vendor, family, model)
 	case "":
 		return "CPU vendor unknown"
 	default:

@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := NewRoot(Build{Version: "v0.0.0-test", Commit: "abc123"}, &out, &errOut)
+	root.SetArgs(args)
+	err = root.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func tree(name string) string { return filepath.Join("..", "..", "testdata", "hosts", name) }
+
+func TestDoctorJSON(t *testing.T) {
+	out, _, err := run(t, "doctor", "--root", tree("intel-skx-2s"), "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	caps := m["capabilities"].(map[string]any)
+	if caps["cgroup"].(map[string]any)["mode"] != "v2" {
+		t.Errorf("mode = %v", caps["cgroup"])
+	}
+}
+
+// A capture of a tree, read back, must give the same report: the recorder
+// saw every file doctor used.
+func TestCaptureRoundTrip(t *testing.T) {
+	for _, name := range []string{"dev-epyc-vm", "intel-skx-2s", "amd-milan-1s"} {
+		t.Run(name, func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "cap")
+			orig, _, err := run(t, "doctor", "--root", tree(name), "--json", "--capture", dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, _, err := run(t, "doctor", "--root", dst, "--json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			strip := func(s string) string {
+				var m map[string]any
+				json.Unmarshal([]byte(s), &m)
+				delete(m, "root")
+				b, _ := json.Marshal(m)
+				return string(b)
+			}
+			if strip(orig) != strip(again) {
+				t.Errorf("report from the capture differs from the original")
+			}
+		})
+	}
+}
+
+func TestBadRootExitsOne(t *testing.T) {
+	_, _, err := run(t, "doctor", "--root", filepath.Join(t.TempDir(), "nope"))
+	var ee exitError
+	if !asExit(err, &ee) || ee.code != 1 {
+		t.Errorf("err = %v, want exit code 1", err)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	if _, _, err := run(t, "doctor", "--bogus"); err == nil {
+		t.Error("unknown flag accepted")
+	}
+	if _, _, err := run(t, "doctor", "extra-arg"); err == nil {
+		t.Error("extra argument accepted")
+	}
+	if _, _, err := run(t, "doctor", "--root", tree("dev-epyc-vm"), "--log-level", "loud"); err == nil || !strings.Contains(err.Error(), "log-level") {
+		t.Errorf("bad log level: %v", err)
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	out, _, err := run(t, "doctor", "--help")
+	if err != nil || !strings.Contains(out, "--capture") || !strings.Contains(out, "split_lock_detect") {
+		t.Errorf("help: %v\n%s", err, out)
+	}
+	out, _, err = run(t, "version")
+	if err != nil || out != "crosstalk v0.0.0-test (commit abc123)\n" {
+		t.Errorf("version = %q, %v", out, err)
+	}
+}
+
+func TestDoctorText(t *testing.T) {
+	out, _, err := run(t, "doctor", "--root", tree("amd-milan-1s"))
+	if err != nil || !strings.Contains(out, "ls_locks.bus_lock") || !strings.Contains(out, "[warn]    psi") {
+		t.Errorf("text: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,338 @@
+package doctor
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/crosstalk-project/crosstalk/internal/host"
+)
+
+func hostsDir(name string) string { return filepath.Join("..", "..", "testdata", "hosts", name) }
+
+func openHost(t *testing.T, root string) *host.Host {
+	t.Helper()
+	h, err := host.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// runJSON runs doctor on a tree and decodes its JSON into generic maps, so the
+// test checks the stable interface (key names and types), not Go structs.
+func runJSON(t *testing.T, root string) map[string]any {
+	t.Helper()
+	r := Run(openHost(t, root), Options{EUID: -1})
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// get walks a dotted key path through decoded JSON.
+func get(t *testing.T, m map[string]any, key string) any {
+	t.Helper()
+	var cur any = m
+	for _, k := range strings.Split(key, ".") {
+		obj, ok := cur.(map[string]any)
+		if !ok {
+			t.Fatalf("%s: %q is not an object", key, k)
+		}
+		cur, ok = obj[k]
+		if !ok {
+			t.Fatalf("%s: key %q missing", key, k)
+		}
+	}
+	return cur
+}
+
+func statuses(t *testing.T, m map[string]any) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, c := range get(t, m, "checks").([]any) {
+		o := c.(map[string]any)
+		for _, k := range []string{"id", "status", "evidence", "why"} {
+			if _, ok := o[k]; !ok {
+				t.Errorf("check %v lacks %q", o["id"], k)
+			}
+		}
+		out[o["id"].(string)] = o["status"].(string)
+	}
+	return out
+}
+
+func TestDoctorTrees(t *testing.T) {
+	type busLock struct {
+		name   string
+		config float64
+	}
+	tests := []struct {
+		tree      string
+		mode      string
+		psi       bool
+		hwPMU     bool
+		busLock   *busLock
+		resctrl   bool
+		l3Ways    any // float64 or nil
+		mba       bool
+		zones     []string
+		cpus      float64
+		numaNodes float64
+		checks    map[string]string
+	}{
+		{
+			tree: "dev-epyc-vm", mode: "hybrid", psi: true, hwPMU: false, busLock: nil,
+			resctrl: false, l3Ways: nil, mba: false, zones: []string{}, cpus: 2, numaNodes: 1,
+			checks: map[string]string{
+				"split_lock_detect": "info", "ksm": "ok", "ept": "info", "thp": "ok", "smt": "ok",
+				"numa_balancing": "ok", "cpufreq_governor": "info", "nmi_watchdog": "ok",
+				"resctrl_mount": "info", "perf_event_paranoid": "info", "psi": "ok",
+			},
+		},
+		{
+			tree: "intel-skx-2s", mode: "v2", psi: true, hwPMU: true, busLock: &busLock{"SQ_MISC.SPLIT_LOCK", 0x10f4},
+			resctrl: true, l3Ways: 11.0, mba: true, zones: []string{"package-0", "dram", "package-1", "dram"}, cpus: 32, numaNodes: 2,
+			checks: map[string]string{
+				"split_lock_detect": "info", "ksm": "warn", "ept": "ok", "thp": "info", "smt": "info",
+				"numa_balancing": "warn", "cpufreq_governor": "warn", "nmi_watchdog": "warn",
+				"resctrl_mount": "ok", "perf_event_paranoid": "info", "psi": "ok",
+			},
+		},
+		{
+			tree: "amd-milan-1s", mode: "v1", psi: false, hwPMU: true, busLock: &busLock{"ls_locks.bus_lock", 0x125},
+			resctrl: true, l3Ways: 16.0, mba: true, zones: []string{}, cpus: 32, numaNodes: 1,
+			checks: map[string]string{
+				"split_lock_detect": "info", "ksm": "ok", "ept": "ok", "thp": "ok", "smt": "info",
+				"numa_balancing": "ok", "cpufreq_governor": "ok", "nmi_watchdog": "warn",
+				"resctrl_mount": "ok", "perf_event_paranoid": "info", "psi": "warn",
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.tree, func(t *testing.T) {
+			m := runJSON(t, hostsDir(tc.tree))
+			if got := get(t, m, "capabilities.cgroup.mode"); got != tc.mode {
+				t.Errorf("cgroup.mode = %v, want %v", got, tc.mode)
+			}
+			if got := get(t, m, "capabilities.psi"); got != tc.psi {
+				t.Errorf("psi = %v, want %v", got, tc.psi)
+			}
+			if got := get(t, m, "capabilities.pmu.hardware"); got != tc.hwPMU {
+				t.Errorf("pmu.hardware = %v, want %v", got, tc.hwPMU)
+			}
+			ev := get(t, m, "capabilities.pmu.bus_lock_event")
+			switch {
+			case tc.busLock == nil && ev != nil:
+				t.Errorf("bus_lock_event = %v, want null", ev)
+			case tc.busLock != nil:
+				o, ok := ev.(map[string]any)
+				if !ok || o["name"] != tc.busLock.name || o["config"] != tc.busLock.config {
+					t.Errorf("bus_lock_event = %v, want %+v", ev, *tc.busLock)
+				}
+			}
+			if tc.busLock == nil && get(t, m, "capabilities.pmu.bus_lock_reason") == "" {
+				t.Error("no bus_lock_reason for a null event")
+			}
+			if got := get(t, m, "capabilities.resctrl.mounted"); got != tc.resctrl {
+				t.Errorf("resctrl.mounted = %v, want %v", got, tc.resctrl)
+			}
+			l3 := get(t, m, "capabilities.resctrl.l3_cat")
+			if tc.l3Ways == nil {
+				if l3 != nil {
+					t.Errorf("l3_cat = %v, want null", l3)
+				}
+			} else if got := get(t, m, "capabilities.resctrl.l3_cat.ways"); got != tc.l3Ways {
+				t.Errorf("l3_cat.ways = %v, want %v", got, tc.l3Ways)
+			}
+			if got := get(t, m, "capabilities.resctrl.mba"); got != tc.mba {
+				t.Errorf("resctrl.mba = %v, want %v", got, tc.mba)
+			}
+			var zones []string
+			for _, z := range get(t, m, "capabilities.rapl.zones").([]any) {
+				zones = append(zones, z.(string))
+			}
+			if !slices.Equal(zones, tc.zones) && !(len(zones) == 0 && len(tc.zones) == 0) {
+				t.Errorf("rapl.zones = %v, want %v", zones, tc.zones)
+			}
+			if got := get(t, m, "capabilities.topology.cpus"); got != tc.cpus {
+				t.Errorf("topology.cpus = %v, want %v", got, tc.cpus)
+			}
+			if got := get(t, m, "capabilities.topology.numa_nodes"); got != tc.numaNodes {
+				t.Errorf("topology.numa_nodes = %v, want %v", got, tc.numaNodes)
+			}
+			got := statuses(t, m)
+			for id, want := range tc.checks {
+				if got[id] != want {
+					t.Errorf("check %s = %q, want %q", id, got[id], want)
+				}
+			}
+			if len(got) != len(tc.checks) {
+				t.Errorf("checks = %v, want exactly %v", got, tc.checks)
+			}
+		})
+	}
+}
+
+func TestDoctorDetails(t *testing.T) {
+	intel := Run(openHost(t, hostsDir("intel-skx-2s")), Options{EUID: -1})
+	r := intel.Capabilities.Resctrl
+	if r.MBADetail == nil || r.MBADetail.Units != "percent" || r.MBADetail.MinBandwidth != 10 || !r.MBADetail.DelayLinear {
+		t.Errorf("intel MBA = %+v", r.MBADetail)
+	}
+	if !slices.Contains(r.Groups, "libvirt-vm1") {
+		t.Errorf("intel resctrl groups = %v, want libvirt-vm1 (someone else's group)", r.Groups)
+	}
+	if r.Monitoring == nil || !r.Monitoring.Has("mbm_local_bytes") || r.Monitoring.NumRMIDs != 64 {
+		t.Errorf("intel monitoring = %+v", r.Monitoring)
+	}
+	if intel.Capabilities.Cgroup.CPUControl != "v2" || intel.Capabilities.CPU.Microarch != "Skylake-SP" {
+		t.Errorf("intel cpu control %q microarch %q", intel.Capabilities.Cgroup.CPUControl, intel.Capabilities.CPU.Microarch)
+	}
+
+	amd := Run(openHost(t, hostsDir("amd-milan-1s")), Options{EUID: -1})
+	if mb := amd.Capabilities.Resctrl.MBADetail; mb == nil || mb.Units != "1/8GBps" || mb.Max != 2048 || mb.DelayLinear {
+		t.Errorf("amd MBA = %+v", mb)
+	}
+	if amd.Capabilities.Cgroup.CPUControl != "v1" || !amd.Capabilities.Libvirt.Present {
+		t.Errorf("amd cgroup %+v libvirt %+v", amd.Capabilities.Cgroup, amd.Capabilities.Libvirt)
+	}
+	if k := amd.Capabilities.KVM; k.Virtualization != "svm" || k.TDP == nil || !*k.TDP {
+		t.Errorf("amd kvm = %+v", k)
+	}
+	if len(amd.Capabilities.Topology.L3) != 4 {
+		t.Errorf("amd L3 domains = %d, want 4 CCDs", len(amd.Capabilities.Topology.L3))
+	}
+
+	dev := Run(openHost(t, hostsDir("dev-epyc-vm")), Options{EUID: 0})
+	if ev := dev.Capabilities.PMU.ModelBusLockEvent; ev == nil || ev.Config != 0x125 {
+		t.Errorf("dev model event = %+v, want Zen 3 ls_locks.bus_lock", ev)
+	}
+	if !strings.Contains(dev.Capabilities.PMU.BusLockReason, "no hardware PMU") {
+		t.Errorf("dev bus-lock reason = %q", dev.Capabilities.PMU.BusLockReason)
+	}
+	for _, c := range dev.Checks {
+		if c.ID == "perf_event_paranoid" && c.Status != OK {
+			t.Errorf("paranoid as root = %s", c.Status)
+		}
+	}
+}
+
+// A live probe failure must withhold the event even when sysfs lists a PMU.
+func TestDoctorLiveProbeFailure(t *testing.T) {
+	r := Run(openHost(t, hostsDir("intel-skx-2s")), Options{EUID: 0, ProbePerf: func() error { return os.ErrPermission }})
+	if r.Capabilities.PMU.BusLockEvent != nil || !strings.Contains(r.Capabilities.PMU.BusLockReason, "cannot be opened") {
+		t.Errorf("pmu = %+v", r.Capabilities.PMU)
+	}
+}
+
+func writeTree(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for p, c := range files {
+		full := filepath.Join(root, p)
+		os.MkdirAll(filepath.Dir(full), 0o755)
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// An empty tree: every check is unknown (none guessed), no panic, and the
+// required keys are all there.
+func TestDoctorEmptyTree(t *testing.T) {
+	m := runJSON(t, t.TempDir())
+	for id, st := range statuses(t, m) {
+		if st != "unknown" {
+			t.Errorf("check %s = %s on an empty tree, want unknown", id, st)
+		}
+	}
+	if get(t, m, "capabilities.topology.error") == "" || get(t, m, "capabilities.cpu.error") == "" {
+		t.Error("empty tree should explain topology and cpu errors")
+	}
+	if get(t, m, "capabilities.pmu.bus_lock_event") != nil {
+		t.Error("bus-lock event invented on an empty tree")
+	}
+}
+
+// Garbage in sysfs and procfs values: unknown with a reason, never a panic.
+func TestDoctorGarbageTree(t *testing.T) {
+	root := writeTree(t, map[string]string{
+		"proc/cpuinfo":                                             "vendor_id : GenuineIntel\ncpu family : six\n",
+		"proc/cmdline":                                             "split_lock_detect=\"\x00\xff",
+		"proc/1/mountinfo":                                         "this is not mountinfo\n",
+		"proc/sys/kernel/numa_balancing":                           "banana\n",
+		"proc/sys/kernel/nmi_watchdog":                             "7\n",
+		"proc/sys/kernel/perf_event_paranoid":                      "-x\n",
+		"sys/kernel/mm/ksm/run":                                    "maybe\n",
+		"sys/kernel/mm/transparent_hugepage/enabled":               "always madvise never\n",
+		"sys/devices/system/cpu/online":                            "0-zz\n",
+		"sys/devices/system/cpu/smt/control":                       "sideways\n",
+		"sys/devices/system/cpu/cpu0/topology/physical_package_id": "-9999999999999\n",
+		"sys/devices/system/cpu/cpu0/topology/core_id":             "\n",
+		"sys/devices/system/cpu/cpu0/cache/index3/level":           "3\n",
+		"sys/devices/system/cpu/cpu0/cache/index3/shared_cpu_list": "5-1\n",
+		"sys/devices/system/cpu/cpufreq/policy0/scaling_governor":  "\n",
+		"sys/fs/resctrl/info/L3/cbm_mask":                          "zz\n",
+		"sys/bus/event_source/devices/cpu/type":                    "4\n",
+		"sys/class/powercap/intel-rapl:0/name":                     "package-0\n",
+		"sys/class/powercap/intel-rapl:0/energy_uj":                "-1\n",
+		"sys/module/kvm_intel/parameters/ept":                      "perhaps\n",
+	})
+	r := Run(openHost(t, root), Options{EUID: -1})
+	got := map[string]Status{}
+	for _, c := range r.Checks {
+		got[c.ID] = c.Status
+		if c.Summary == "" || c.Why == "" {
+			t.Errorf("check %s has no summary or why", c.ID)
+		}
+	}
+	for _, id := range []string{"split_lock_detect", "ksm", "ept", "thp", "smt", "numa_balancing", "nmi_watchdog", "perf_event_paranoid"} {
+		if got[id] != Unknown {
+			t.Errorf("check %s = %s on garbage, want unknown", id, got[id])
+		}
+	}
+	if r.Capabilities.CPU.Error == "" || r.Capabilities.Topology.Error == "" {
+		t.Errorf("garbage cpuinfo/topology not reported: %+v %+v", r.Capabilities.CPU, r.Capabilities.Topology)
+	}
+	if !r.Capabilities.Resctrl.Mounted || r.Capabilities.Resctrl.L3CAT != nil || len(r.Capabilities.Resctrl.Warnings) == 0 {
+		t.Errorf("garbled resctrl = %+v", r.Capabilities.Resctrl)
+	}
+	if z := r.Capabilities.RAPL.ZoneDetail; len(z) != 1 || z[0].EnergyReadable {
+		t.Errorf("rapl zones = %+v", z)
+	}
+	var buf bytes.Buffer
+	if err := WriteText(&buf, r); err != nil || !strings.Contains(buf.String(), "[unknown]") {
+		t.Errorf("text render: %v\n%s", err, buf.String())
+	}
+}
+
+func TestWriteText(t *testing.T) {
+	r := Run(openHost(t, hostsDir("intel-skx-2s")), Options{EUID: -1})
+	var buf bytes.Buffer
+	if err := WriteText(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{
+		"CAPABILITIES", "CHECKS", "k8s-worker-skx-03",
+		"node0: 0-7,16-23", "SQ_MISC.SPLIT_LOCK (raw config 0x10f4",
+		"L3 CAT 11 ways", "package-0, dram, package-1, dram",
+		"[warn]    ksm", "advice:", "sysctl -w kernel.nmi_watchdog=0",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text output lacks %q", want)
+		}
+	}
+}
