@@ -1,0 +1,315 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/lab"
+)
+
+func newLabCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "Measure interference on this host: tenants solo, then co-located under each policy",
+		Long: `The lab runs interference experiments on this host, the way the Alita and Kyoto
+papers did: every tenant alone, then all tenants together under each policy,
+and each tenant's slowdown against its solo run (> 1 = worse).
+
+Tenants run in cgroups the lab creates under /crosstalk-lab (v1 cpu+cpuset
+and/or v2, whichever the host has), pinned to the CPUs the scenario gives. On
+Ctrl-C, a failing tenant, or any error, every tenant is killed and every
+cgroup removed; if the lab itself is killed, its tenants die with it and the
+next lab command (or 'crosstalk lab cleanup') removes the cgroups.
+
+Needs root (it creates cgroups).`,
+	}
+	cmd.AddCommand(newLabRunCmd(g), newLabListCmd(g), newLabMatrixCmd(g), newLabCleanupCmd(g))
+	return cmd
+}
+
+// labContext cancels on SIGINT/SIGTERM so the lab can clean up.
+func labContext(parent context.Context) (context.Context, context.CancelFunc) {
+	if parent == nil {
+		parent = context.Background()
+	}
+	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+}
+
+func (g *globals) labOptions(policies []string, interval time.Duration) (lab.Options, func(), error) {
+	log, err := g.logger()
+	if err != nil {
+		return lab.Options{}, nil, err
+	}
+	h, err := g.openHost()
+	if err != nil {
+		return lab.Options{}, nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		h.Close()
+		return lab.Options{}, nil, fmt.Errorf("cannot find the crosstalk binary to run loads: %w", err)
+	}
+	return lab.Options{Host: h, Self: self, Policies: policies, Registry: g.policies(), Interval: interval, Log: log}, func() { h.Close() }, nil
+}
+
+// policies is the registry of lab policies this binary offers.
+func (g *globals) policies() lab.Policies { return lab.DefaultPolicies() }
+
+func newLabRunCmd(g *globals) *cobra.Command {
+	var (
+		policies []string
+		duration time.Duration
+		reps     int
+		asJSON   bool
+		outDir   string
+		interval time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "run SCENARIO|FILE",
+		Short: "Run a scenario under each policy and report every tenant's slowdown",
+		Long: `Run a built-in scenario (see 'crosstalk lab list') or a YAML file.
+
+A scenario file:
+
+  name: redis-vs-splitlock
+  phase: 5s              # length of each measured phase
+  repetitions: 3         # medians are reported
+  tenants:
+    - name: redis
+      role: victim                    # exactly one victim
+      command: ["redis-benchmark", "-q", "-t", "get", "-n", "200000"]
+      metric: {regex: 'GET: ([0-9.]+) requests per second', direction: higher, unit: "req/s"}
+      cpus: "1"
+    - name: noisy
+      role: polluter                  # polluter or bystander
+      load: splitlock                 # a built-in load ('crosstalk load --help')
+      args: ["--rate", "500000"]
+      cpus: "0"
+      start: 1s                       # offsets into the co-located phase
+      stop: 4s
+
+Unknown fields are rejected; errors name the line.`,
+		Example: `  crosstalk lab run buslock
+  crosstalk lab run membw --policy none,static --json
+  crosstalk lab run my-scenario.yaml --duration 10s --out /tmp/report`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := lab.Load(args[0])
+			if err != nil {
+				return err
+			}
+			if duration > 0 {
+				if s, err = s.WithPhase(duration); err != nil {
+					return fmt.Errorf("--duration: %w", err)
+				}
+			}
+			if reps > 0 {
+				s.Repetitions = reps
+			}
+			opt, done, err := g.labOptions(policies, interval)
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := labContext(cmd.Context())
+			defer cancel()
+			res, err := lab.Run(ctx, s, opt)
+			if err != nil {
+				if errors.Is(err, context.Canceled) {
+					return exitError{code: 130, err: errors.New("interrupted; tenants stopped and cgroups removed")}
+				}
+				return err
+			}
+			if outDir != "" {
+				if err := writeLabOut(outDir, res); err != nil {
+					return err
+				}
+				fmt.Fprintf(g.errOut, "wrote %s and %s\n", filepath.Join(outDir, "result.json"), filepath.Join(outDir, "report.html"))
+			}
+			if asJSON {
+				enc := json.NewEncoder(g.out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			return lab.WriteText(g.out, res)
+		},
+	}
+	cmd.Flags().StringSliceVar(&policies, "policy", []string{"none", "static"}, "policies to compare, comma separated: "+strings.Join(g.policies().Names(), ", "))
+	cmd.Flags().DurationVar(&duration, "duration", 0, "override the scenario's phase length (start/stop offsets scale with it)")
+	cmd.Flags().IntVar(&reps, "repetitions", 0, "override the scenario's repetitions")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	cmd.Flags().StringVar(&outDir, "out", "", "also write result.json and an HTML report to `DIR`")
+	cmd.Flags().DurationVar(&interval, "interval", 250*time.Millisecond, "progress interval of built-in loads (timeline resolution)")
+	return cmd
+}
+
+func writeLabOut(dir string, res *lab.Result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "result.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "report.html"))
+	if err != nil {
+		return err
+	}
+	if err := lab.WriteReport(f, res); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func newLabListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the built-in scenarios",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, name := range lab.Builtins() {
+				s, err := lab.Load(name)
+				if err != nil {
+					return err
+				}
+				var ts []string
+				for _, t := range s.Tenants {
+					ts = append(ts, fmt.Sprintf("%s=%s@%s", t.Role, t.What(), t.CPUs))
+				}
+				fmt.Fprintf(g.out, "%-14s %4.0fs  %s\n%16s %s\n", name, s.Phase.Seconds(), strings.Join(ts, "  "), "", strings.TrimSpace(s.Description))
+			}
+			return nil
+		},
+	}
+}
+
+func newLabMatrixCmd(g *globals) *cobra.Command {
+	var (
+		victims, polluters []string
+		duration           time.Duration
+		vcpus, pcpus       string
+		asJSON             bool
+		outDir             string
+	)
+	cmd := &cobra.Command{
+		Use:   "matrix",
+		Short: "Every built-in load as victim against every load as polluter: sensitivity and aggressiveness",
+		Long: `Runs each victim load solo, then every victim × polluter pair co-located (no
+policy), and prints the victim-slowdown matrix with two rankings, as in Kyoto's
+evaluation: aggressiveness (mean slowdown a polluter inflicts) and sensitivity
+(mean slowdown a victim suffers). With all 7 loads and 3 s phases it takes
+about 3 minutes.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			vc, err := cpuset.Parse(vcpus)
+			if err != nil {
+				return fmt.Errorf("--victim-cpus: %w", err)
+			}
+			pc, err := cpuset.Parse(pcpus)
+			if err != nil {
+				return fmt.Errorf("--polluter-cpus: %w", err)
+			}
+			opt, done, err := g.labOptions([]string{"none"}, 0)
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := labContext(cmd.Context())
+			defer cancel()
+			m, err := lab.RunMatrix(ctx, lab.MatrixOptions{Victims: victims, Polluters: polluters, Phase: duration, VictimCPUs: vc, PolluterCPUs: pc}, opt)
+			if err != nil {
+				if errors.Is(err, context.Canceled) {
+					return exitError{code: 130, err: errors.New("interrupted; tenants stopped and cgroups removed")}
+				}
+				return err
+			}
+			if outDir != "" {
+				if err := os.MkdirAll(outDir, 0o755); err != nil {
+					return err
+				}
+				b, _ := json.MarshalIndent(m, "", "  ")
+				if err := os.WriteFile(filepath.Join(outDir, "matrix.json"), append(b, '\n'), 0o644); err != nil {
+					return err
+				}
+				f, err := os.Create(filepath.Join(outDir, "matrix.html"))
+				if err != nil {
+					return err
+				}
+				if err := lab.WriteMatrixReport(f, m); err != nil {
+					f.Close()
+					return err
+				}
+				if err := f.Close(); err != nil {
+					return err
+				}
+			}
+			if asJSON {
+				enc := json.NewEncoder(g.out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(m)
+			}
+			return lab.WriteMatrixText(g.out, m)
+		},
+	}
+	cmd.Flags().StringSliceVar(&victims, "victims", nil, "victim loads (default: all built-in loads)")
+	cmd.Flags().StringSliceVar(&polluters, "polluters", nil, "polluter loads (default: all built-in loads)")
+	cmd.Flags().DurationVar(&duration, "duration", 3*time.Second, "phase length per pair (at most 15s: split locks)")
+	cmd.Flags().StringVar(&vcpus, "victim-cpus", "1", "CPUs for the victim")
+	cmd.Flags().StringVar(&pcpus, "polluter-cpus", "0", "CPUs for the polluter")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the matrix as JSON")
+	cmd.Flags().StringVar(&outDir, "out", "", "also write matrix.json and matrix.html to `DIR`")
+	return cmd
+}
+
+func newLabCleanupCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cleanup",
+		Short: "Remove cgroups left by a lab run that was killed",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			h, err := g.openHost()
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			l, err := cgroup.Detect(h)
+			if err != nil {
+				return err
+			}
+			n, err := lab.Sweep(h, l)
+			fmt.Fprintf(g.out, "removed %d stale lab run(s)\n", n)
+			return err
+		},
+	}
+}
+
+// newTenantExecCmd is the hidden shim every lab tenant starts through.
+func newTenantExecCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                lab.ExecShim + " -- CMD [ARG…]",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 && args[0] == "--" {
+				args = args[1:]
+			}
+			return lab.TenantExec(args)
+		},
+	}
+}

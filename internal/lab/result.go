@@ -1,0 +1,183 @@
+package lab
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// Result is a lab run's outcome; its JSON form is what `lab run --json` prints.
+type Result struct {
+	Scenario    string          `json:"scenario"`
+	Description string          `json:"description,omitempty"`
+	Host        string          `json:"host,omitempty"`
+	Phase       float64         `json:"phase_seconds"`
+	Repetitions int             `json:"repetitions"`
+	Victim      string          `json:"victim"`
+	Solo        map[string]Solo `json:"solo"`
+	Results     []PolicyResult  `json:"results"`
+}
+
+// Solo is a tenant's metric when it ran alone.
+type Solo struct {
+	Metric    string    `json:"metric"`
+	Unit      string    `json:"unit,omitempty"`
+	Direction string    `json:"direction,omitempty"`
+	Value     *float64  `json:"value"` // median over repetitions; null without a metric
+	Values    []float64 `json:"values"`
+}
+
+// PolicyResult is one policy's co-located outcome.
+type PolicyResult struct {
+	Policy         string                  `json:"policy"`
+	VictimSlowdown *float64                `json:"victim_slowdown"`
+	Tenants        map[string]TenantResult `json:"tenants"`
+	Actions        []Action                `json:"actions"`
+	Timeline       Timeline                `json:"timeline"`
+	// FirstActionSeconds: from a polluter's start to the first throttle of it
+	// (null when the policy never throttled it). ReleaseSeconds: from its stop
+	// to its quota being fully restored (null when it does not stop early or
+	// was never throttled).
+	FirstActionSeconds *float64 `json:"first_action_seconds"`
+	ReleaseSeconds     *float64 `json:"release_seconds"`
+}
+
+// TenantResult is a tenant's outcome under one policy.
+type TenantResult struct {
+	Role             string    `json:"role"`
+	Metric           string    `json:"metric"`
+	Value            *float64  `json:"value"`
+	Values           []float64 `json:"values"`
+	Slowdown         *float64  `json:"slowdown"`
+	ThrottledSeconds float64   `json:"throttled_seconds"`
+	CPUSeconds       float64   `json:"cpu_seconds"`
+}
+
+// Timeline is the last repetition of a policy's phase, for the plots.
+type Timeline struct {
+	Victim []Sample      `json:"victim"` // the victim's metric over time
+	Events []TenantEvent `json:"events"`
+}
+
+// TenantEvent marks a tenant starting or stopping.
+type TenantEvent struct {
+	T      float64 `json:"t"`
+	Tenant string  `json:"tenant"`
+	Role   string  `json:"role"`
+	Kind   string  `json:"kind"` // "start" or "stop"
+}
+
+// Slowdown orients a co-located value against solo so that > 1 is worse.
+func Slowdown(solo, colo float64, direction string) (float64, bool) {
+	if solo <= 0 || colo <= 0 || math.IsNaN(solo) || math.IsNaN(colo) {
+		return 0, false
+	}
+	if direction == "higher" {
+		return solo / colo, true
+	}
+	return colo / solo, true
+}
+
+func median(v []float64) (float64, bool) {
+	if len(v) == 0 {
+		return 0, false
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2], true
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2, true
+}
+
+func ptr(v float64) *float64 { return &v }
+
+// WriteText prints the result as a table for a person.
+func WriteText(w io.Writer, r *Result) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "scenario %s: %d repetition(s) of %.1fs phases", r.Scenario, r.Repetitions, r.Phase)
+	if r.Host != "" {
+		fmt.Fprintf(&b, " on %s", r.Host)
+	}
+	b.WriteString("\n\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "POLICY\tTENANT\tROLE\tMETRIC\tSOLO\tCO-LOCATED\tSLOWDOWN\tTHROTTLED")
+	for _, pr := range r.Results {
+		names := tenantOrder(r, pr)
+		for _, n := range names {
+			tr := pr.Tenants[n]
+			solo := r.Solo[n]
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1fs\n", pr.Policy, n, tr.Role, metricLabel(solo),
+				fmtVal(solo.Value), fmtVal(tr.Value), fmtSlowdown(tr.Slowdown), tr.ThrottledSeconds)
+		}
+	}
+	tw.Flush()
+	b.WriteString("\n")
+	for _, pr := range r.Results {
+		line := fmt.Sprintf("%-10s victim slowdown %s", pr.Policy, fmtSlowdown(pr.VictimSlowdown))
+		if pr.FirstActionSeconds != nil {
+			line += fmt.Sprintf(", first action %.2fs after the polluter started", *pr.FirstActionSeconds)
+		}
+		if pr.ReleaseSeconds != nil {
+			line += fmt.Sprintf(", released %.2fs after it stopped", *pr.ReleaseSeconds)
+		}
+		b.WriteString(line + "\n")
+	}
+	b.WriteString("\nslowdown = co-located / solo, oriented so that > 1 is worse.\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// tenantOrder lists tenants victim first, then polluters, then bystanders.
+func tenantOrder(r *Result, pr PolicyResult) []string {
+	rank := map[string]int{RoleVictim: 0, RolePolluter: 1, RoleBystander: 2}
+	var names []string
+	for n := range pr.Tenants {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		ra, rb := rank[pr.Tenants[a].Role], rank[pr.Tenants[b].Role]
+		if ra != rb {
+			return ra - rb
+		}
+		return strings.Compare(a, b)
+	})
+	return names
+}
+
+func metricLabel(s Solo) string {
+	if s.Metric == "" {
+		return "-"
+	}
+	arrow := "↓"
+	if s.Direction == "higher" {
+		arrow = "↑"
+	}
+	return s.Metric + " " + arrow
+}
+
+func fmtVal(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	switch a := math.Abs(*v); {
+	case a >= 1e6:
+		return fmt.Sprintf("%.3gM", *v/1e6)
+	case a >= 1e4:
+		return fmt.Sprintf("%.0f", *v)
+	case a >= 100:
+		return fmt.Sprintf("%.1f", *v)
+	default:
+		return fmt.Sprintf("%.2f", *v)
+	}
+}
+
+func fmtSlowdown(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", *v)
+}

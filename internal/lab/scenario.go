@@ -1,0 +1,354 @@
+// Package lab measures interference on a real host, the way the Alita and
+// Kyoto papers did: each tenant solo, then all co-located under each policy,
+// and every tenant's slowdown against its solo run. Tenants run in cgroups
+// the lab creates (and always removes), pinned to the CPUs the scenario gives.
+package lab
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/load"
+)
+
+// Roles a tenant can play.
+const (
+	RoleVictim    = "victim"
+	RolePolluter  = "polluter"
+	RoleBystander = "bystander"
+)
+
+// MaxSplitLockPhase bounds how long any split-lock tenant may run in one
+// phase: split locks slow the whole physical machine, neighbours included.
+const MaxSplitLockPhase = 15 * time.Second
+
+// Scenario is a lab experiment.
+type Scenario struct {
+	Name        string        `yaml:"name" json:"name"`
+	Description string        `yaml:"description" json:"description,omitempty"`
+	Phase       time.Duration `yaml:"phase" json:"phase"`
+	Repetitions int           `yaml:"repetitions" json:"repetitions"`
+	Tenants     []Tenant      `yaml:"tenants" json:"tenants"`
+}
+
+// Tenant is one workload of a scenario: a built-in load or any command.
+type Tenant struct {
+	Name string `yaml:"name" json:"name"`
+	Role string `yaml:"role" json:"role"`
+	// Load is a built-in `crosstalk load` kind; Args are its flags.
+	Load string   `yaml:"load" json:"load,omitempty"`
+	Args []string `yaml:"args" json:"args,omitempty"`
+	// Command is any program (argv); its metric comes from Metric.
+	Command []string `yaml:"command" json:"command,omitempty"`
+	Metric  *Metric  `yaml:"metric" json:"metric,omitempty"`
+	// CPUs the tenant is pinned to, as a cpu list ("0", "2-3").
+	CPUs string `yaml:"cpus" json:"cpus"`
+	// Start and Stop are offsets into the co-located phase; Stop 0 = phase end.
+	Start time.Duration `yaml:"start" json:"start,omitempty"`
+	Stop  time.Duration `yaml:"stop" json:"stop,omitempty"`
+
+	line int // line of the tenant in the YAML, for errors
+	cpus cpuset.Set
+	re   *regexp.Regexp
+}
+
+// Metric says how to read a command's performance from its output.
+type Metric struct {
+	Name string `yaml:"name" json:"name"`
+	// Regex is matched against every output line; its first group is the number.
+	Regex     string `yaml:"regex" json:"regex"`
+	Direction string `yaml:"direction" json:"direction"` // "higher" or "lower" is better
+	Unit      string `yaml:"unit" json:"unit,omitempty"`
+	// Aggregate combines several matches: last (default), mean, min or max.
+	Aggregate string `yaml:"aggregate" json:"aggregate,omitempty"`
+}
+
+// CPUSet is the parsed CPU list.
+func (t Tenant) CPUSet() cpuset.Set { return t.cpus }
+
+// RunLength is how long the tenant runs in a phase of length phase.
+func (t Tenant) RunLength(phase time.Duration) time.Duration {
+	end := phase
+	if t.Stop > 0 && t.Stop < phase {
+		end = t.Stop
+	}
+	return end - t.Start
+}
+
+// MetricInfo is the tenant's metric name, unit and direction.
+func (t Tenant) MetricInfo() (name, unit, direction string) {
+	if t.Load != "" {
+		k, _ := load.Lookup(t.Load)
+		return k.Metric, k.Unit, k.Direction
+	}
+	if t.Metric == nil {
+		return "", "", ""
+	}
+	name = t.Metric.Name
+	if name == "" {
+		name = "metric"
+	}
+	return name, t.Metric.Unit, t.Metric.Direction
+}
+
+//go:embed scenarios/*.yaml
+var builtinFS embed.FS
+
+// Builtins lists the built-in scenario names.
+func Builtins() []string {
+	ents, _ := builtinFS.ReadDir("scenarios")
+	var out []string
+	for _, e := range ents {
+		out = append(out, strings.TrimSuffix(e.Name(), ".yaml"))
+	}
+	return out
+}
+
+// Load returns a built-in scenario by name, or reads a YAML file.
+func Load(nameOrFile string) (*Scenario, error) {
+	if b, err := builtinFS.ReadFile("scenarios/" + nameOrFile + ".yaml"); err == nil {
+		return Parse(b, nameOrFile+" (built-in)")
+	}
+	b, err := os.ReadFile(nameOrFile)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && !strings.ContainsAny(nameOrFile, "/.") {
+			return nil, fmt.Errorf("no built-in scenario %q (have %s) and no such file", nameOrFile, strings.Join(Builtins(), ", "))
+		}
+		return nil, err
+	}
+	return Parse(b, nameOrFile)
+}
+
+// Parse reads a scenario. Unknown fields are rejected, and every error names
+// the line it is about.
+func Parse(data []byte, source string) (*Scenario, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var s Scenario
+	if err := dec.Decode(&s); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: empty scenario", source)
+		}
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	// A second pass over the node tree finds each tenant's line, so semantic
+	// errors can point at it too.
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err == nil {
+		lines := tenantLines(&root)
+		for i := range s.Tenants {
+			if i < len(lines) {
+				s.Tenants[i].line = lines[i]
+			}
+		}
+	}
+	if err := s.validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	return &s, nil
+}
+
+func tenantLines(root *yaml.Node) []int {
+	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+		root = root.Content[0]
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == "tenants" && root.Content[i+1].Kind == yaml.SequenceNode {
+			var out []int
+			for _, n := range root.Content[i+1].Content {
+				out = append(out, n.Line)
+			}
+			return out
+		}
+	}
+	return nil
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+func (s *Scenario) validate() error {
+	if s.Name == "" {
+		return errors.New("scenario needs a name")
+	}
+	if !nameRE.MatchString(s.Name) {
+		return fmt.Errorf("scenario name %q: use lower-case letters, digits, - and _", s.Name)
+	}
+	if s.Phase <= 0 {
+		return errors.New("phase: must be a positive duration such as 5s")
+	}
+	if s.Repetitions == 0 {
+		s.Repetitions = 1
+	}
+	if s.Repetitions < 0 || s.Repetitions > 100 {
+		return fmt.Errorf("repetitions: %d outside 1-100", s.Repetitions)
+	}
+	if len(s.Tenants) == 0 {
+		return errors.New("tenants: at least a victim is needed")
+	}
+	victims := 0
+	seen := map[string]bool{}
+	for i := range s.Tenants {
+		t := &s.Tenants[i]
+		if err := t.validate(s.Phase); err != nil {
+			if t.line > 0 {
+				return fmt.Errorf("line %d: tenant %q: %w", t.line, t.Name, err)
+			}
+			return fmt.Errorf("tenant %d %q: %w", i+1, t.Name, err)
+		}
+		if seen[t.Name] {
+			return fmt.Errorf("line %d: tenant name %q used twice", t.line, t.Name)
+		}
+		seen[t.Name] = true
+		if t.Role == RoleVictim {
+			victims++
+		}
+	}
+	if victims != 1 {
+		return fmt.Errorf("tenants: exactly one victim is needed, found %d", victims)
+	}
+	return nil
+}
+
+func (t *Tenant) validate(phase time.Duration) error {
+	if !nameRE.MatchString(t.Name) {
+		return errors.New("name: use 1-32 lower-case letters, digits, - and _")
+	}
+	switch t.Role {
+	case RoleVictim, RolePolluter, RoleBystander:
+	default:
+		return fmt.Errorf("role %q: want victim, polluter or bystander", t.Role)
+	}
+	switch {
+	case t.Load != "" && len(t.Command) > 0:
+		return errors.New("give either load or command, not both")
+	case t.Load == "" && len(t.Command) == 0:
+		return errors.New("give a built-in load or a command")
+	case t.Load != "":
+		if _, ok := load.Lookup(t.Load); !ok {
+			var names []string
+			for _, k := range load.Kinds() {
+				names = append(names, k.Name)
+			}
+			return fmt.Errorf("load %q: built-in loads are %s", t.Load, strings.Join(names, ", "))
+		}
+		if t.Metric != nil {
+			return errors.New("metric: built-in loads report their own metric")
+		}
+		for _, a := range t.Args {
+			if a == "--duration" || strings.HasPrefix(a, "--duration=") {
+				return errors.New("args: the lab sets --duration from the phase, start and stop")
+			}
+		}
+	default:
+		if len(t.Args) > 0 {
+			return errors.New("args: only for built-in loads; put a command's arguments in command")
+		}
+		if t.Metric == nil {
+			if t.Role == RoleVictim {
+				return errors.New("metric: a victim command needs a metric regex to measure it by")
+			}
+		} else if err := t.Metric.validate(); err != nil {
+			return fmt.Errorf("metric: %w", err)
+		}
+		if t.Metric != nil {
+			t.re = regexp.MustCompile(t.Metric.Regex)
+		}
+	}
+	cpus, err := cpuset.Parse(t.CPUs)
+	if err != nil {
+		return fmt.Errorf("cpus: %w", err)
+	}
+	if cpus.IsEmpty() {
+		return errors.New("cpus: give the CPUs to pin the tenant to, e.g. \"1\" or \"2-3\"")
+	}
+	t.cpus = cpus
+	if t.Start < 0 || t.Stop < 0 {
+		return errors.New("start/stop: offsets cannot be negative")
+	}
+	if t.Start >= phase {
+		return fmt.Errorf("start %s: not before the phase ends (%s)", t.Start, phase)
+	}
+	if t.Stop > 0 && t.Stop <= t.Start {
+		return fmt.Errorf("stop %s: must come after start %s", t.Stop, t.Start)
+	}
+	if t.Stop > phase {
+		return fmt.Errorf("stop %s: after the phase ends (%s)", t.Stop, phase)
+	}
+	if t.Role == RoleVictim && (t.Start != 0 || t.Stop != 0) {
+		return errors.New("start/stop: the victim runs the whole phase")
+	}
+	if t.Load == "splitlock" && t.RunLength(phase) > MaxSplitLockPhase {
+		return fmt.Errorf("a split-lock tenant may run at most %s per phase (it slows the whole machine); shorten phase or set stop", MaxSplitLockPhase)
+	}
+	return nil
+}
+
+func (m *Metric) validate() error {
+	if m.Regex == "" {
+		return errors.New("regex is required")
+	}
+	re, err := regexp.Compile(m.Regex)
+	if err != nil {
+		return fmt.Errorf("regex: %w", err)
+	}
+	if re.NumSubexp() < 1 {
+		return errors.New("regex needs a capture group around the number")
+	}
+	switch m.Direction {
+	case "higher", "lower":
+	default:
+		return fmt.Errorf("direction %q: want higher or lower (which is better)", m.Direction)
+	}
+	switch m.Aggregate {
+	case "", "last", "mean", "min", "max":
+	default:
+		return fmt.Errorf("aggregate %q: want last, mean, min or max", m.Aggregate)
+	}
+	return nil
+}
+
+// WithPhase returns a copy of the scenario with a different phase length,
+// scaling start/stop offsets with it (the --duration flag).
+func (s *Scenario) WithPhase(d time.Duration) (*Scenario, error) {
+	c := *s
+	c.Tenants = slices.Clone(s.Tenants)
+	scale := float64(d) / float64(s.Phase)
+	for i := range c.Tenants {
+		t := &c.Tenants[i]
+		t.Start = time.Duration(float64(t.Start) * scale).Round(time.Millisecond)
+		t.Stop = time.Duration(float64(t.Stop) * scale).Round(time.Millisecond)
+	}
+	c.Phase = d
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Victim returns the scenario's victim.
+func (s *Scenario) Victim() Tenant {
+	for _, t := range s.Tenants {
+		if t.Role == RoleVictim {
+			return t
+		}
+	}
+	return Tenant{}
+}
+
+// cgroupName is where the tenant lives during a phase.
+func cgroupName(run, phase, tenant string) string { return path.Join(labRoot, run, phase, tenant) }

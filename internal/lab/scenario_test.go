@@ -1,0 +1,127 @@
+package lab
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestBuiltinsParse(t *testing.T) {
+	names := Builtins()
+	for _, want := range []string{"buslock", "membw", "llc", "power", "latency", "buslock-burst"} {
+		found := false
+		for _, n := range names {
+			found = found || n == want
+		}
+		if !found {
+			t.Errorf("built-in %s missing from %v", want, names)
+		}
+	}
+	for _, n := range names {
+		s, err := Load(n)
+		if err != nil {
+			t.Errorf("%s: %v", n, err)
+			continue
+		}
+		if s.Name != n || s.Victim().Name == "" || s.Phase <= 0 {
+			t.Errorf("%s: %+v", n, s)
+		}
+	}
+	s, _ := Load("buslock-burst")
+	for _, ten := range s.Tenants {
+		if ten.Role == RolePolluter && (ten.Start != time.Second || ten.Stop != 4*time.Second || ten.RunLength(s.Phase) != 3*time.Second) {
+			t.Errorf("burst polluter = %+v", ten)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"unknown top field", "name: x\nphase: 1s\nflavour: spicy\ntenants: []\n", "line 3: field flavour not found"},
+		{"unknown tenant field", "name: x\nphase: 1s\ntenants:\n  - name: v\n    role: victim\n    load: chase\n    cpus: \"0\"\n    colour: red\n", "line 8: field colour not found"},
+		{"bad role", "name: x\nphase: 1s\ntenants:\n  - name: v\n    role: victim\n    load: chase\n    cpus: \"0\"\n  - name: p\n    role: villain\n    load: cpu\n    cpus: \"0\"\n", "line 8: tenant \"p\": role \"villain\""},
+		{"unknown load", "name: x\nphase: 1s\ntenants:\n  - name: v\n    role: victim\n    load: chess\n    cpus: \"0\"\n", "line 4: tenant \"v\": load \"chess\": built-in loads are"},
+		{"no victim", "name: x\nphase: 1s\ntenants:\n  - name: p\n    role: polluter\n    load: cpu\n    cpus: \"0\"\n", "exactly one victim"},
+		{"two victims", "name: x\nphase: 1s\ntenants:\n  - {name: a, role: victim, load: cpu, cpus: \"0\"}\n  - {name: b, role: victim, load: cpu, cpus: \"1\"}\n", "exactly one victim is needed, found 2"},
+		{"bad cpus", "name: x\nphase: 1s\ntenants:\n  - {name: v, role: victim, load: cpu, cpus: \"3-1\"}\n", "line 4: tenant \"v\": cpus:"},
+		{"no cpus", "name: x\nphase: 1s\ntenants:\n  - {name: v, role: victim, load: cpu}\n", "cpus: give the CPUs"},
+		{"victim command without metric", "name: x\nphase: 1s\ntenants:\n  - {name: v, role: victim, command: [redis-benchmark], cpus: \"0\"}\n", "needs a metric regex"},
+		{"regex without group", "name: x\nphase: 1s\ntenants:\n  - name: v\n    role: victim\n    command: [x]\n    metric: {regex: 'ops', direction: higher}\n    cpus: \"0\"\n", "capture group"},
+		{"bad direction", "name: x\nphase: 1s\ntenants:\n  - name: v\n    role: victim\n    command: [x]\n    metric: {regex: '(\\d+)', direction: up}\n    cpus: \"0\"\n", "direction \"up\""},
+		{"both load and command", "name: x\nphase: 1s\ntenants:\n  - {name: v, role: victim, load: cpu, command: [x], cpus: \"0\"}\n", "not both"},
+		{"duration in args", "name: x\nphase: 1s\ntenants:\n  - {name: v, role: victim, load: cpu, args: [--duration, 9s], cpus: \"0\"}\n", "sets --duration"},
+		{"stop before start", "name: x\nphase: 5s\ntenants:\n  - {name: v, role: victim, load: chase, cpus: \"1\"}\n  - {name: p, role: polluter, load: cpu, cpus: \"0\", start: 3s, stop: 2s}\n", "must come after start"},
+		{"start after phase", "name: x\nphase: 5s\ntenants:\n  - {name: v, role: victim, load: chase, cpus: \"1\"}\n  - {name: p, role: polluter, load: cpu, cpus: \"0\", start: 6s}\n", "not before the phase ends"},
+		{"long split locks", "name: x\nphase: 20s\ntenants:\n  - {name: v, role: victim, load: chase, cpus: \"1\"}\n  - {name: p, role: polluter, load: splitlock, cpus: \"0\"}\n", "at most 15s"},
+		{"duplicate names", "name: x\nphase: 1s\ntenants:\n  - {name: v, role: victim, load: chase, cpus: \"1\"}\n  - {name: v, role: polluter, load: cpu, cpus: \"0\"}\n", "used twice"},
+		{"bad phase", "name: x\nphase: soon\ntenants: []\n", "line 2"},
+		{"empty", "", "empty scenario"},
+		{"bad name", "name: Hello World\nphase: 1s\ntenants: []\n", "scenario name"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml), "test.yaml")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error = %v, want it to contain %q", err, tc.want)
+			}
+			if err != nil && !strings.HasPrefix(err.Error(), "test.yaml: ") {
+				t.Errorf("error does not name the file: %v", err)
+			}
+		})
+	}
+}
+
+func TestExternalCommandScenario(t *testing.T) {
+	s, err := Parse([]byte(`name: redis
+phase: 4s
+repetitions: 2
+tenants:
+  - name: redis
+    role: victim
+    command: ["redis-benchmark", "-q"]
+    metric: {name: get_rps, regex: 'GET: ([0-9.,]+) requests per second', direction: higher, unit: req/s, aggregate: mean}
+    cpus: "1"
+  - name: noise
+    role: polluter
+    load: splitlock
+    args: ["--rate", "1000"]
+    cpus: "0"
+    start: 1s
+    stop: 3s
+`), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := s.Victim()
+	if name, unit, dir := v.MetricInfo(); name != "get_rps" || unit != "req/s" || dir != "higher" {
+		t.Errorf("metric info = %s %s %s", name, unit, dir)
+	}
+	if got := strings.Join(v.argv("/x", time.Second, time.Second), " "); got != "redis-benchmark -q" {
+		t.Errorf("argv = %q", got)
+	}
+	p := s.Tenants[1]
+	if got := strings.Join(p.argv("/bin/ct", 2*time.Second, 250*time.Millisecond), " "); got != "/bin/ct load splitlock --duration 2s --interval 250ms --rate 1000" {
+		t.Errorf("load argv = %q", got)
+	}
+	if name, _, dir := p.MetricInfo(); name != "locks_per_sec" || dir != "higher" {
+		t.Errorf("splitlock metric = %s %s", name, dir)
+	}
+	s2, err := s.WithPhase(8 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.Tenants[1].Start != 2*time.Second || s2.Tenants[1].Stop != 6*time.Second || s.Tenants[1].Start != time.Second {
+		t.Errorf("WithPhase scaled to %v-%v (original now %v)", s2.Tenants[1].Start, s2.Tenants[1].Stop, s.Tenants[1].Start)
+	}
+	if _, err := s.WithPhase(40 * time.Second); err == nil {
+		t.Error("WithPhase let split locks run 20 s")
+	}
+}
+
+func TestLoadMissing(t *testing.T) {
+	if _, err := Load("no-such-scenario"); err == nil || !strings.Contains(err.Error(), "buslock") {
+		t.Errorf("error should list built-ins: %v", err)
+	}
+}

@@ -1,0 +1,259 @@
+package lab
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/load"
+)
+
+// ExecShim is the hidden subcommand that starts every tenant: the lab starts
+// `crosstalk __tenant-exec -- CMD…`, moves that process into the tenant's
+// cgroups, and only then lets it exec CMD. So a tenant never runs a single
+// instruction outside its cgroups and CPUs, on v1 and v2 alike.
+const ExecShim = "__tenant-exec"
+
+// TenantExec is the shim's body: wait for the lab's go-ahead on fd 3, then
+// replace this process with argv. If the lab dies first, the pipe closes
+// without a go-ahead and the shim exits without running anything.
+func TenantExec(argv []string) error {
+	if len(argv) == 0 {
+		return errors.New("tenant-exec: no command")
+	}
+	gate := os.NewFile(3, "gate")
+	var b [1]byte
+	n, _ := gate.Read(b[:])
+	gate.Close()
+	if n != 1 || b[0] != 'g' {
+		return errors.New("tenant-exec: lab went away before starting the tenant")
+	}
+	bin, err := exec.LookPath(argv[0])
+	if err != nil {
+		return fmt.Errorf("tenant-exec: %w", err)
+	}
+	return syscall.Exec(bin, argv, os.Environ())
+}
+
+// Sample is one point of a tenant's metric over time.
+type Sample struct {
+	T     float64 `json:"t"` // seconds since the phase started
+	Value float64 `json:"v"`
+}
+
+// proc is one running tenant.
+type proc struct {
+	t       Tenant
+	group   *cgroup.Group
+	cmd     *exec.Cmd
+	startAt time.Duration // offset into the phase when it started
+
+	mu        sync.Mutex
+	samples   []Sample
+	summary   *load.Summary
+	matches   []float64
+	tail      []string // last lines of stderr, for error messages
+	killed    bool     // the lab stopped it on purpose
+	done      chan struct{}
+	waitErr   error
+	exitedAt  time.Duration
+	phaseTime func() time.Duration
+}
+
+// argv builds the tenant's command line for a run of the given length.
+func (t Tenant) argv(self string, runFor, interval time.Duration) []string {
+	if t.Load == "" {
+		return t.Command
+	}
+	a := []string{self, "load", t.Load, "--duration", runFor.String(), "--interval", interval.String()}
+	return append(a, t.Args...)
+}
+
+// startProc launches a tenant through the shim into its group.
+func startProc(self string, t Tenant, g *cgroup.Group, runFor, interval time.Duration, phaseTime func() time.Duration) (*proc, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	cmd := exec.Command(self, append([]string{ExecShim, "--"}, t.argv(self, runFor, interval)...)...)
+	cmd.ExtraFiles = []*os.File{r}
+	// Its own process group, so a stop kills helpers it forked; and killed
+	// with us if the lab itself dies (kill -9, crash).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("start tenant %s: %w", t.Name, err)
+	}
+	p := &proc{t: t, group: g, cmd: cmd, startAt: phaseTime(), done: make(chan struct{}), phaseTime: phaseTime}
+	if err := g.AddProc(cmd.Process.Pid); err != nil {
+		w.Close() // the shim exits without exec'ing
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("tenant %s: %w", t.Name, err)
+	}
+	if _, err := w.Write([]byte{'g'}); err != nil {
+		w.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("tenant %s: release shim: %w", t.Name, err)
+	}
+	w.Close()
+
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() { defer readers.Done(); p.read(stdout, false) }()
+	go func() { defer readers.Done(); p.read(stderr, true) }()
+	go func() {
+		readers.Wait()
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.waitErr = err
+		p.exitedAt = phaseTime()
+		p.mu.Unlock()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *proc) read(r io.Reader, isStderr bool) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		now := p.phaseTime().Seconds()
+		p.mu.Lock()
+		if isStderr {
+			p.tail = append(p.tail, line)
+			if len(p.tail) > 20 {
+				p.tail = p.tail[1:]
+			}
+		}
+		switch {
+		case p.t.Load != "" && !isStderr:
+			p.parseLoadLine(line)
+		case p.t.re != nil:
+			if m := p.t.re.FindStringSubmatch(line); m != nil {
+				if v, err := strconv.ParseFloat(strings.ReplaceAll(m[1], ",", ""), 64); err == nil {
+					p.matches = append(p.matches, v)
+					p.samples = append(p.samples, Sample{T: now, Value: v})
+				}
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// parseLoadLine reads the JSON lines `crosstalk load` prints.
+func (p *proc) parseLoadLine(line string) {
+	if !strings.HasPrefix(line, "{") {
+		return
+	}
+	var head struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal([]byte(line), &head) != nil {
+		return
+	}
+	switch head.Type {
+	case "progress":
+		var pr load.Progress
+		if json.Unmarshal([]byte(line), &pr) == nil && pr.Ops > 0 {
+			p.samples = append(p.samples, Sample{T: p.startAt.Seconds() + pr.T, Value: pr.Metric})
+		}
+	case "summary":
+		var s load.Summary
+		if json.Unmarshal([]byte(line), &s) == nil {
+			p.summary = &s
+		}
+	}
+}
+
+// value is the tenant's metric for its whole run.
+func (p *proc) value() (float64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.t.Load != "" {
+		if p.summary == nil || p.summary.Ops == 0 {
+			return 0, false
+		}
+		return p.summary.Value, true
+	}
+	if len(p.matches) == 0 {
+		return 0, false
+	}
+	agg := "last"
+	if p.t.Metric != nil && p.t.Metric.Aggregate != "" {
+		agg = p.t.Metric.Aggregate
+	}
+	switch agg {
+	case "mean":
+		sum := 0.0
+		for _, v := range p.matches {
+			sum += v
+		}
+		return sum / float64(len(p.matches)), true
+	case "min":
+		return slices.Min(p.matches), true
+	case "max":
+		return slices.Max(p.matches), true
+	}
+	return p.matches[len(p.matches)-1], true
+}
+
+// stop kills the tenant's whole process group and anything left in its cgroup.
+func (p *proc) stop() {
+	p.mu.Lock()
+	again := p.killed
+	p.killed = true
+	p.mu.Unlock()
+	if again {
+		return
+	}
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	p.group.Kill()
+}
+
+// failure returns why the tenant failed, or nil if it ran fine (or was
+// stopped by the lab).
+func (p *proc) failure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waitErr == nil || p.killed {
+		return nil
+	}
+	tail := strings.Join(p.tail, "\n  ")
+	if tail != "" {
+		tail = "; its last output:\n  " + tail
+	}
+	return fmt.Errorf("tenant %s (%s) failed: %v%s", p.t.Name, p.t.What(), p.waitErr, tail)
+}
+
+// What names what the tenant runs: "load chase" or the command.
+func (t Tenant) What() string {
+	if t.Load != "" {
+		return "load " + t.Load
+	}
+	return strings.Join(t.Command, " ")
+}

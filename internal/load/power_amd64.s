@@ -1,0 +1,58 @@
+#include "textflag.h"
+
+// func fmaAVX2(n uint64, acc *powerAcc, m, c float64)
+//
+// Y0-Y11 are 12 independent chains acc = acc*m + c (VFMADD213PD: dst =
+// src2*dst + src1 in Go operand order), Y12 = m and Y13 = c broadcast. With
+// 2 FMA ports and 4-5 cycles of latency, 12 chains keep both ports busy.
+TEXT ·fmaAVX2(SB), NOSPLIT, $0-32
+	MOVQ         n+0(FP), CX
+	MOVQ         acc+8(FP), AX
+	VBROADCASTSD m+16(FP), Y12
+	VBROADCASTSD c+24(FP), Y13
+	VMOVUPD      0(AX), Y0
+	VMOVUPD      32(AX), Y1
+	VMOVUPD      64(AX), Y2
+	VMOVUPD      96(AX), Y3
+	VMOVUPD      128(AX), Y4
+	VMOVUPD      160(AX), Y5
+	VMOVUPD      192(AX), Y6
+	VMOVUPD      224(AX), Y7
+	VMOVUPD      256(AX), Y8
+	VMOVUPD      288(AX), Y9
+	VMOVUPD      320(AX), Y10
+	VMOVUPD      352(AX), Y11
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	VFMADD213PD Y13, Y12, Y0
+	VFMADD213PD Y13, Y12, Y1
+	VFMADD213PD Y13, Y12, Y2
+	VFMADD213PD Y13, Y12, Y3
+	VFMADD213PD Y13, Y12, Y4
+	VFMADD213PD Y13, Y12, Y5
+	VFMADD213PD Y13, Y12, Y6
+	VFMADD213PD Y13, Y12, Y7
+	VFMADD213PD Y13, Y12, Y8
+	VFMADD213PD Y13, Y12, Y9
+	VFMADD213PD Y13, Y12, Y10
+	VFMADD213PD Y13, Y12, Y11
+	DECQ        CX
+	JNZ         loop
+
+done:
+	VMOVUPD Y0, 0(AX)
+	VMOVUPD Y1, 32(AX)
+	VMOVUPD Y2, 64(AX)
+	VMOVUPD Y3, 96(AX)
+	VMOVUPD Y4, 128(AX)
+	VMOVUPD Y5, 160(AX)
+	VMOVUPD Y6, 192(AX)
+	VMOVUPD Y7, 224(AX)
+	VMOVUPD Y8, 256(AX)
+	VMOVUPD Y9, 288(AX)
+	VMOVUPD Y10, 320(AX)
+	VMOVUPD Y11, 352(AX)
+	VZEROUPPER
+	RET
