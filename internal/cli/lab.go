@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/lab"
@@ -64,8 +65,15 @@ func (g *globals) labOptions(policies []string, interval time.Duration) (lab.Opt
 	return lab.Options{Host: h, Self: self, Policies: policies, Registry: g.policies(), Interval: interval, Log: log}, func() { h.Close() }, nil
 }
 
-// policies is the registry of lab policies this binary offers.
-func (g *globals) policies() lab.Policies { return lab.DefaultPolicies() }
+// policies is the registry of lab policies this binary offers: the
+// baselines and the real agent, sampling every 250 ms in the lab.
+func (g *globals) policies() lab.Policies {
+	p := lab.DefaultPolicies()
+	cfg := agent.Defaults()
+	cfg.Interval = 250 * time.Millisecond
+	p["crosstalk"] = agent.LabPolicy(cfg)
+	return p
+}
 
 func newLabRunCmd(g *globals) *cobra.Command {
 	var (

@@ -258,9 +258,11 @@ func (h *Host) Glob(pattern string) ([]string, error) {
 func hasMeta(s string) bool { return strings.ContainsAny(s, `*?[\`) }
 
 // WriteFile writes data to an existing host file, the way cgroupfs, sysfs and
-// resctrl files must be written: one write(2), no create, no truncate games.
+// resctrl files must be written: one write(2) and no create. O_TRUNC is
+// what `echo v > file` does too; kernfs ignores it, and it makes the same
+// write correct on captured trees and the simulator's plain files.
 func (h *Host) WriteFile(p string, data []byte) error {
-	f, err := h.OpenFile(p, os.O_WRONLY, 0)
+	f, err := h.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,217 @@
+package act
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/host"
+)
+
+// cgroupTree makes a fake v1 cpu hierarchy with tenants a and b, one with a
+// limit of its own.
+func cgroupTree(t *testing.T) (*host.Host, cgroup.Layout, string) {
+	t.Helper()
+	root := t.TempDir()
+	for p, c := range map[string]string{
+		"cg/cpu/a/cpu.cfs_period_us": "100000\n", "cg/cpu/a/cpu.cfs_quota_us": "-1\n",
+		"cg/cpu/b/cpu.cfs_period_us": "100000\n", "cg/cpu/b/cpu.cfs_quota_us": "200000\n",
+	} {
+		os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+		os.WriteFile(filepath.Join(root, p), []byte(c), 0o644)
+	}
+	h, err := host.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h, cgroup.Layout{Mode: cgroup.ModeV1, V1: map[string]string{"cpu": "/cg/cpu"}}, root
+}
+
+func file(t *testing.T, root, p string) string {
+	b, _ := os.ReadFile(filepath.Join(root, p))
+	return strings.TrimSpace(string(b))
+}
+
+func TestCPUQuotaApplyRestore(t *testing.T) {
+	h, l, root := cgroupTree(t)
+	state, err := OpenState(filepath.Join(t.TempDir(), "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &CPUQuota{Host: h, Layout: l, State: state}
+	sp := Sparsify{}
+	sp.Fill()
+	if err := a.Apply("/a", "tenant-a", sp.Quota(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// Exact files after each step: period first, then quota.
+	if p, q := file(t, root, "cg/cpu/a/cpu.cfs_period_us"), file(t, root, "cg/cpu/a/cpu.cfs_quota_us"); p != "16000" || q != "1000" {
+		t.Errorf("after throttle: period %s quota %s", p, q)
+	}
+	e, ok := state.Get("/a")
+	if !ok || e.OriginalQuotaUS != -1 || e.OriginalPeriodUS != 100000 || e.AppliedQuotaUS != 1000 {
+		t.Errorf("state entry %+v", e)
+	}
+	// A second write keeps the first original.
+	if err := a.Apply("/a", "tenant-a", sp.Quota(3, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := state.Get("/a"); e.OriginalQuotaUS != -1 || e.AppliedQuotaUS != 3000 {
+		t.Errorf("after tighten: %+v", e)
+	}
+	if err := a.Restore("/a"); err != nil {
+		t.Fatal(err)
+	}
+	if p, q := file(t, root, "cg/cpu/a/cpu.cfs_period_us"), file(t, root, "cg/cpu/a/cpu.cfs_quota_us"); p != "100000" || q != "-1" {
+		t.Errorf("after restore: period %s quota %s", p, q)
+	}
+	if len(state.Entries()) != 0 {
+		t.Error("restored entry not forgotten")
+	}
+	// A tenant with its own limit gets that limit back.
+	a.Apply("/b", "b", sp.Quota(2, 1))
+	a.Restore("/b")
+	if q := file(t, root, "cg/cpu/b/cpu.cfs_quota_us"); q != "200000" {
+		t.Errorf("b quota after restore = %s", q)
+	}
+	// A vanished tenant is ErrGone, not a failure, and leaves no entry.
+	if err := a.Apply("/gone", "gone", sp.Quota(1, 1)); !errors.Is(err, ErrGone) {
+		t.Errorf("vanished tenant: %v", err)
+	}
+	if len(state.Entries()) != 0 {
+		t.Error("entry left for a vanished tenant")
+	}
+}
+
+// kill -9 while throttling, then a new agent: the state file lets it restore.
+func TestRestoreAllAfterCrash(t *testing.T) {
+	h, l, root := cgroupTree(t)
+	statePath := filepath.Join(t.TempDir(), "state.json")
+	s1, _ := OpenState(statePath)
+	a1 := &CPUQuota{Host: h, Layout: l, State: s1}
+	sp := Sparsify{}
+	sp.Fill()
+	a1.Apply("/a", "a", sp.Quota(1, 1))
+	a1.Apply("/b", "b", sp.Quota(1, 1))
+	// Someone else changes b's quota after crosstalk did: leave it alone.
+	os.WriteFile(filepath.Join(root, "cg/cpu/b/cpu.cfs_quota_us"), []byte("50000"), 0o644)
+	// "Crash": a1 is dropped without restoring. A new instance starts.
+	s2, err := OpenState(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s2.Entries()) != 2 {
+		t.Fatalf("state after crash: %+v", s2.Entries())
+	}
+	a2 := &CPUQuota{Host: h, Layout: l, State: s2}
+	n, err := a2.RestoreAll()
+	if err != nil || n != 1 {
+		t.Fatalf("RestoreAll = %d, %v", n, err)
+	}
+	if q := file(t, root, "cg/cpu/a/cpu.cfs_quota_us"); q != "-1" {
+		t.Errorf("a not restored: %s", q)
+	}
+	if q := file(t, root, "cg/cpu/b/cpu.cfs_quota_us"); q != "50000" {
+		t.Errorf("b clobbered: %s", q)
+	}
+	if len(s2.Entries()) != 0 {
+		t.Error("state not cleared")
+	}
+}
+
+func TestCorruptStateRefused(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "state.json")
+	os.WriteFile(p, []byte("{not json"), 0o600)
+	if _, err := OpenState(p); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Errorf("corrupt state: %v", err)
+	}
+}
+
+func TestSparsifyController(t *testing.T) {
+	sp := Sparsify{}
+	sp.Fill()
+	if q := sp.Quota(1, 2); q.Quota != 2*time.Millisecond || q.Period != 16*time.Millisecond {
+		t.Errorf("quota(1,2) = %v", q)
+	}
+	t0 := time.Unix(0, 0)
+	thr := sp.NewThrottle(t0)
+	step := func(dt time.Duration, ratio, usage float64) Decision {
+		t0 = t0.Add(dt)
+		return sp.Next(thr, t0, ratio, usage, 1)
+	}
+	busy := sp.Duty(1) // using all it may
+	if d := step(500*time.Millisecond, 1.0, busy); d != Keep {
+		t.Errorf("quiet before hold: %s", d)
+	}
+	if d := step(2*time.Second, 1.0, busy); d != Relax || thr.Step != 2 {
+		t.Errorf("quiet after hold: %s step %d", d, thr.Step)
+	}
+	// The relax brought contention back: tighten, and hold twice as long.
+	if d := step(500*time.Millisecond, 2.0, sp.Duty(2)); d != Tighten || thr.Step != 1 {
+		t.Errorf("contention after relax: %s step %d", d, thr.Step)
+	}
+	if d := step(2*time.Second+time.Millisecond, 1.0, busy); d != Keep {
+		t.Errorf("relaxed before the doubled hold: %s", d)
+	}
+	if d := step(2*time.Second, 1.0, busy); d != Relax {
+		t.Errorf("not relaxed after the doubled hold: %s", d)
+	}
+	// Contention at the floor: nothing tighter to do.
+	thr.Step = sp.FloorStep
+	if d := step(0, 3.0, busy); d != Keep {
+		t.Errorf("at floor: %s", d)
+	}
+	// A polluter that stops (its cgroup idle) is released after two intervals.
+	if d := step(500*time.Millisecond, 1.0, 0); d == Release {
+		t.Error("released after one idle interval")
+	}
+	if d := step(500*time.Millisecond, 1.0, 0); d != Release {
+		t.Errorf("idle twice: %s", d)
+	}
+	// Relaxing past the last step releases.
+	thr2 := sp.NewThrottle(t0)
+	thr2.Step = sp.Steps - 1
+	if d := sp.Next(thr2, t0.Add(time.Minute), 1.0, sp.Duty(sp.Steps-1), 1); d != Release {
+		t.Errorf("full relaxation: %s", d)
+	}
+}
+
+func TestJournal(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "journal.jsonl")
+	j, err := OpenJournal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.MaxBytes = 300
+	q := 0.06
+	for i := 0; i < 5; i++ {
+		if err := j.Write(Event{Kind: "throttle", Tenant: "t", Quota: &q, Detail: strings.Repeat("x", 50)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.Close()
+	f, _ := os.Open(p)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	n := 0
+	for sc.Scan() {
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Kind != "throttle" || e.Time.IsZero() {
+			t.Errorf("line %q: %v", sc.Text(), err)
+		}
+		n++
+	}
+	if n == 0 || n >= 5 {
+		t.Errorf("lines after rotation = %d", n)
+	}
+	if _, err := os.Stat(p + ".1"); err != nil {
+		t.Error("no rotated journal")
+	}
+}

@@ -1,0 +1,98 @@
+package act
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+)
+
+// Event is one line of the journal: a detection, a proof, an action, a
+// release or an error, with the evidence that led to it.
+type Event struct {
+	Time   time.Time `json:"time"`
+	Kind   string    `json:"kind"` // start, stop, detection, proof, throttle, tighten, relax, release, restore, error
+	Tenant string    `json:"tenant,omitempty"`
+	Name   string    `json:"name,omitempty"`
+	Detail string    `json:"detail,omitempty"`
+	// Quota in CPUs after the event (0 = unlimited), for actions.
+	Quota    *float64 `json:"quota,omitempty"`
+	Evidence any      `json:"evidence,omitempty"`
+	DryRun   bool     `json:"dry_run,omitempty"`
+}
+
+// Journal appends events as JSON lines. It rotates once the file passes
+// MaxBytes (to path.1), so it cannot fill the disk.
+type Journal struct {
+	mu       sync.Mutex
+	path     string
+	f        *os.File
+	size     int64
+	MaxBytes int64
+}
+
+// OpenJournal opens (or creates) the journal for appending; an empty path
+// gives a journal that discards.
+func OpenJournal(path string) (*Journal, error) {
+	j := &Journal{path: path, MaxBytes: 64 << 20}
+	if path == "" {
+		return j, nil
+	}
+	if err := j.open(); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+func (j *Journal) open() error {
+	f, err := os.OpenFile(j.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("journal: %w", err)
+	}
+	j.f, j.size = f, st.Size()
+	return nil
+}
+
+// Write appends one event.
+func (j *Journal) Write(e Event) error {
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return nil
+	}
+	if j.size+int64(len(b))+1 > j.MaxBytes {
+		j.f.Close()
+		os.Rename(j.path, j.path+".1")
+		if err := j.open(); err != nil {
+			return err
+		}
+	}
+	n, err := j.f.Write(append(b, '\n'))
+	j.size += int64(n)
+	return err
+}
+
+// Close closes the journal file.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return nil
+	}
+	err := j.f.Close()
+	j.f = nil
+	return err
+}

@@ -1,0 +1,798 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// Prober is the canary probe as the agent uses it.
+type Prober interface {
+	Measure() ([]sense.ProbeReading, error)
+	MeasureCPU(domain, cpu int) ([]sense.ProbeReading, error)
+	Targets() []sense.Target
+	Domains() []sense.ProbeDomain
+}
+
+// probeTimeout bounds how long the agent waits for the probe on one CPU. A
+// probe normally takes a millisecond or two; a CPU starved by its tenants (or,
+// in a VM, stopped by the host while it does split locks) can hold the probe
+// thread for seconds, and the agent must not stall with it.
+const probeTimeout = 60 * time.Millisecond
+
+// probeGap separates the probes of two CPUs in one interval.
+const probeGap = 5 * time.Millisecond
+
+// probeRun is a probe measurement that may still be running.
+type probeRun struct {
+	done     chan struct{}
+	readings []sense.ProbeReading
+	err      error
+}
+
+// Counters are per-tenant perf counters (nil on hosts without them).
+type Counters interface {
+	Sync(tenants []sense.Tenant) error
+	Read() (map[string]map[string]float64, error)
+	FDs() int
+	Close() error
+}
+
+// StatsReader samples a tenant's cgroup counters.
+type StatsReader interface {
+	Read(t sense.Tenant) (sense.TenantStats, error)
+}
+
+// QuotaActuator throttles and restores tenants' CPU quota.
+type QuotaActuator interface {
+	Apply(cgroupPath, tenant string, q cgroup.Quota) error
+	Restore(cgroupPath string) error
+	RestoreAll() (int, error)
+}
+
+// Deps are the agent's parts; New wires real ones, tests inject fakes.
+type Deps struct {
+	Discoverer sense.Discoverer
+	Stats      StatsReader
+	Probe      Prober
+	Counters   Counters // optional
+	Quota      QuotaActuator
+	Journal    *act.Journal
+	Log        *slog.Logger
+	// OnAction is called for every action (the lab records them on its timeline).
+	OnAction func(ActionRecord)
+	// Host names the machine in the state.
+	Host, Version string
+	// PMU says whether Counters include hardware events.
+	PMU bool
+}
+
+// Agent is one running crosstalk agent.
+type Agent struct {
+	cfg    Config
+	d      Deps
+	log    *slog.Logger
+	sp     act.Sparsify
+	cont   *judge.Contention
+	susp   *judge.Suspects
+	domain map[int]cpuset.Set
+
+	latest       atomic.Pointer[State]
+	baselinePath string // where probe baselines persist across restarts ("" = nowhere)
+	steps        int
+
+	mu        sync.Mutex // guards what the state API reads
+	prev      map[string]sense.TenantStats
+	throttled map[string]*throttled
+	backoff   map[string]backoff
+	proof     *proof
+	pending   map[int]*probeRun // per CPU: a probe that outlived its timeout
+	lastRatio float64
+	// lastChange is when a throttle was last applied or lifted: caches and
+	// probes need a couple of intervals to settle before the next proof.
+	lastChange time.Time
+	actions    []ActionRecord
+	totals     map[string]uint64
+	proofs     map[string]uint64
+}
+
+type throttled struct {
+	tenant sense.Tenant
+	thr    *act.Throttle
+}
+
+type backoff struct {
+	until time.Time
+	next  time.Duration
+}
+
+// proof is a perturbation proof in progress: an A/B/A test on one suspect.
+// Phase "capped": the suspect is capped hard and the probe samples the CPU
+// where the contention was worst, proofSamples times across the window.
+// Phase "freed": the cap is lifted and the probe samples again; the
+// contention must come back for a conviction.
+type proof struct {
+	tenant   sense.Tenant
+	started  time.Time
+	before   float64
+	domains  []int
+	cpu      CPUDomain // where the contention was seen
+	reason   string
+	phase    string // "capped" or "freed"
+	from     time.Time
+	next     time.Time
+	capped   []float64
+	uncapped []float64
+}
+
+// proofSamples is how many probe readings the capped half of a proof takes;
+// the freed half takes up to twice as many, stopping at the first contended
+// one (contention from a real polluter comes back in bursts).
+const proofSamples = 3
+
+// CPUDomain is a CPU and its L3 domain.
+type CPUDomain struct{ Domain, CPU int }
+
+// New builds an agent from its configuration and parts.
+func New(cfg Config, d Deps) (*Agent, error) {
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Discoverer == nil || d.Stats == nil || d.Probe == nil || d.Quota == nil {
+		return nil, errors.New("agent: discoverer, stats, probe and quota actuator are required")
+	}
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Journal == nil {
+		d.Journal, _ = act.OpenJournal("")
+	}
+	a := &Agent{
+		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(),
+		cont: judge.NewContention(cfg.Thresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
+		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, throttled: map[string]*throttled{},
+		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{},
+		pending: map[int]*probeRun{},
+	}
+	for _, pd := range d.Probe.Domains() {
+		a.domain[pd.ID] = pd.CPUs
+	}
+	return a, nil
+}
+
+// Latest returns the last published state.
+func (a *Agent) Latest() (State, bool) {
+	s := a.latest.Load()
+	if s == nil {
+		return State{}, false
+	}
+	return *s, true
+}
+
+// Calibrate takes n quiet probe readings into the baselines, one per
+// interval: call it before tenants start (the lab does), or rely on saved
+// baselines. The spacing matters: back-to-back readings find the probe's
+// buffers still warm in the caches and would set a baseline that normal
+// operation, one reading per interval, never gets back to.
+func (a *Agent) Calibrate(ctx context.Context, n int) error {
+	for i := range n {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(a.cfg.Interval):
+			}
+		}
+		rs, err := a.d.Probe.Measure()
+		if err != nil {
+			return err
+		}
+		a.cont.Calibrate(rs)
+	}
+	return nil
+}
+
+// Baselines exports the probe baselines for saving across restarts.
+func (a *Agent) Baselines() map[string]judge.Baseline { return a.cont.Baselines() }
+
+// RestoreBaselines imports saved baselines.
+func (a *Agent) RestoreBaselines(b map[string]judge.Baseline) { a.cont.Restore(b) }
+
+// Run loops until ctx ends, then restores every tenant it throttled.
+func (a *Agent) Run(ctx context.Context) error {
+	a.journal(act.Event{Kind: "start", Detail: fmt.Sprintf("interval %s, dry-run %v", a.cfg.Interval, a.cfg.DryRun)})
+	if n, err := a.d.Quota.RestoreAll(); n > 0 || err != nil {
+		a.log.Warn("restored quotas a previous crosstalk left behind", "restored", n, "err", err)
+		a.journal(act.Event{Kind: "restore", Detail: fmt.Sprintf("restored %d tenant(s) left throttled by a previous run (err: %v)", n, err)})
+	}
+	defer a.shutdown()
+
+	tick := time.NewTicker(a.cfg.Interval)
+	defer tick.Stop()
+	a.step(time.Now())
+	for {
+		var proofTimer <-chan time.Time
+		if p := a.currentProof(); p != nil {
+			proofTimer = time.After(time.Until(p.next))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-tick.C:
+			a.step(now)
+		case now := <-proofTimer:
+			a.proofSample(now)
+		}
+	}
+}
+
+// shutdown restores everything the agent changed.
+func (a *Agent) shutdown() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, t := range a.throttled {
+		a.releaseLocked(t.tenant, "agent stopping")
+		delete(a.throttled, id)
+	}
+	if a.proof != nil {
+		a.releaseLocked(a.proof.tenant, "agent stopping during a proof")
+		a.proof = nil
+	}
+	if n, err := a.d.Quota.RestoreAll(); err != nil || n > 0 {
+		a.log.Warn("restore on exit", "restored", n, "err", err)
+	}
+	if a.d.Counters != nil {
+		a.d.Counters.Close()
+	}
+	a.saveBaselines()
+	a.journal(act.Event{Kind: "stop"})
+}
+
+// sample is one interval's view of one tenant.
+type sample struct {
+	t        sense.Tenant
+	usage    float64
+	thrRatio float64
+	psi      float64
+	delay    float64
+	counters map[string]float64
+	fresh    bool // has rates (seen before)
+}
+
+// step runs one interval: sense, judge, act, publish.
+func (a *Agent) step(now time.Time) {
+	cpuBefore := selfCPU()
+	a.steps++
+	if a.steps%120 == 0 {
+		a.saveBaselines()
+	}
+	tenants, err := a.d.Discoverer.Discover()
+	if err != nil {
+		a.log.Warn("tenant discovery", "err", err)
+	}
+	samples := a.sampleTenants(tenants)
+
+	var counters map[string]map[string]float64
+	if a.d.Counters != nil {
+		order := a.priority(samples)
+		if err := a.d.Counters.Sync(order); err != nil {
+			a.log.Debug("perf counters", "err", err)
+		}
+		counters, err = a.d.Counters.Read()
+		if err != nil {
+			a.log.Debug("perf counters read", "err", err)
+		}
+		for i := range samples {
+			samples[i].counters = counters[samples[i].t.ID]
+		}
+	}
+
+	var readings []sense.ProbeReading
+	var starved []int
+	targets := a.d.Probe.Targets()
+	if n := len(targets); n > 1 {
+		// Start from a different CPU each interval and pause between CPUs:
+		// probing a CPU pauses the tenant running there, and whatever runs
+		// next on it (another tenant with a lower vruntime) must not be what
+		// always fills the moment the next CPU is probed.
+		k := a.steps % n
+		targets = append(targets[k:], targets[:k]...)
+	}
+	for i, t := range targets {
+		if i > 0 {
+			time.Sleep(probeGap)
+		}
+		rs, err := a.measureCPU(t.Domain, t.CPU)
+		switch {
+		case errors.Is(err, errProbeBusy):
+			starved = append(starved, t.CPU)
+		case err != nil:
+			a.log.Warn("probe", "cpu", t.CPU, "err", err)
+		default:
+			readings = append(readings, rs...)
+		}
+	}
+	if len(starved) > 0 {
+		a.log.Debug("probe could not run in time on CPUs", "cpus", starved)
+	}
+	if len(readings) == 0 {
+		// No signal this interval: hold every decision rather than read
+		// silence as quiet (which would relax throttled polluters).
+		a.mu.Lock()
+		a.publishLocked(now, judge.Verdict{Ratio: a.lastRatio}, samples, nil, nil, cpuBefore)
+		a.mu.Unlock()
+		return
+	}
+	v := a.cont.Update(readings)
+	a.lastRatio = v.Ratio
+	if a.log.Enabled(context.Background(), slog.LevelDebug) {
+		var rs []string
+		for _, r := range v.Readings {
+			rs = append(rs, fmt.Sprintf("cpu%d/%s=%.0fns(%.1f×)", r.CPU, r.Kind, r.Ns, r.Ratio))
+		}
+		a.log.Debug("interval", "tenants", len(tenants), "contended", v.Contended, "ratio", fmt.Sprintf("%.2f", v.Ratio), "probes", strings.Join(rs, " "))
+	}
+	views := make([]judge.TenantView, 0, len(samples))
+	for _, s := range samples {
+		if !s.fresh {
+			continue
+		}
+		views = append(views, judge.TenantView{ID: s.t.ID, Name: s.t.Name, CPUs: s.t.CPUs, Usage: s.usage, Counters: s.counters, Protected: a.protected(s.t)})
+	}
+	a.susp.Observe(v, views)
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	present := map[string]sample{}
+	for _, s := range samples {
+		present[s.t.ID] = s
+	}
+	a.controlLocked(now, v, present)
+
+	var ranked []judge.Suspect
+	if v.Contended {
+		ranked = a.susp.Rank(v, views, a.domain, func(id string) bool {
+			if _, ok := a.throttled[id]; ok {
+				return true
+			}
+			if a.proof != nil && a.proof.tenant.ID == id {
+				return true
+			}
+			return now.Before(a.backoff[id].until)
+		})
+		if a.proof == nil && v.Persistent && now.Sub(a.lastChange) >= 2*a.cfg.Interval {
+			a.maybeProveLocked(now, v, ranked, present)
+		}
+	}
+	a.publishLocked(now, v, samples, ranked, readings, cpuBefore)
+}
+
+// sampleTenants reads every tenant's counters and turns them into rates.
+func (a *Agent) sampleTenants(tenants []sense.Tenant) []sample {
+	out := make([]sample, 0, len(tenants))
+	seen := map[string]bool{}
+	for _, t := range tenants {
+		st, err := a.d.Stats.Read(t)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				a.log.Debug("tenant stats", "tenant", t.ID, "err", err)
+			}
+			continue // vanished mid-sample, or unreadable this time
+		}
+		seen[t.ID] = true
+		s := sample{t: t}
+		if p, ok := a.prev[t.ID]; ok {
+			if dt := st.At.Sub(p.At).Seconds(); dt > 0 {
+				s.fresh = true
+				s.usage = max(0, (st.Usage-p.Usage).Seconds()/dt)
+				s.thrRatio = max(0, (st.Throttled-p.Throttled).Seconds()/dt)
+				s.delay = max(0, (st.RunDelay-p.RunDelay).Seconds()/dt)
+				if st.HasPSI && p.HasPSI {
+					s.psi = max(0, (st.PSISome-p.PSISome).Seconds()/dt)
+				}
+			}
+		}
+		a.prev[t.ID] = st
+		out = append(out, s)
+	}
+	for id := range a.prev {
+		if !seen[id] {
+			delete(a.prev, id)
+		}
+	}
+	return out
+}
+
+// priority orders tenants for the perf fd budget: throttled and suspected
+// first, then by CPU use.
+func (a *Agent) priority(samples []sample) []sense.Tenant {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := slices.Clone(samples)
+	rank := func(x sample) int {
+		if _, ok := a.throttled[x.t.ID]; ok {
+			return 0
+		}
+		if a.proof != nil && a.proof.tenant.ID == x.t.ID {
+			return 0
+		}
+		return 1
+	}
+	slices.SortStableFunc(s, func(x, y sample) int {
+		return cmp.Or(cmp.Compare(rank(x), rank(y)), cmp.Compare(y.usage, x.usage))
+	})
+	out := make([]sense.Tenant, len(s))
+	for i := range s {
+		out[i] = s[i].t
+	}
+	return out
+}
+
+// protected reports whether config protects a tenant.
+func (a *Agent) protected(t sense.Tenant) bool {
+	for _, p := range a.cfg.Protect {
+		if p == t.ID || p == t.Name {
+			return true
+		}
+		if ok, _ := path.Match(p, t.Cgroup); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// domainsOf lists the probe domains a tenant's CPUs touch.
+func (a *Agent) domainsOf(cpus cpuset.Set) []int {
+	var out []int
+	for id, c := range a.domain {
+		if !c.Intersect(cpus).IsEmpty() {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// controlLocked runs the duty controller of every throttled tenant.
+func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string]sample) {
+	for id, t := range a.throttled {
+		s, ok := present[id]
+		if !ok {
+			// The tenant vanished: nothing to restore, forget it.
+			a.d.Quota.Restore(t.tenant.Cgroup)
+			delete(a.throttled, id)
+			a.recordLocked(now, t.tenant, "release", 0, 1, "tenant vanished")
+			continue
+		}
+		ratio := a.cont.Worst(v.Readings, a.domainsOf(t.tenant.CPUs))
+		if ratio == 0 {
+			ratio = 1
+		}
+		ncpus := t.tenant.CPUs.Len()
+		switch d := a.sp.Next(t.thr, now, ratio, s.usage, ncpus); d {
+		case act.Release:
+			why := fmt.Sprintf("contention %.2f× stayed under %.2f× at full relaxation", ratio, a.sp.RelaxBelow)
+			if s.usage < a.sp.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
+				why = fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed", s.usage, a.sp.Duty(t.thr.Step)*float64(ncpus))
+			}
+			a.releaseLocked(t.tenant, why)
+			delete(a.throttled, id)
+		case act.Tighten, act.Relax:
+			q := a.sp.Quota(t.thr.Step, ncpus)
+			if err := a.apply(t.tenant, q); err != nil {
+				a.handleWriteErr(t.tenant, err)
+				continue
+			}
+			a.recordLocked(now, t.tenant, string(d), q.CPUs(), a.sp.Duty(t.thr.Step), fmt.Sprintf("contention %.2f×", ratio))
+		}
+	}
+}
+
+// maybeProveLocked starts a perturbation proof on the top suspect.
+func (a *Agent) maybeProveLocked(now time.Time, v judge.Verdict, ranked []judge.Suspect, present map[string]sample) {
+	if len(ranked) == 0 || len(a.throttled) >= a.cfg.MaxThrottled {
+		return
+	}
+	// While a throttled polluter on a contended domain can still be held
+	// tighter, contention there is its controller's business: proving a
+	// neighbour now would blame it for what is left of the polluter.
+	for _, t := range a.throttled {
+		for _, d := range a.domainsOf(t.tenant.CPUs) {
+			if slices.Contains(v.Domains, d) && t.thr.Step > a.sp.FloorStep {
+				return
+			}
+		}
+	}
+	top := ranked[0]
+	s, ok := present[top.ID]
+	if !ok {
+		return
+	}
+	// Where was it worst? The proof watches that CPU.
+	var worst judge.CPURatio
+	for _, c := range v.CPUs {
+		if slices.Contains(v.Domains, c.Domain) && c.Ratio > worst.Ratio {
+			worst = c
+		}
+	}
+	reason := fmt.Sprintf("%s; suspect score %.2f: %s", v.Reason, top.Score, strings.Join(top.Reasons, "; "))
+	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: map[string]any{"ratio": v.Ratio, "suspects": ranked}})
+	if a.cfg.DryRun {
+		a.recordLocked(now, s.t, "proof", 0, 1, "dry run: would cap it to prove it: "+reason)
+		a.backoff[top.ID] = a.nextBackoff(top.ID, now)
+		return
+	}
+	q := cgroup.Quota{Quota: max(cgroup.MinQuota, time.Duration(s.t.CPUs.Len())*cgroup.MinQuota), Period: 50 * time.Millisecond}
+	if err := a.apply(s.t, q); err != nil {
+		a.handleWriteErr(s.t, err)
+		return
+	}
+	a.proof = &proof{tenant: s.t, started: now, before: v.Ratio, domains: v.Domains, cpu: CPUDomain{worst.Domain, worst.CPU}, reason: reason,
+		phase: "capped", from: now, next: now.Add(a.cfg.Proof.Window / proofSamples)}
+	a.recordLocked(now, s.t, "proof", q.CPUs(), q.CPUs()/float64(max(1, s.t.CPUs.Len())), "capped hard to prove it: "+reason)
+}
+
+func (a *Agent) currentProof() *proof {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.proof
+}
+
+// proofSample takes one probe reading for the proof in progress and moves
+// it on: an early acquittal as soon as one capped reading is contended, the
+// cap lifted after the capped half, a conviction as soon as the contention
+// returns, and no verdict if it never does.
+func (a *Agent) proofSample(now time.Time) {
+	a.mu.Lock()
+	p := a.proof
+	a.mu.Unlock()
+	if p == nil {
+		return
+	}
+	ratio := -1.0
+	if rs, err := a.measureCPU(p.cpu.Domain, p.cpu.CPU); err == nil {
+		ratio = a.cont.Worst(a.cont.Rate(rs), nil)
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	th := a.cont.Thresholds()
+	step := a.cfg.Proof.Window / proofSamples
+	if p.phase == "capped" {
+		if ratio >= 0 {
+			p.capped = append(p.capped, ratio)
+		}
+		verdict, why := judge.ProofOutcome(p.before, p.capped, nil, th.Tolerance, th.Ratio)
+		switch {
+		case verdict == judge.ProofInnocent:
+			a.endProofLocked(now, p, verdict, why, true)
+		case len(p.capped) >= proofSamples || now.Sub(p.from) > 2*a.cfg.Proof.Window:
+			if len(p.capped) == 0 {
+				a.endProofLocked(now, p, judge.ProofInconclusive, "the probe could not run while it was capped", true)
+				return
+			}
+			// Lift the cap and see whether the contention comes back.
+			a.releaseLocked(p.tenant, "proof: cap lifted to see whether the contention returns")
+			p.phase, p.from, p.next = "freed", now, now.Add(step)
+		default:
+			p.next = now.Add(step)
+		}
+		return
+	}
+	if ratio >= 0 {
+		p.uncapped = append(p.uncapped, ratio)
+	}
+	verdict, why := judge.ProofOutcome(p.before, p.capped, p.uncapped, th.Tolerance, th.Ratio)
+	switch {
+	case verdict == judge.ProofGuilty:
+		a.endProofLocked(now, p, verdict, why, false)
+	case len(p.uncapped) >= 2*proofSamples || now.Sub(p.from) > 3*a.cfg.Proof.Window:
+		a.endProofLocked(now, p, verdict, why, false)
+	default:
+		p.next = now.Add(step)
+	}
+}
+
+// endProofLocked records a proof's verdict and acts on it: a polluter is
+// throttled at the start step; anyone else is left (or set) free and not
+// tested again for a while.
+func (a *Agent) endProofLocked(now time.Time, p *proof, verdict, why string, capped bool) {
+	a.proof = nil
+	a.proofs[verdict]++
+	a.journal(act.Event{Kind: "proof", Tenant: p.tenant.ID, Name: p.tenant.Name, Detail: verdict + ": " + why,
+		Evidence: map[string]any{"before": p.before, "capped": p.capped, "uncapped": p.uncapped, "cpu": p.cpu.CPU}})
+	if verdict != judge.ProofGuilty {
+		if capped {
+			a.releaseLocked(p.tenant, verdict+": "+why)
+		}
+		a.backoff[p.tenant.ID] = a.nextBackoff(p.tenant.ID, now)
+		a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "why", why)
+		return
+	}
+	thr := a.sp.NewThrottle(now)
+	q := a.sp.Quota(thr.Step, p.tenant.CPUs.Len())
+	if err := a.apply(p.tenant, q); err != nil {
+		a.handleWriteErr(p.tenant, err)
+		return
+	}
+	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr}
+	delete(a.backoff, p.tenant.ID)
+	a.recordLocked(now, p.tenant, "throttle", q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
+}
+
+// errProbeBusy says the probe on a CPU did not finish within probeTimeout.
+var errProbeBusy = errors.New("probe did not run in time")
+
+// measureCPU runs the probe on one CPU with a timeout. A measurement that
+// times out keeps running in its goroutine; until it finishes, that CPU is
+// reported busy instead of starting a second probe behind it.
+func (a *Agent) measureCPU(domain, cpu int) ([]sense.ProbeReading, error) {
+	if run := a.pending[cpu]; run != nil {
+		select {
+		case <-run.done:
+			delete(a.pending, cpu) // late and stale: discard it
+		default:
+			return nil, errProbeBusy
+		}
+	}
+	run := &probeRun{done: make(chan struct{})}
+	go func() {
+		run.readings, run.err = a.d.Probe.MeasureCPU(domain, cpu)
+		close(run.done)
+	}()
+	timer := time.NewTimer(probeTimeout)
+	defer timer.Stop()
+	select {
+	case <-run.done:
+		return run.readings, run.err
+	case <-timer.C:
+		a.pending[cpu] = run
+		return nil, errProbeBusy
+	}
+}
+
+func (a *Agent) nextBackoff(id string, now time.Time) backoff {
+	b := a.backoff[id]
+	if b.next == 0 {
+		b.next = a.cfg.Proof.Backoff
+	}
+	b.until = now.Add(b.next)
+	b.next = min(2*b.next, a.cfg.Proof.MaxBackoff)
+	return b
+}
+
+// apply writes a quota unless in dry-run.
+func (a *Agent) apply(t sense.Tenant, q cgroup.Quota) error {
+	if a.cfg.DryRun {
+		return nil
+	}
+	return a.d.Quota.Apply(t.Cgroup, t.Name, q)
+}
+
+// releaseLocked restores a tenant's original quota.
+func (a *Agent) releaseLocked(t sense.Tenant, why string) {
+	if !a.cfg.DryRun {
+		if err := a.d.Quota.Restore(t.Cgroup); err != nil {
+			a.log.Error("restore quota", "tenant", t.ID, "err", err)
+			a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: "restore failed: " + err.Error()})
+		}
+	}
+	a.recordLocked(time.Now(), t, "release", 0, 1, why)
+}
+
+// handleWriteErr deals with a failed cgroup write: a vanished tenant is
+// forgotten; anything else is logged and journalled, and the tenant left
+// alone until the next decision.
+func (a *Agent) handleWriteErr(t sense.Tenant, err error) {
+	if errors.Is(err, act.ErrGone) {
+		delete(a.throttled, t.ID)
+		a.log.Info("tenant vanished while acting on it", "tenant", t.ID)
+		return
+	}
+	a.log.Error("cgroup write failed", "tenant", t.ID, "err", err)
+	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) {
+		a.backoff[t.ID] = a.nextBackoff(t.ID, time.Now())
+	}
+}
+
+// recordLocked notes an action for the state, the journal and the hook.
+func (a *Agent) recordLocked(now time.Time, t sense.Tenant, kind string, quota, duty float64, reason string) {
+	r := ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Quota: quota, Duty: duty, Reason: reason, DryRun: a.cfg.DryRun}
+	if kind != "proof" {
+		a.lastChange = now
+	}
+	a.actions = append(a.actions, r)
+	if len(a.actions) > 50 {
+		a.actions = a.actions[len(a.actions)-50:]
+	}
+	a.totals[kind]++
+	q := quota
+	a.journal(act.Event{Time: now, Kind: kind, Tenant: t.ID, Name: t.Name, Detail: reason, Quota: &q, DryRun: a.cfg.DryRun})
+	a.log.Info("action", "kind", kind, "tenant", t.Name, "quota_cpus", quota, "reason", reason)
+	if a.d.OnAction != nil {
+		a.d.OnAction(r)
+	}
+}
+
+func (a *Agent) journal(e act.Event) {
+	if err := a.d.Journal.Write(e); err != nil {
+		a.log.Warn("journal", "err", err)
+	}
+}
+
+// publishLocked builds and publishes the State.
+func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, ranked []judge.Suspect, readings []sense.ProbeReading, cpuBefore time.Duration) {
+	st := &State{
+		Time: now, Interval: a.cfg.Interval.Seconds(), Host: a.d.Host, Version: a.d.Version, DryRun: a.cfg.DryRun,
+		PMU: a.d.PMU, Contention: v.Contended, ContentionRatio: v.Ratio,
+		Tenants: []TenantState{}, Probes: []ProbeState{}, Suspects: []Suspect{},
+		Actions: slices.Clone(a.actions), ActionsTotal: map[string]uint64{}, ProofsTotal: map[string]uint64{},
+	}
+	if st.Actions == nil {
+		st.Actions = []ActionRecord{}
+	}
+	for k, n := range a.totals {
+		st.ActionsTotal[k] = n
+	}
+	for k, n := range a.proofs {
+		st.ProofsTotal[k] = n
+	}
+	scores := map[string]float64{}
+	for _, r := range ranked {
+		scores[r.ID] = r.Score
+		st.Suspects = append(st.Suspects, Suspect{Tenant: r.ID, Name: r.Name, Score: r.Score, Reasons: r.Reasons})
+	}
+	for _, s := range samples {
+		ts := TenantState{ID: s.t.ID, Kind: s.t.Kind, Name: s.t.Name, Cgroup: s.t.Cgroup, CPUs: s.t.CPUs.String(),
+			CPU: s.usage, ThrottledRatio: s.thrRatio, RunDelay: s.delay, PSI: s.psi, Counters: s.counters,
+			Duty: 1, Protected: a.protected(s.t), Score: scores[s.t.ID]}
+		if t, ok := a.throttled[s.t.ID]; ok {
+			ts.Throttled, ts.Duty = true, a.sp.Duty(t.thr.Step)
+			ts.Quota = a.sp.Quota(t.thr.Step, s.t.CPUs.Len()).CPUs()
+		}
+		st.Tenants = append(st.Tenants, ts)
+	}
+	for _, r := range a.cont.Rate(readings) {
+		st.Probes = append(st.Probes, ProbeState{Domain: r.Domain, CPU: r.CPU, Kind: r.Kind, LatencyNs: r.Ns, BaselineNs: r.Baseline, Ratio: r.Ratio})
+	}
+	if a.proof != nil {
+		st.Proof = &ProofState{Tenant: a.proof.tenant.ID, Name: a.proof.tenant.Name, Started: a.proof.started, Before: a.proof.before}
+	}
+	if a.d.Counters != nil {
+		st.PerfFDs = a.d.Counters.FDs()
+	}
+	st.IntervalCPU = (selfCPU() - cpuBefore).Seconds()
+	a.latest.Store(st)
+}
+
+// selfCPU is this process's CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// StatePath and JournalPath are where the agent keeps its files.
+func StatePath(dir string) string   { return filepath.Join(dir, "state.json") }
+func JournalPath(dir string) string { return filepath.Join(dir, "journal.jsonl") }

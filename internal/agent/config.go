@@ -1,0 +1,249 @@
+// Package agent runs crosstalk's loop on a host: every interval it senses
+// the tenants and its canary probes, lets the judge decide whether the host
+// is contended and who is suspected, proves a suspect by perturbation, and
+// has the actuators throttle only a proven polluter — restoring everything
+// on exit, and on start whatever a killed predecessor left.
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// Config is the agent's YAML configuration. Every field has a safe default:
+// `crosstalk run` works with no file at all.
+type Config struct {
+	// Interval between samples (default 500ms).
+	Interval time.Duration `yaml:"interval"`
+	// Listen is the address of /metrics and /api/state (default
+	// 127.0.0.1:9477; "" or "off" disables it). Keep it on localhost unless a
+	// firewall or a proxy with authentication protects it.
+	Listen string `yaml:"listen"`
+	// StateDir holds the restore state file and the journal (default /var/lib/crosstalk).
+	StateDir string `yaml:"state_dir"`
+	// DryRun judges and journals but writes nothing to any cgroup.
+	DryRun bool `yaml:"dry_run"`
+
+	Tenants TenantsConfig `yaml:"tenants"`
+	// Protect lists tenants never proven nor throttled: IDs, names or
+	// cgroup path globs (path.Match syntax).
+	Protect []string `yaml:"protect"`
+	// MaxThrottled caps how many tenants may be throttled at once (default 2).
+	MaxThrottled int `yaml:"max_throttled"`
+
+	Probe    ProbeConfig    `yaml:"probe"`
+	Judge    JudgeConfig    `yaml:"judge"`
+	Proof    ProofConfig    `yaml:"proof"`
+	Throttle ThrottleConfig `yaml:"throttle"`
+	Perf     PerfConfig     `yaml:"perf"`
+}
+
+// TenantsConfig says which cgroups are tenants.
+type TenantsConfig struct {
+	// Builtin discovers libvirt VMs, Kubernetes pods and containers (default true).
+	Builtin *bool `yaml:"builtin"`
+	// Globs add cgroup path patterns whose matches are tenants.
+	Globs []string `yaml:"globs"`
+}
+
+// ProbeConfig sizes the canary probe.
+type ProbeConfig struct {
+	LLCBytes      int64 `yaml:"llc_bytes"`
+	CPUsPerDomain int   `yaml:"cpus_per_domain"`
+	Chunks        int   `yaml:"chunks"`
+}
+
+// JudgeConfig holds the contention thresholds (ratios of probe latency to its quiet baseline).
+type JudgeConfig struct {
+	Ratio     float64 `yaml:"ratio"`
+	Strong    float64 `yaml:"strong"`
+	Tolerance float64 `yaml:"tolerance"`
+	// Window is how many intervals the correlation looks back (default 16).
+	Window int `yaml:"window"`
+}
+
+// ProofConfig shapes the perturbation proof.
+type ProofConfig struct {
+	// Window is how long a suspect is capped hard while the probes watch (default 300ms).
+	Window time.Duration `yaml:"window"`
+	// Backoff before an innocent suspect may be tested again; doubles each
+	// time, up to MaxBackoff (defaults 10s, 5m).
+	Backoff    time.Duration `yaml:"backoff"`
+	MaxBackoff time.Duration `yaml:"max_backoff"`
+}
+
+// ThrottleConfig shapes the duty cycling of proven polluters.
+type ThrottleConfig struct {
+	Period       time.Duration `yaml:"period"`
+	Steps        int           `yaml:"steps"`
+	StartStep    int           `yaml:"start_step"`
+	FloorStep    int           `yaml:"floor_step"`
+	TightenAbove float64       `yaml:"tighten_above"`
+	RelaxBelow   float64       `yaml:"relax_below"`
+	Hold         time.Duration `yaml:"hold"`
+	MaxHold      time.Duration `yaml:"max_hold"`
+}
+
+// PerfConfig controls perf counters.
+type PerfConfig struct {
+	// Enabled opens per-tenant perf counters (default true).
+	Enabled *bool `yaml:"enabled"`
+	// FDBudget bounds the open perf file descriptors (default 512).
+	FDBudget int `yaml:"fd_budget"`
+}
+
+// Defaults returns the configuration used without a file.
+func Defaults() Config {
+	var c Config
+	c.fill()
+	return c
+}
+
+func (c *Config) fill() {
+	if c.Interval == 0 {
+		c.Interval = 500 * time.Millisecond
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:9477"
+	}
+	if c.StateDir == "" {
+		c.StateDir = "/var/lib/crosstalk"
+	}
+	if c.Tenants.Builtin == nil {
+		c.Tenants.Builtin = ptrTo(true)
+	}
+	if c.MaxThrottled == 0 {
+		c.MaxThrottled = 2
+	}
+	if c.Judge.Window == 0 {
+		c.Judge.Window = 16
+	}
+	if c.Proof.Window == 0 {
+		c.Proof.Window = 300 * time.Millisecond
+	}
+	if c.Proof.Backoff == 0 {
+		c.Proof.Backoff = 10 * time.Second
+	}
+	if c.Proof.MaxBackoff == 0 {
+		c.Proof.MaxBackoff = 5 * time.Minute
+	}
+	if c.Perf.Enabled == nil {
+		c.Perf.Enabled = ptrTo(true)
+	}
+	if c.Perf.FDBudget == 0 {
+		c.Perf.FDBudget = 512
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// LoadConfig reads a YAML file; unknown keys are errors that name the key and line.
+func LoadConfig(file string) (Config, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return Config{}, err
+	}
+	return ParseConfig(b, file)
+}
+
+// ParseConfig parses and validates a configuration.
+func ParseConfig(data []byte, source string) (Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return c, fmt.Errorf("%s: %w", source, err)
+	}
+	c.fill()
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("%s: %w", source, err)
+	}
+	return c, nil
+}
+
+// Validate checks values and names the offending field.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
+	}
+	if c.Interval < 50*time.Millisecond || c.Interval > time.Minute {
+		bad("interval", "%s outside 50ms-1m", c.Interval)
+	}
+	if c.MaxThrottled < 0 {
+		bad("max_throttled", "must be >= 0")
+	}
+	for i, g := range append(append([]string{}, c.Tenants.Globs...), c.Protect...) {
+		if _, err := path.Match(g, ""); err != nil {
+			field := "protect"
+			if i < len(c.Tenants.Globs) {
+				field = "tenants.globs"
+			}
+			bad(field, "bad pattern %q: %v", g, err)
+		}
+	}
+	if c.Proof.Window < 50*time.Millisecond || c.Proof.Window > 5*time.Second {
+		bad("proof.window", "%s outside 50ms-5s", c.Proof.Window)
+	}
+	if c.Proof.Backoff < 0 || c.Proof.MaxBackoff < c.Proof.Backoff {
+		bad("proof.max_backoff", "must be >= proof.backoff")
+	}
+	sp := c.Sparsify()
+	switch {
+	case sp.Period < time.Millisecond || sp.Period > time.Second:
+		bad("throttle.period", "%s outside 1ms-1s", sp.Period)
+	case sp.Steps < 2 || sp.Steps > 100:
+		bad("throttle.steps", "%d outside 2-100", sp.Steps)
+	case sp.FloorStep < 1 || sp.FloorStep > sp.Steps:
+		bad("throttle.floor_step", "%d outside 1-%d", sp.FloorStep, sp.Steps)
+	case sp.StartStep < sp.FloorStep || sp.StartStep > sp.Steps:
+		bad("throttle.start_step", "%d outside %d-%d", sp.StartStep, sp.FloorStep, sp.Steps)
+	case sp.Quota(sp.FloorStep, 1).Quota < time.Millisecond || time.Duration(int64(sp.Period)*int64(sp.FloorStep)/int64(sp.Steps)) < time.Millisecond:
+		bad("throttle.floor_step", "floor %d/%d of %s is under the kernel's 1ms minimum quota", sp.FloorStep, sp.Steps, sp.Period)
+	case sp.RelaxBelow >= sp.TightenAbove:
+		bad("throttle.relax_below", "must be below throttle.tighten_above")
+	}
+	th := c.Thresholds()
+	if th.Ratio <= 1 || th.Strong < th.Ratio || th.Tolerance <= 1 || th.Tolerance > th.Ratio {
+		bad("judge", "need 1 < tolerance <= ratio <= strong (have %.2f, %.2f, %.2f)", th.Tolerance, th.Ratio, th.Strong)
+	}
+	if c.Perf.FDBudget < 0 {
+		bad("perf.fd_budget", "must be >= 0")
+	}
+	if c.Probe.LLCBytes < 0 || c.Probe.CPUsPerDomain < 0 || c.Probe.Chunks < 0 {
+		bad("probe", "sizes must be >= 0")
+	}
+	return errors.Join(errs...)
+}
+
+// Sparsify is the throttle configuration with defaults filled.
+func (c *Config) Sparsify() act.Sparsify {
+	t := c.Throttle
+	s := act.Sparsify{Period: t.Period, Steps: t.Steps, StartStep: t.StartStep, FloorStep: t.FloorStep,
+		TightenAbove: t.TightenAbove, RelaxBelow: t.RelaxBelow, Hold: t.Hold, MaxHold: t.MaxHold}
+	s.Fill()
+	return s
+}
+
+// Thresholds is the judge configuration with defaults filled.
+func (c *Config) Thresholds() judge.Thresholds {
+	th := judge.Thresholds{Ratio: c.Judge.Ratio, Strong: c.Judge.Strong, Tolerance: c.Judge.Tolerance}
+	th.Fill()
+	return th
+}
+
+// ProbeSettings is the probe configuration for the sensor.
+func (c *Config) ProbeSettings() sense.ProbeConfig {
+	return sense.ProbeConfig{LLCBytes: c.Probe.LLCBytes, CPUsPerDomain: c.Probe.CPUsPerDomain, Chunks: c.Probe.Chunks}
+}

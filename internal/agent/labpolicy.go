@@ -1,0 +1,84 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/lab"
+)
+
+// LabPolicy returns the lab policy "crosstalk": the real agent, run in the
+// lab's process against the phase's tenant cgroups (found by a glob, as an
+// operator would configure it), with its actions put on the lab's timeline.
+// base is the agent configuration to use; discovery, the listener and the
+// state directory are set per phase.
+func LabPolicy(base Config) lab.PolicyFactory {
+	return func() lab.Policy { return &labPolicy{base: base} }
+}
+
+type labPolicy struct {
+	base   Config
+	agent  *Agent
+	cancel context.CancelFunc
+	done   chan error
+	dir    string
+	close  func()
+}
+
+func (*labPolicy) Name() string { return "crosstalk" }
+
+func (p *labPolicy) Begin(ctx context.Context, env *lab.PolicyEnv) error {
+	if len(env.Tenants) == 0 {
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "crosstalk-lab-agent")
+	if err != nil {
+		return err
+	}
+	p.dir = dir
+	cfg := p.base
+	cfg.Tenants.Builtin = ptrTo(false)
+	cfg.Tenants.Globs = []string{path.Join(path.Dir(env.Tenants[0].Group.Name), "*")}
+	cfg.Listen = "off"
+	cfg.StateDir = dir
+	record := func(r ActionRecord) {
+		env.Record(lab.Action{T: env.Since().Seconds(), Tenant: r.Name, Kind: r.Kind, Detail: r.Reason, Quota: r.Quota})
+	}
+	a, closeFn, err := Build(cfg, env.Host, env.Log, "lab", record)
+	if err != nil {
+		os.RemoveAll(dir)
+		return fmt.Errorf("crosstalk agent: %w", err)
+	}
+	p.agent, p.close = a, closeFn
+	// The tenants have not started yet: what the probes read now is quiet.
+	if err := a.Calibrate(ctx, 4); err != nil {
+		closeFn()
+		os.RemoveAll(dir)
+		return fmt.Errorf("crosstalk agent: calibrating probes: %w", err)
+	}
+	actx, cancel := context.WithCancel(context.Background())
+	p.cancel, p.done = cancel, make(chan error, 1)
+	go func() { p.done <- a.Run(actx) }()
+	return nil
+}
+
+func (p *labPolicy) End(ctx context.Context) error {
+	if p.agent == nil {
+		return nil
+	}
+	p.cancel()
+	var err error
+	select {
+	case err = <-p.done:
+	case <-ctx.Done():
+		err = fmt.Errorf("crosstalk agent did not stop in time: %w", ctx.Err())
+	case <-time.After(10 * time.Second):
+		err = fmt.Errorf("crosstalk agent did not stop within 10s")
+	}
+	p.close()
+	os.RemoveAll(p.dir)
+	return err
+}

@@ -1,0 +1,241 @@
+package agent
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// StateSource returns the latest published state (a copy) and whether one exists yet.
+type StateSource interface {
+	Latest() (State, bool)
+}
+
+// NewRegistry returns a registry with a collector that renders the latest
+// State on each scrape, plus build info and the Go/process collectors. It
+// never touches the Prometheus default registry.
+func NewRegistry(src StateSource, version, commit string) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		newStateCollector(src, version, commit),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
+}
+
+// stateCollector turns the latest State into const metrics at scrape time:
+// a tenant that is gone from the State has no series on the next scrape.
+type stateCollector struct {
+	src             StateSource
+	version, commit string
+
+	buildInfo *prometheus.Desc
+
+	tenantCPU, tenantThrottledRatio, tenantRunDelay, tenantPSI *prometheus.Desc
+	tenantQuota, tenantDuty, tenantThrottled, tenantProtected  *prometheus.Desc
+	tenantScore, tenantEventRate                               *prometheus.Desc
+
+	probeLatency, probeBaseline, probeRatio *prometheus.Desc
+
+	contention, contentionRatio, tenants, actionsTotal, proofsTotal *prometheus.Desc
+	proofInProgress, perfFDs, intervalCPU, interval, lastUpdate     *prometheus.Desc
+	dryRun, pmu                                                     *prometheus.Desc
+}
+
+func newStateCollector(src StateSource, version, commit string) *stateCollector {
+	tl := []string{"tenant", "kind", "name"}
+	pl := []string{"domain", "probe"}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("crosstalk_"+name, help, labels, nil)
+	}
+	return &stateCollector{
+		src: src, version: version, commit: commit,
+
+		buildInfo: d("build_info", "Always 1; the labels say which crosstalk build is running.", "version", "commit"),
+
+		tenantCPU: d("tenant_cpu_cores",
+			"CPU time the tenant used per second over the last interval, in cores (1 = one full CPU).", tl...),
+		tenantThrottledRatio: d("tenant_throttled_ratio",
+			"Fraction (0-1) of the last interval in which the tenant's CPU quota held it back (any quota, not only crosstalk's).", tl...),
+		tenantRunDelay: d("tenant_run_delay_seconds_per_second",
+			"Seconds per second the tenant's threads (vCPUs for VMs) waited runnable for a CPU, summed over its threads.", tl...),
+		tenantPSI: d("tenant_psi_cpu_some_ratio",
+			"CPU pressure of the tenant's cgroup: fraction (0-1) of the last interval in which at least one of its tasks waited for a CPU (PSI cpu some).", tl...),
+		tenantQuota: d("tenant_quota_cpus",
+			"The tenant's CPU quota now, in CPUs (0 = unlimited).", tl...),
+		tenantDuty: d("tenant_duty_ratio",
+			"Fraction (0-1) of its CPUs crosstalk lets the tenant use (1 = not throttled by crosstalk).", tl...),
+		tenantThrottled: d("tenant_throttled_by_crosstalk",
+			"1 while crosstalk holds the tenant to a reduced duty, else 0.", tl...),
+		tenantProtected: d("tenant_protected",
+			"1 if the tenant is protected (crosstalk never throttles it), else 0.", tl...),
+		tenantScore: d("tenant_suspect_score",
+			"The judge's suspect score for the tenant this interval (0 = not suspected; higher = more likely the polluter).", tl...),
+		tenantEventRate: d("tenant_event_rate",
+			"Per-second rate of a perf event counted for the tenant over the last interval (events/s), e.g. cycles, instructions, llc_misses, bus_locks.",
+			append(slices.Clone(tl), "event")...),
+
+		probeLatency: d("probe_latency_ns",
+			"Latest latency of a canary probe on an L3 domain, in nanoseconds per operation.", pl...),
+		probeBaseline: d("probe_baseline_ns",
+			"Quiet baseline latency of the canary probe, in nanoseconds per operation.", pl...),
+		probeRatio: d("probe_ratio",
+			"Canary probe latency divided by its quiet baseline (1 = quiet; higher = contended).", pl...),
+
+		contention: d("contention",
+			"1 if the judge found contention on shared hardware in the last interval, else 0."),
+		contentionRatio: d("contention_ratio",
+			"Worst canary probe latency against its quiet baseline in the last interval (1 = quiet)."),
+		tenants: d("tenants",
+			"Number of tenants (VMs and containers) the agent watches."),
+		actionsTotal: d("actions_total",
+			"Actions the agent took (or, in dry-run, would have taken) since it started, by kind: throttle, tighten, relax, release, proof.", "kind"),
+		proofsTotal: d("proofs_total",
+			"Perturbation proofs the agent finished since it started, by result: polluter, innocent, aborted.", "result"),
+		proofInProgress: d("proof_in_progress",
+			"1 while a perturbation proof is running, else 0."),
+		perfFDs: d("perf_fds",
+			"Number of perf event file descriptors the agent holds open."),
+		intervalCPU: d("agent_interval_cpu_seconds",
+			"CPU time the agent itself used during its last interval, in seconds."),
+		interval: d("agent_interval_seconds",
+			"Length of the agent's sampling interval, in seconds."),
+		lastUpdate: d("last_update_timestamp_seconds",
+			"Unix time (seconds) at which the agent last published its state."),
+		dryRun: d("dry_run",
+			"1 if the agent only reports what it would do (dry-run), 0 if it acts."),
+		pmu: d("pmu",
+			"1 if hardware performance counters are in use, 0 if the canary probes are the only contention signal."),
+	}
+}
+
+func (c *stateCollector) descs() []*prometheus.Desc {
+	return []*prometheus.Desc{
+		c.buildInfo,
+		c.tenantCPU, c.tenantThrottledRatio, c.tenantRunDelay, c.tenantPSI,
+		c.tenantQuota, c.tenantDuty, c.tenantThrottled, c.tenantProtected,
+		c.tenantScore, c.tenantEventRate,
+		c.probeLatency, c.probeBaseline, c.probeRatio,
+		c.contention, c.contentionRatio, c.tenants, c.actionsTotal, c.proofsTotal,
+		c.proofInProgress, c.perfFDs, c.intervalCPU, c.interval, c.lastUpdate,
+		c.dryRun, c.pmu,
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs() {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. Before the first State only build
+// info is exported.
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(c.buildInfo, 1, label(c.version), label(c.commit))
+
+	s, ok := c.src.Latest()
+	if !ok {
+		return
+	}
+
+	// A duplicated tenant ID or probe would make the whole scrape fail;
+	// export the first and skip the rest.
+	seenTenant := make(map[string]bool, len(s.Tenants))
+	for _, t := range s.Tenants {
+		if seenTenant[t.ID] {
+			continue
+		}
+		seenTenant[t.ID] = true
+		l := []string{label(t.ID), label(t.Kind), label(t.Name)}
+		gauge(c.tenantCPU, t.CPU, l...)
+		gauge(c.tenantThrottledRatio, t.ThrottledRatio, l...)
+		gauge(c.tenantRunDelay, t.RunDelay, l...)
+		gauge(c.tenantPSI, t.PSI, l...)
+		gauge(c.tenantQuota, t.Quota, l...)
+		gauge(c.tenantDuty, t.Duty, l...)
+		gauge(c.tenantThrottled, b2f(t.Throttled), l...)
+		gauge(c.tenantProtected, b2f(t.Protected), l...)
+		gauge(c.tenantScore, t.Score, l...)
+		seenEvent := make(map[string]bool, len(t.Counters))
+		for ev, v := range t.Counters {
+			// Distinct map keys can collide once invalid UTF-8 is replaced.
+			lev := label(ev)
+			if seenEvent[lev] {
+				continue
+			}
+			seenEvent[lev] = true
+			gauge(c.tenantEventRate, v, append(l, lev)...)
+		}
+	}
+
+	seenProbe := make(map[[2]string]bool, len(s.Probes))
+	for _, p := range s.Probes {
+		l := []string{strconv.Itoa(p.Domain), label(p.Kind)}
+		if k := [2]string{l[0], l[1]}; seenProbe[k] {
+			continue
+		} else {
+			seenProbe[k] = true
+		}
+		gauge(c.probeLatency, p.LatencyNs, l...)
+		gauge(c.probeBaseline, p.BaselineNs, l...)
+		gauge(c.probeRatio, p.Ratio, l...)
+	}
+
+	gauge(c.contention, b2f(s.Contention))
+	gauge(c.contentionRatio, s.ContentionRatio)
+	gauge(c.tenants, float64(len(seenTenant)))
+	// The known kinds and results are always exported (0 until they happen),
+	// so rate() and increase() work from the first scrape.
+	counters(ch, c.actionsTotal, s.ActionsTotal, "throttle", "tighten", "relax", "release", "proof")
+	counters(ch, c.proofsTotal, s.ProofsTotal, "polluter", "innocent", "aborted")
+	gauge(c.proofInProgress, b2f(s.Proof != nil))
+	gauge(c.perfFDs, float64(s.PerfFDs))
+	gauge(c.intervalCPU, s.IntervalCPU)
+	gauge(c.interval, s.Interval)
+	if !s.Time.IsZero() {
+		gauge(c.lastUpdate, float64(s.Time.UnixNano())/1e9)
+	}
+	gauge(c.dryRun, b2f(s.DryRun))
+	gauge(c.pmu, b2f(s.PMU))
+}
+
+// counters exports one counter per key of totals, plus 0 for each known key
+// that has not happened yet.
+func counters(ch chan<- prometheus.Metric, d *prometheus.Desc, totals map[string]uint64, known ...string) {
+	seen := make(map[string]bool, len(totals)+len(known))
+	emit := func(k string, v uint64) {
+		k = label(k)
+		if seen[k] {
+			return
+		}
+		seen[k] = true
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), k)
+	}
+	for k, v := range totals {
+		emit(k, v)
+	}
+	for _, k := range known {
+		emit(k, 0)
+	}
+}
+
+// label makes s a valid label value: Prometheus rejects invalid UTF-8, and a
+// tenant name comes from outside.
+func label(s string) string {
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,299 @@
+package agent
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fakeSource is a StateSource a test can update between scrapes.
+type fakeSource struct {
+	mu  sync.Mutex
+	s   State
+	ok  bool
+	hit int
+}
+
+func (f *fakeSource) Latest() (State, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hit++
+	return f.s, f.ok
+}
+
+func (f *fakeSource) set(s State) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.s, f.ok = s, true
+}
+
+// sampleState is a hand-built state: a VM that split-locks, a busy container
+// and a protected one; a dry-run proof in progress.
+func sampleState() State {
+	t0 := time.Date(2026, 3, 14, 9, 26, 53, 500_000_000, time.UTC)
+	return State{
+		Time:            t0,
+		Interval:        1,
+		Host:            "node-7",
+		Version:         "v0.4.0",
+		DryRun:          true,
+		PMU:             true,
+		Contention:      true,
+		ContentionRatio: 2.5,
+		Tenants: []TenantState{
+			{
+				ID: "vm:noisy", Kind: "vm", Name: "noisy", Cgroup: "/machine.slice/machine-qemu\\x2d1\\x2dnoisy.scope", CPUs: "0-3",
+				CPU: 3.9, ThrottledRatio: 0, RunDelay: 0.25, PSI: 0.1,
+				Counters: map[string]float64{"bus_locks": 250000, "cycles": 9.5e9, "instructions": 2.1e9},
+				Quota:    2, Throttled: true, Duty: 0.5, Score: 0.92,
+			},
+			{
+				ID: "pod:web-1/app", Kind: "container", Name: "web-1/app", CPUs: "4-7",
+				CPU: 1.5, ThrottledRatio: 0.05, RunDelay: 0.75, PSI: 0.3,
+				Counters: map[string]float64{"cycles": 4e9, "instructions": 6e9},
+				Duty:     1, Protected: true,
+			},
+		},
+		Probes: []ProbeState{
+			{Domain: 0, CPU: 2, Kind: "lock", LatencyNs: 500, BaselineNs: 200, Ratio: 2.5},
+			{Domain: 0, CPU: 2, Kind: "llc", LatencyNs: 12, BaselineNs: 10, Ratio: 1.2},
+		},
+		Suspects: []Suspect{{Tenant: "vm:noisy", Name: "noisy", Score: 0.92, Reasons: []string{"bus locks 250k/s"}}},
+		Proof:    &ProofState{Tenant: "vm:noisy", Name: "noisy", Started: t0.Add(-3 * time.Second), Before: 2.4},
+		Actions: []ActionRecord{
+			{Time: t0.Add(-10 * time.Second), Tenant: "vm:noisy", Name: "noisy", Kind: "proof", Quota: 2, Duty: 0.5, Reason: "suspect", DryRun: true},
+		},
+		ActionsTotal: map[string]uint64{"proof": 3, "throttle": 1},
+		ProofsTotal:  map[string]uint64{"polluter": 1, "innocent": 2},
+		IntervalCPU:  0.0125,
+		PerfFDs:      12,
+	}
+}
+
+const goldenMetrics = `
+# HELP crosstalk_actions_total Actions the agent took (or, in dry-run, would have taken) since it started, by kind: throttle, tighten, relax, release, proof.
+# TYPE crosstalk_actions_total counter
+crosstalk_actions_total{kind="proof"} 3
+crosstalk_actions_total{kind="relax"} 0
+crosstalk_actions_total{kind="release"} 0
+crosstalk_actions_total{kind="throttle"} 1
+crosstalk_actions_total{kind="tighten"} 0
+# HELP crosstalk_agent_interval_cpu_seconds CPU time the agent itself used during its last interval, in seconds.
+# TYPE crosstalk_agent_interval_cpu_seconds gauge
+crosstalk_agent_interval_cpu_seconds 0.0125
+# HELP crosstalk_agent_interval_seconds Length of the agent's sampling interval, in seconds.
+# TYPE crosstalk_agent_interval_seconds gauge
+crosstalk_agent_interval_seconds 1
+# HELP crosstalk_build_info Always 1; the labels say which crosstalk build is running.
+# TYPE crosstalk_build_info gauge
+crosstalk_build_info{commit="abc123",version="v0.4.0"} 1
+# HELP crosstalk_contention 1 if the judge found contention on shared hardware in the last interval, else 0.
+# TYPE crosstalk_contention gauge
+crosstalk_contention 1
+# HELP crosstalk_contention_ratio Worst canary probe latency against its quiet baseline in the last interval (1 = quiet).
+# TYPE crosstalk_contention_ratio gauge
+crosstalk_contention_ratio 2.5
+# HELP crosstalk_dry_run 1 if the agent only reports what it would do (dry-run), 0 if it acts.
+# TYPE crosstalk_dry_run gauge
+crosstalk_dry_run 1
+# HELP crosstalk_last_update_timestamp_seconds Unix time (seconds) at which the agent last published its state.
+# TYPE crosstalk_last_update_timestamp_seconds gauge
+crosstalk_last_update_timestamp_seconds 1.7734804135e+09
+# HELP crosstalk_perf_fds Number of perf event file descriptors the agent holds open.
+# TYPE crosstalk_perf_fds gauge
+crosstalk_perf_fds 12
+# HELP crosstalk_pmu 1 if hardware performance counters are in use, 0 if the canary probes are the only contention signal.
+# TYPE crosstalk_pmu gauge
+crosstalk_pmu 1
+# HELP crosstalk_probe_baseline_ns Quiet baseline latency of the canary probe, in nanoseconds per operation.
+# TYPE crosstalk_probe_baseline_ns gauge
+crosstalk_probe_baseline_ns{domain="0",probe="llc"} 10
+crosstalk_probe_baseline_ns{domain="0",probe="lock"} 200
+# HELP crosstalk_probe_latency_ns Latest latency of a canary probe on an L3 domain, in nanoseconds per operation.
+# TYPE crosstalk_probe_latency_ns gauge
+crosstalk_probe_latency_ns{domain="0",probe="llc"} 12
+crosstalk_probe_latency_ns{domain="0",probe="lock"} 500
+# HELP crosstalk_probe_ratio Canary probe latency divided by its quiet baseline (1 = quiet; higher = contended).
+# TYPE crosstalk_probe_ratio gauge
+crosstalk_probe_ratio{domain="0",probe="llc"} 1.2
+crosstalk_probe_ratio{domain="0",probe="lock"} 2.5
+# HELP crosstalk_proof_in_progress 1 while a perturbation proof is running, else 0.
+# TYPE crosstalk_proof_in_progress gauge
+crosstalk_proof_in_progress 1
+# HELP crosstalk_proofs_total Perturbation proofs the agent finished since it started, by result: polluter, innocent, aborted.
+# TYPE crosstalk_proofs_total counter
+crosstalk_proofs_total{result="aborted"} 0
+crosstalk_proofs_total{result="innocent"} 2
+crosstalk_proofs_total{result="polluter"} 1
+# HELP crosstalk_tenant_cpu_cores CPU time the tenant used per second over the last interval, in cores (1 = one full CPU).
+# TYPE crosstalk_tenant_cpu_cores gauge
+crosstalk_tenant_cpu_cores{kind="container",name="web-1/app",tenant="pod:web-1/app"} 1.5
+crosstalk_tenant_cpu_cores{kind="vm",name="noisy",tenant="vm:noisy"} 3.9
+# HELP crosstalk_tenant_duty_ratio Fraction (0-1) of its CPUs crosstalk lets the tenant use (1 = not throttled by crosstalk).
+# TYPE crosstalk_tenant_duty_ratio gauge
+crosstalk_tenant_duty_ratio{kind="container",name="web-1/app",tenant="pod:web-1/app"} 1
+crosstalk_tenant_duty_ratio{kind="vm",name="noisy",tenant="vm:noisy"} 0.5
+# HELP crosstalk_tenant_event_rate Per-second rate of a perf event counted for the tenant over the last interval (events/s), e.g. cycles, instructions, llc_misses, bus_locks.
+# TYPE crosstalk_tenant_event_rate gauge
+crosstalk_tenant_event_rate{event="bus_locks",kind="vm",name="noisy",tenant="vm:noisy"} 250000
+crosstalk_tenant_event_rate{event="cycles",kind="container",name="web-1/app",tenant="pod:web-1/app"} 4e+09
+crosstalk_tenant_event_rate{event="cycles",kind="vm",name="noisy",tenant="vm:noisy"} 9.5e+09
+crosstalk_tenant_event_rate{event="instructions",kind="container",name="web-1/app",tenant="pod:web-1/app"} 6e+09
+crosstalk_tenant_event_rate{event="instructions",kind="vm",name="noisy",tenant="vm:noisy"} 2.1e+09
+# HELP crosstalk_tenant_protected 1 if the tenant is protected (crosstalk never throttles it), else 0.
+# TYPE crosstalk_tenant_protected gauge
+crosstalk_tenant_protected{kind="container",name="web-1/app",tenant="pod:web-1/app"} 1
+crosstalk_tenant_protected{kind="vm",name="noisy",tenant="vm:noisy"} 0
+# HELP crosstalk_tenant_psi_cpu_some_ratio CPU pressure of the tenant's cgroup: fraction (0-1) of the last interval in which at least one of its tasks waited for a CPU (PSI cpu some).
+# TYPE crosstalk_tenant_psi_cpu_some_ratio gauge
+crosstalk_tenant_psi_cpu_some_ratio{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0.3
+crosstalk_tenant_psi_cpu_some_ratio{kind="vm",name="noisy",tenant="vm:noisy"} 0.1
+# HELP crosstalk_tenant_quota_cpus The tenant's CPU quota now, in CPUs (0 = unlimited).
+# TYPE crosstalk_tenant_quota_cpus gauge
+crosstalk_tenant_quota_cpus{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0
+crosstalk_tenant_quota_cpus{kind="vm",name="noisy",tenant="vm:noisy"} 2
+# HELP crosstalk_tenant_run_delay_seconds_per_second Seconds per second the tenant's threads (vCPUs for VMs) waited runnable for a CPU, summed over its threads.
+# TYPE crosstalk_tenant_run_delay_seconds_per_second gauge
+crosstalk_tenant_run_delay_seconds_per_second{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0.75
+crosstalk_tenant_run_delay_seconds_per_second{kind="vm",name="noisy",tenant="vm:noisy"} 0.25
+# HELP crosstalk_tenant_suspect_score The judge's suspect score for the tenant this interval (0 = not suspected; higher = more likely the polluter).
+# TYPE crosstalk_tenant_suspect_score gauge
+crosstalk_tenant_suspect_score{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0
+crosstalk_tenant_suspect_score{kind="vm",name="noisy",tenant="vm:noisy"} 0.92
+# HELP crosstalk_tenant_throttled_by_crosstalk 1 while crosstalk holds the tenant to a reduced duty, else 0.
+# TYPE crosstalk_tenant_throttled_by_crosstalk gauge
+crosstalk_tenant_throttled_by_crosstalk{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0
+crosstalk_tenant_throttled_by_crosstalk{kind="vm",name="noisy",tenant="vm:noisy"} 1
+# HELP crosstalk_tenant_throttled_ratio Fraction (0-1) of the last interval in which the tenant's CPU quota held it back (any quota, not only crosstalk's).
+# TYPE crosstalk_tenant_throttled_ratio gauge
+crosstalk_tenant_throttled_ratio{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0.05
+crosstalk_tenant_throttled_ratio{kind="vm",name="noisy",tenant="vm:noisy"} 0
+# HELP crosstalk_tenants Number of tenants (VMs and containers) the agent watches.
+# TYPE crosstalk_tenants gauge
+crosstalk_tenants 2
+`
+
+func TestMetricsGolden(t *testing.T) {
+	src := &fakeSource{}
+	src.set(sampleState())
+	c := newStateCollector(src, "v0.4.0", "abc123")
+	if err := testutil.CollectAndCompare(c, strings.NewReader(goldenMetrics)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMetricsBeforeFirstState(t *testing.T) {
+	src := &fakeSource{}
+	c := newStateCollector(src, "dev", "unknown")
+	const want = `
+# HELP crosstalk_build_info Always 1; the labels say which crosstalk build is running.
+# TYPE crosstalk_build_info gauge
+crosstalk_build_info{commit="unknown",version="dev"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A tenant present in one state and gone in the next has no series after.
+func TestMetricsVanishedTenant(t *testing.T) {
+	src := &fakeSource{}
+	s := sampleState()
+	src.set(s)
+	reg := NewRegistry(src, "v0.4.0", "abc123")
+
+	count := func(tenant string) int {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == "tenant" && lp.GetValue() == tenant {
+						n++
+					}
+				}
+			}
+		}
+		return n
+	}
+	if n := count("vm:noisy"); n != 9+3 { // 9 per-tenant gauges + 3 event rates
+		t.Fatalf("vm:noisy before: %d series, want 12", n)
+	}
+
+	s2 := sampleState()
+	s2.Tenants = s2.Tenants[1:]
+	src.set(s2)
+	if n := count("vm:noisy"); n != 0 {
+		t.Errorf("vm:noisy after it left: %d series, want 0", n)
+	}
+	if n := count("pod:web-1/app"); n != 9+2 {
+		t.Errorf("pod:web-1/app: %d series, want 11", n)
+	}
+	if got := testutil.CollectAndCount(newStateCollector(src, "", ""), "crosstalk_tenants"); got != 1 {
+		t.Errorf("crosstalk_tenants: %d series", got)
+	}
+}
+
+func TestMetricsRegistry(t *testing.T) {
+	src := &fakeSource{}
+	src.set(sampleState())
+	reg := NewRegistry(src, "v0.4.0", "abc123")
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, want := range []string{"crosstalk_build_info", "crosstalk_tenant_cpu_cores", "go_goroutines", "process_cpu_seconds_total"} {
+		if !names[want] {
+			t.Errorf("registry lacks %s", want)
+		}
+	}
+	// Lint: names, units and help strings follow Prometheus conventions.
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		// The probe metrics keep "_ns" on purpose: nanoseconds are the
+		// probes' natural unit and the name the dashboards use.
+		if strings.HasSuffix(p.Metric, "_ns") && strings.Contains(p.Text, "abbreviated units") {
+			continue
+		}
+		if strings.HasPrefix(p.Metric, "crosstalk_") {
+			t.Errorf("lint: %s: %s", p.Metric, p.Text)
+		}
+	}
+}
+
+// Bad input from tenants or a buggy publisher must not break the scrape.
+func TestMetricsDuplicatesAndBadUTF8(t *testing.T) {
+	src := &fakeSource{}
+	s := sampleState()
+	dup := s.Tenants[0]
+	dup.Name = "noisy again"
+	s.Tenants = append(s.Tenants, dup, TenantState{ID: "ct:\xff", Kind: "container", Name: "bad\xfename", Counters: map[string]float64{"a\xff": 1, "a\xfe": 2}})
+	s.Probes = append(s.Probes, s.Probes[0])
+	s.ActionsTotal["throttle\xff"] = 4
+	s.ActionsTotal["throttle\xfe"] = 5
+	src.set(s)
+	reg := NewRegistry(src, "v\xff", "c")
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.CollectAndCount(newStateCollector(src, "", ""), "crosstalk_tenants"); got != 1 {
+		t.Errorf("crosstalk_tenants: %d series", got)
+	}
+	if got := testutil.CollectAndCount(newStateCollector(src, "", ""), "crosstalk_tenant_cpu_cores"); got != 3 {
+		t.Errorf("crosstalk_tenant_cpu_cores: %d series, want 3", got)
+	}
+}

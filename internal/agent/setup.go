@@ -1,0 +1,153 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/pmu"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+	"github.com/crosstalk-project/crosstalk/internal/topology"
+)
+
+// Build wires an agent to the real host: cgroup discovery, cgroup and
+// schedstat sampling, the canary probe, perf counters where the host has
+// them, and the CPU-quota actuator with its state file and journal in
+// cfg.StateDir. The returned close function releases what Build opened (it
+// does not restore quotas: Run does that when it ends).
+func Build(cfg Config, h *host.Host, log *slog.Logger, version string, onAction func(ActionRecord)) (*Agent, func(), error) {
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	layout, err := cgroup.Detect(h)
+	if err != nil {
+		return nil, nil, err
+	}
+	if layout.CPUControl() == "" && !cfg.DryRun {
+		return nil, nil, errors.New("no cgroup cpu controller: crosstalk cannot throttle anything here (use --dry-run to watch only)")
+	}
+	topo, err := topology.Read(h)
+	if err != nil {
+		return nil, nil, err
+	}
+	probe, err := sense.NewProbe(topo, allowedCPUs(topo), cfg.ProbeSettings())
+	if err != nil {
+		return nil, nil, err
+	}
+	disc, err := sense.NewCgroupDiscoverer(h, layout, cfg.Tenants.Globs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tenants.globs: %w", err)
+	}
+	disc.Builtin = *cfg.Tenants.Builtin
+
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("state_dir: %w", err)
+	}
+	state, err := act.OpenState(StatePath(cfg.StateDir))
+	if err != nil {
+		return nil, nil, err
+	}
+	journal, err := act.OpenJournal(JournalPath(cfg.StateDir))
+	if err != nil {
+		return nil, nil, err
+	}
+	closers := []func(){func() { journal.Close() }}
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+
+	d := Deps{
+		Discoverer: disc,
+		Stats:      sense.CgroupStats{Host: h, Layout: layout},
+		Probe:      probe,
+		Quota:      &act.CPUQuota{Host: h, Layout: layout, State: state, Log: log},
+		Journal:    journal,
+		Log:        log,
+		OnAction:   onAction,
+		Version:    version,
+	}
+	d.Host, _ = h.ReadString("/proc/sys/kernel/hostname")
+	if *cfg.Perf.Enabled && h.IsLive() {
+		pres := pmu.Detect(h)
+		var arch pmu.Microarch
+		known := false
+		if data, err := h.ReadFile("/proc/cpuinfo"); err == nil {
+			if id, err := topology.IdentityFromCPUInfo(string(data)); err == nil {
+				arch, known = pmu.Lookup(id.Vendor, id.Family, id.Model, id.Stepping)
+			}
+		}
+		pc, err := sense.NewPerfCounters(h, layout, sense.PerfEventsFor(pres, arch, known), cfg.Perf.FDBudget, sense.SystemPerfOpener())
+		if err != nil {
+			log.Warn("perf counters off", "err", err)
+		} else {
+			d.Counters, d.PMU = pc, pres.Hardware
+			if !pres.Hardware {
+				log.Info("no hardware PMU: counting software events only; the canary probe is the contention signal", "reason", pres.Reason)
+			}
+		}
+	}
+	a, err := New(cfg, d)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	a.baselinePath = filepath.Join(cfg.StateDir, "baselines.json")
+	if b, err := os.ReadFile(a.baselinePath); err == nil {
+		var saved map[string]judge.Baseline
+		if json.Unmarshal(b, &saved) == nil {
+			a.RestoreBaselines(saved)
+			log.Info("probe baselines restored", "file", a.baselinePath)
+		}
+	}
+	return a, closeAll, nil
+}
+
+// allowedCPUs are the online CPUs this process may run on (a DaemonSet may
+// confine the agent to housekeeping CPUs).
+func allowedCPUs(topo *topology.Topology) cpuset.Set {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return topo.Online
+	}
+	var ids []int
+	for _, c := range topo.Online.List() {
+		if set.IsSet(c) {
+			ids = append(ids, c)
+		}
+	}
+	if len(ids) == 0 {
+		return topo.Online
+	}
+	return cpuset.Of(ids...)
+}
+
+// saveBaselines writes the probe baselines so a restart starts calibrated.
+func (a *Agent) saveBaselines() {
+	if a.baselinePath == "" {
+		return
+	}
+	b, err := json.MarshalIndent(a.Baselines(), "", "  ")
+	if err != nil {
+		return
+	}
+	tmp := a.baselinePath + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err == nil {
+		os.Rename(tmp, a.baselinePath)
+	}
+}

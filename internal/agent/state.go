@@ -1,0 +1,105 @@
+package agent
+
+import "time"
+
+// State is what a running agent knows, published after every interval: the
+// JSON state API serves it, the Prometheus collector turns it into metrics,
+// and `crosstalk top` draws it. It is a value: readers get a copy.
+type State struct {
+	Time     time.Time `json:"time"`
+	Interval float64   `json:"interval_seconds"`
+	Host     string    `json:"host"`
+	Version  string    `json:"version"`
+	DryRun   bool      `json:"dry_run"`
+	// PMU says whether hardware counters are in use (else the canary probe
+	// is the only contention signal).
+	PMU bool `json:"pmu"`
+	// Contention is the judge's verdict for this interval, and the worst
+	// probe latency against its quiet baseline (1.0 = quiet).
+	Contention      bool    `json:"contention"`
+	ContentionRatio float64 `json:"contention_ratio"`
+
+	Tenants  []TenantState `json:"tenants"`
+	Probes   []ProbeState  `json:"probes"`
+	Suspects []Suspect     `json:"suspects"`
+	Proof    *ProofState   `json:"proof"`
+	// Actions are the most recent actions, newest last.
+	Actions []ActionRecord `json:"actions"`
+
+	ActionsTotal map[string]uint64 `json:"actions_total"` // by kind: throttle, tighten, relax, release, proof
+	ProofsTotal  map[string]uint64 `json:"proofs_total"`  // by result: polluter, innocent, aborted
+	// IntervalCPU is the agent's own CPU time over the last interval, in seconds.
+	IntervalCPU float64 `json:"interval_cpu_seconds"`
+	// PerfFDs is the number of perf file descriptors open (bounded by the budget).
+	PerfFDs int `json:"perf_fds"`
+}
+
+// TenantState is one tenant as the agent sees it this interval.
+type TenantState struct {
+	ID     string `json:"id"`
+	Kind   string `json:"kind"`
+	Name   string `json:"name"`
+	Cgroup string `json:"cgroup"`
+	CPUs   string `json:"cpus"`
+	// CPU is the CPU time used per second (1.0 = one full CPU).
+	CPU float64 `json:"cpu"`
+	// ThrottledRatio is the fraction of the interval its quota held it back.
+	ThrottledRatio float64 `json:"throttled_ratio"`
+	// RunDelay is the time its threads waited for a CPU per second (vCPU wait
+	// time for VMs), summed over threads.
+	RunDelay float64 `json:"run_delay"`
+	// PSI is cpu "some" pressure: fraction of time at least one task waited.
+	PSI float64 `json:"psi_cpu_some"`
+	// Counters are per-second rates of perf events (cycles, instructions,
+	// llc_misses, bus_locks, context_switches, …) when counted this interval.
+	Counters map[string]float64 `json:"counters,omitempty"`
+	// Quota is the CPU quota in CPUs now (0 = unlimited).
+	Quota float64 `json:"quota"`
+	// Throttled says crosstalk is holding it to a reduced duty; Duty is the
+	// fraction of its CPUs it may use (1 = not throttled).
+	Throttled bool    `json:"throttled"`
+	Duty      float64 `json:"duty"`
+	Protected bool    `json:"protected"`
+	// Score is its suspect score (0 = not suspected).
+	Score float64 `json:"suspect_score"`
+}
+
+// ProbeState is one canary probe's latest reading.
+type ProbeState struct {
+	Domain     int     `json:"domain"` // L3 domain id
+	CPU        int     `json:"cpu"`    // where it ran this interval
+	Kind       string  `json:"kind"`   // lock, llc, dram
+	LatencyNs  float64 `json:"latency_ns"`
+	BaselineNs float64 `json:"baseline_ns"`
+	Ratio      float64 `json:"ratio"` // latency / baseline
+}
+
+// Suspect is a tenant the judge suspects, with why.
+type Suspect struct {
+	Tenant  string   `json:"tenant"`
+	Name    string   `json:"name"`
+	Score   float64  `json:"score"`
+	Reasons []string `json:"reasons"`
+}
+
+// ProofState is the perturbation proof in progress, if any.
+type ProofState struct {
+	Tenant  string    `json:"tenant"`
+	Name    string    `json:"name"`
+	Started time.Time `json:"started"`
+	// Before is the contention ratio when the proof began.
+	Before float64 `json:"before"`
+}
+
+// ActionRecord is one thing the agent did (or, in dry-run, would have done).
+type ActionRecord struct {
+	Time   time.Time `json:"time"`
+	Tenant string    `json:"tenant"`
+	Name   string    `json:"name"`
+	Kind   string    `json:"kind"` // proof, throttle, tighten, relax, release
+	// Quota is the CPU quota after the action, in CPUs (0 = unlimited).
+	Quota  float64 `json:"quota"`
+	Duty   float64 `json:"duty"`
+	Reason string  `json:"reason"`
+	DryRun bool    `json:"dry_run,omitempty"`
+}

@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/top"
+)
+
+// minRefresh keeps top from hammering the agent.
+const minRefresh = 100 * time.Millisecond
+
+func newTopCmd(g *globals) *cobra.Command {
+	var (
+		addr          string
+		refresh       time.Duration
+		once, noColor bool
+		width         int
+	)
+	cmd := &cobra.Command{
+		Use:   "top",
+		Short: "Live view of a running agent: contention, probes, tenants, suspects, actions",
+		Long: `top draws what a running agent ('crosstalk run') sees, redrawn every --refresh
+until Ctrl-C: the contention verdict and the canary probes' latency against
+their quiet baseline (SLOW from 1.3x), every tenant sorted by suspect score then
+CPU (CPU, run delay, CPU pressure, bus locks/s, IPC, LLC misses/s when counted,
+quota, duty, THROTTLED/PROTECTED), the suspects and why, the proof in progress
+and the last actions.
+
+It reads the agent's JSON state API (GET http://ADDR/api/state). --once prints
+one frame without colours or screen control and exits, for scripts and bug
+reports. The width is --width, else $COLUMNS, else the terminal's, else 120.`,
+		Example: `  crosstalk top
+  crosstalk top --addr 127.0.0.1:9477 --refresh 2s
+  crosstalk top --once > frame.txt`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if refresh < minRefresh {
+				return fmt.Errorf("--refresh must be at least %s, got %s", minRefresh, refresh)
+			}
+			if width < 0 {
+				return fmt.Errorf("--width must be >= 0, got %d", width)
+			}
+			parent := cmd.Context()
+			if parent == nil {
+				parent = context.Background()
+			}
+			ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+
+			_, noColorEnv := os.LookupEnv("NO_COLOR")
+			err := top.Run(ctx, g.out, top.Options{
+				Addr:    addr,
+				Refresh: refresh,
+				Once:    once,
+				Color:   !noColor && !noColorEnv,
+				Width:   func() int { return termWidth(width, g.out) },
+			})
+			if err != nil {
+				if errors.Is(err, top.ErrNoAgent) || errors.Is(err, top.ErrNoState) {
+					return exitError{code: 1, err: err}
+				}
+				return err
+			}
+			if !once {
+				fmt.Fprintln(g.out)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", agent.DefaultAddr, "address of the agent's API (host:port, or a URL)")
+	f.DurationVar(&refresh, "refresh", time.Second, "time between redraws")
+	f.BoolVar(&once, "once", false, "print one frame without ANSI codes and exit")
+	f.BoolVar(&noColor, "no-color", false, "no colours in the live view (also: NO_COLOR set)")
+	f.IntVar(&width, "width", 0, "frame width in columns (0: $COLUMNS, else the terminal's, else 120)")
+	return cmd
+}
+
+// termWidth is the width to draw at: the flag, $COLUMNS, the terminal's
+// width when out is one, else 120.
+func termWidth(flag int, out any) int {
+	if flag > 0 {
+		return flag
+	}
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 0 {
+		return n
+	}
+	if f, ok := out.(*os.File); ok {
+		if ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ); err == nil && ws.Col > 0 {
+			return int(ws.Col)
+		}
+	}
+	return 120
+}

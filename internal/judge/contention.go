@@ -1,0 +1,270 @@
+package judge
+
+import (
+	"fmt"
+	"math/bits"
+	"slices"
+
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// Thresholds of the contention verdict.
+type Thresholds struct {
+	// Ratio is how far above its quiet baseline a probe must be, twice in a
+	// row, to count as contention (default 1.5).
+	Ratio float64
+	// Strong is a ratio that counts at once, without waiting for a second
+	// reading, when it is also far outside the probe's noise (default 4: a
+	// bus-lock storm moves the probes 5-15×).
+	Strong float64
+	// Noise is how many deviations of quiet scatter a reading must exceed too.
+	Noise float64
+	// Tolerance is "back to normal": the ratio under which a proof counts as
+	// recovered and a throttled tenant may be relaxed (default 1.25).
+	Tolerance float64
+	// LLCRatio and LLCStrong replace Ratio and Strong for the LLC probe. It
+	// shares the LLC with the tenants by design, so an LLC-heavy but harmless
+	// tenant moves it 3-4× on the dev machines (the DRAM probe stays within
+	// 1.2×), while a bus-lock storm moves it 7-15× (defaults 5 and 8).
+	LLCRatio, LLCStrong float64
+}
+
+// Fill sets defaults.
+func (t *Thresholds) Fill() {
+	if t.Ratio == 0 {
+		t.Ratio = 1.5
+	}
+	if t.Strong == 0 {
+		t.Strong = 4
+	}
+	if t.Noise == 0 {
+		t.Noise = 4
+	}
+	if t.Tolerance == 0 {
+		t.Tolerance = 1.25
+	}
+	if t.LLCRatio == 0 {
+		t.LLCRatio = 5
+	}
+	if t.LLCStrong == 0 {
+		t.LLCStrong = 8
+	}
+}
+
+// For returns the ratio and strong thresholds of one probe kind.
+func (t Thresholds) For(kind string) (ratio, strong float64) {
+	if kind == sense.ProbeLLC {
+		return t.LLCRatio, t.LLCStrong
+	}
+	return t.Ratio, t.Strong
+}
+
+// Contention keeps a baseline per (L3 domain, probe kind) and decides, each
+// interval, whether the host is contended and where.
+type Contention struct {
+	th        Thresholds
+	baselines map[probeKey]*Baseline
+	above     map[probeKey]int // consecutive readings above Ratio
+	hot       map[int]int      // per domain: the last 3 intervals, a bit each, set when a reading was above Ratio
+	episode   bool
+}
+
+type probeKey struct {
+	domain int
+	kind   string
+}
+
+// NewContention returns a detector with the given thresholds.
+func NewContention(th Thresholds) *Contention {
+	th.Fill()
+	return &Contention{th: th, baselines: map[probeKey]*Baseline{}, above: map[probeKey]int{}, hot: map[int]int{}}
+}
+
+// Thresholds returns the thresholds in use.
+func (c *Contention) Thresholds() Thresholds { return c.th }
+
+// Calibrate feeds readings known to be quiet (taken before tenants start, or
+// persisted from a previous run) straight into the baselines.
+func (c *Contention) Calibrate(rs []sense.ProbeReading) {
+	for _, r := range rs {
+		c.baseline(r.Domain, r.Kind).Observe(r.Ns, false)
+	}
+}
+
+func (c *Contention) baseline(domain int, kind string) *Baseline {
+	k := probeKey{domain, kind}
+	b := c.baselines[k]
+	if b == nil {
+		b = &Baseline{}
+		c.baselines[k] = b
+	}
+	return b
+}
+
+// Baselines exports the learned baselines (for persistence and the state API).
+func (c *Contention) Baselines() map[string]Baseline {
+	out := map[string]Baseline{}
+	for k, b := range c.baselines {
+		out[fmt.Sprintf("%d/%s", k.domain, k.kind)] = *b
+	}
+	return out
+}
+
+// Restore imports baselines saved by Baselines.
+func (c *Contention) Restore(saved map[string]Baseline) {
+	for key, b := range saved {
+		var k probeKey
+		if _, err := fmt.Sscanf(key, "%d/%s", &k.domain, &k.kind); err == nil && b.N > 0 {
+			bb := b
+			c.baselines[k] = &bb
+		}
+	}
+}
+
+// CPURatio is the worst probe ratio seen on one CPU this interval.
+type CPURatio struct {
+	Domain int
+	CPU    int
+	Ratio  float64
+	Kind   string // the kind with the worst ratio
+}
+
+// Verdict is the judge's view of one interval.
+type Verdict struct {
+	Contended bool
+	// Persistent says a contended domain had a reading over the threshold in
+	// at least 2 of the last 3 intervals: the agent only disturbs a tenant (a
+	// proof) on persistent contention, so one noisy interval never costs
+	// anyone anything.
+	Persistent bool
+	// Ratio is the worst probe ratio over all domains and kinds (1 = quiet),
+	// with the LLC probe's scaled to the common thresholds.
+	Ratio float64
+	// Domains lists the contended L3 domains.
+	Domains []int
+	// CPUs has the worst ratio per probed CPU, for the relief evidence.
+	CPUs []CPURatio
+	// Readings are this interval's probe readings with their ratios.
+	Readings []RatedReading
+	Reason   string
+}
+
+// RatedReading is a probe reading against its baseline.
+type RatedReading struct {
+	sense.ProbeReading
+	Baseline float64
+	Ratio    float64
+}
+
+// Rate compares readings with their baselines without learning from them.
+func (c *Contention) Rate(rs []sense.ProbeReading) []RatedReading {
+	out := make([]RatedReading, 0, len(rs))
+	for _, r := range rs {
+		b := c.baseline(r.Domain, r.Kind)
+		out = append(out, RatedReading{ProbeReading: r, Baseline: b.Level, Ratio: b.Ratio(r.Ns)})
+	}
+	return out
+}
+
+// Update judges one interval's readings and then learns from them.
+func (c *Contention) Update(rs []sense.ProbeReading) Verdict {
+	v := Verdict{Ratio: 1, Readings: c.Rate(rs)}
+	perCPU := map[[2]int]*CPURatio{}
+	// Per (domain, kind), the worst reading of this interval decides.
+	worst := map[probeKey]RatedReading{}
+	for _, r := range v.Readings {
+		k := probeKey{r.Domain, r.Kind}
+		if w, ok := worst[k]; !ok || r.Ratio > w.Ratio {
+			worst[k] = r
+		}
+		ck := [2]int{r.Domain, r.CPU}
+		if cr := perCPU[ck]; cr == nil || c.scaled(r) > cr.Ratio {
+			perCPU[ck] = &CPURatio{Domain: r.Domain, CPU: r.CPU, Ratio: c.scaled(r), Kind: r.Kind}
+		}
+	}
+	contendedDomains := map[int]bool{}
+	aboveDomains := map[int]bool{}
+	for k, r := range worst {
+		b := c.baseline(k.domain, k.kind)
+		v.Ratio = max(v.Ratio, c.scaled(r))
+		ratio, strong := c.th.For(k.kind)
+		if !b.Above(r.Ns, ratio, c.th.Noise) {
+			c.above[k] = 0
+			continue
+		}
+		c.above[k]++
+		aboveDomains[k.domain] = true
+		if b.Above(r.Ns, strong, 2*c.th.Noise) || c.above[k] >= 2 {
+			contendedDomains[k.domain] = true
+			if v.Reason == "" || r.Ratio >= c.th.Strong {
+				v.Reason = fmt.Sprintf("%s probe on CPU %d at %.0f ns, %.1f× its quiet %.0f ns", k.kind, r.CPU, r.Ns, r.Ratio, b.Level)
+			}
+		}
+	}
+	for d := range contendedDomains {
+		v.Domains = append(v.Domains, d)
+	}
+	slices.Sort(v.Domains)
+	v.Contended = len(v.Domains) > 0
+	// hot[d] keeps the last intervals of domain d as bits (1 = a reading
+	// over the threshold). Contention that shows in 2 of the last 3 intervals
+	// is persistent: bus-lock storms in VMs come in bursts.
+	for d := range c.hot {
+		if !aboveDomains[d] {
+			c.hot[d] = c.hot[d] << 1 & 0b111
+			if c.hot[d] == 0 {
+				delete(c.hot, d)
+			}
+		}
+	}
+	for d := range aboveDomains {
+		c.hot[d] = (c.hot[d]<<1 | 1) & 0b111
+		if bits.OnesCount(uint(c.hot[d])) >= 2 && contendedDomains[d] {
+			v.Persistent = true
+		}
+	}
+	// An episode lasts until every probe is back under the tolerance, so the
+	// tail of an episode does not teach the baseline.
+	if v.Contended {
+		c.episode = true
+	} else if v.Ratio < c.th.Tolerance {
+		c.episode = false
+	}
+	// Readings above the contention threshold (or during an episode) do not
+	// teach the baseline; everything else does, including moderate spikes,
+	// so the noise band is learned as it really is.
+	for _, r := range v.Readings {
+		b := c.baseline(r.Domain, r.Kind)
+		ratio, _ := c.th.For(r.Kind)
+		b.Observe(r.Ns, c.episode || b.Above(r.Ns, ratio, c.th.Noise))
+	}
+	for _, cr := range perCPU {
+		v.CPUs = append(v.CPUs, *cr)
+	}
+	slices.SortFunc(v.CPUs, func(a, b CPURatio) int { return a.CPU - b.CPU })
+	return v
+}
+
+// Worst returns the worst ratio among readings of the given domains (all
+// domains when none are given), for judging a proof or a throttle. The LLC
+// probe's ratio is scaled to the others' thresholds (so that its LLCRatio
+// counts as Ratio), keeping one scale for every decision.
+func (c *Contention) Worst(rs []RatedReading, domains []int) float64 {
+	w := 0.0
+	for _, r := range rs {
+		if len(domains) == 0 || slices.Contains(domains, r.Domain) {
+			w = max(w, c.scaled(r))
+		}
+	}
+	return w
+}
+
+// scaled maps a reading's ratio onto the common scale: 1 stays 1, the kind's
+// own threshold becomes Ratio.
+func (c *Contention) scaled(r RatedReading) float64 {
+	ratio, _ := c.th.For(r.Kind)
+	if ratio == c.th.Ratio || r.Ratio <= 1 {
+		return r.Ratio
+	}
+	return 1 + (r.Ratio-1)*(c.th.Ratio-1)/(ratio-1)
+}

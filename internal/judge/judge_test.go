@@ -1,0 +1,196 @@
+package judge
+
+import (
+	"math"
+	"testing"
+
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+func TestBaselineResistsContention(t *testing.T) {
+	var b Baseline
+	for _, x := range []float64{100, 104, 98, 101, 99} {
+		b.Observe(x, false)
+	}
+	if b.Level < 97 || b.Level > 103 {
+		t.Fatalf("quiet level = %v", b.Level)
+	}
+	// An hour of contention must not become the normal.
+	for range 7200 {
+		b.Observe(800, true)
+	}
+	if b.Level > 103 {
+		t.Errorf("level crept to %v under contention", b.Level)
+	}
+	// A quieter reading is taken quickly; louder quiet readings slowly.
+	b.Observe(60, false)
+	if b.Level > 85 {
+		t.Errorf("level %v did not follow a quieter reading", b.Level)
+	}
+	lvl := b.Level
+	b.Observe(200, false)
+	if b.Level-lvl > 0.06*(200-lvl)+1e-9 {
+		t.Errorf("level jumped from %v to %v on one louder reading", lvl, b.Level)
+	}
+	if !b.Above(b.Level*3, 1.5, 4) || b.Above(b.Level*1.1, 1.5, 4) {
+		t.Error("Above thresholds")
+	}
+	var empty Baseline
+	if empty.Ratio(5) != 1 || empty.Above(1e9, 1.5, 4) {
+		t.Error("empty baseline must be neutral")
+	}
+	b.Observe(math.NaN(), false)
+	b.Observe(-1, false)
+	if math.IsNaN(b.Level) || b.Level <= 0 {
+		t.Error("bad readings corrupted the baseline")
+	}
+}
+
+func readings(domain int, cpuNs map[int][2]float64) []sense.ProbeReading {
+	var out []sense.ProbeReading
+	for cpu, ns := range cpuNs {
+		out = append(out, sense.ProbeReading{Domain: domain, CPU: cpu, Kind: sense.ProbeLLC, Ns: ns[0]},
+			sense.ProbeReading{Domain: domain, CPU: cpu, Kind: sense.ProbeDRAM, Ns: ns[1]})
+	}
+	return out
+}
+
+func TestContentionVerdict(t *testing.T) {
+	c := NewContention(Thresholds{})
+	quiet := map[int][2]float64{0: {75, 350}, 1: {78, 360}}
+	for range 3 {
+		c.Calibrate(readings(0, quiet))
+	}
+	if v := c.Update(readings(0, quiet)); v.Contended || v.Ratio > 1.1 {
+		t.Fatalf("quiet judged contended: %+v", v)
+	}
+	// A moderate rise of the DRAM probe (2×) needs two readings in a row.
+	mod := map[int][2]float64{0: {78, 360}, 1: {78, 720}}
+	if v := c.Update(readings(0, mod)); v.Contended {
+		t.Error("one moderate reading judged contended")
+	}
+	if v := c.Update(readings(0, mod)); !v.Contended || v.Domains[0] != 0 || !v.Persistent {
+		t.Errorf("two moderate readings not contended: %+v", v)
+	}
+	c.Update(readings(0, quiet))
+	// The LLC probe shares the LLC with tenants: 3× from an LLC-heavy
+	// neighbour is not contention, and its ratio is scaled down.
+	llcBusy := map[int][2]float64{0: {78, 360}, 1: {230, 360}}
+	for range 3 {
+		if v := c.Update(readings(0, llcBusy)); v.Contended || v.Ratio >= 1.5 {
+			t.Fatalf("LLC-heavy neighbour judged contended: %+v", v)
+		}
+	}
+	c.Update(readings(0, quiet))
+	// A split-lock storm (8×) counts at once, and the CPU ratios say where.
+	storm := map[int][2]float64{0: {80, 360}, 1: {600, 2100}}
+	v := c.Update(readings(0, storm))
+	if !v.Contended || v.Ratio < 5 || v.Reason == "" || v.Persistent {
+		t.Fatalf("storm: %+v", v)
+	}
+	if len(v.CPUs) != 2 || v.CPUs[0].Ratio > 1.2 || v.CPUs[1].Ratio < 5 {
+		t.Errorf("per-CPU ratios %+v", v.CPUs)
+	}
+	// The storm did not teach the baseline.
+	for range 50 {
+		c.Update(readings(0, storm))
+	}
+	if b := c.Baselines()["0/llc"]; b.Level > 90 {
+		t.Errorf("llc baseline learned the storm: %v", b.Level)
+	}
+	saved := c.Baselines()
+	c2 := NewContention(Thresholds{})
+	c2.Restore(saved)
+	if v := c2.Update(readings(0, storm)); !v.Contended {
+		t.Error("restored baselines lost")
+	}
+}
+
+// The lab's buslock-burst layout: victim and a light bystander run from the
+// start, the polluter starts later. Its CPU use is the one that tracks the
+// contention.
+func TestRankCorrelation(t *testing.T) {
+	s := NewSuspects(16)
+	domains := map[int]cpuset.Set{0: cpuset.Of(0, 1)}
+	views := func(polluter float64) []TenantView {
+		return []TenantView{
+			{ID: "victim", CPUs: cpuset.Of(1), Usage: 1.0},
+			{ID: "polluter", CPUs: cpuset.Of(0), Usage: polluter},
+			{ID: "bystander", CPUs: cpuset.Of(0), Usage: 0.15},
+			{ID: "idle", CPUs: cpuset.Of(0, 1), Usage: 0.01},
+			{ID: "vip", CPUs: cpuset.Of(0), Usage: 0.9, Protected: true},
+		}
+	}
+	for range 4 {
+		s.Observe(Verdict{Ratio: 1}, views(0))
+	}
+	storm := Verdict{Contended: true, Ratio: 8, Domains: []int{0}}
+	s.Observe(storm, views(0.85))
+	got := s.Rank(storm, views(0.85), domains, nil)
+	if len(got) != 3 || got[0].ID != "polluter" {
+		t.Fatalf("ranking %+v", got)
+	}
+	if got[0].Score <= got[1].Score {
+		t.Errorf("polluter %v not above %v", got[0].Score, got[1].Score)
+	}
+	skipped := s.Rank(storm, views(0.85), domains, func(id string) bool { return id == "polluter" })
+	if skipped[0].ID == "polluter" {
+		t.Error("skip ignored")
+	}
+	// A tenant off the contended domain is never a suspect.
+	other := Verdict{Contended: true, Ratio: 8, Domains: []int{1}}
+	if got := s.Rank(other, views(0.85), map[int]cpuset.Set{0: cpuset.Of(0, 1), 1: cpuset.Of(2, 3)}, nil); len(got) != 0 {
+		t.Errorf("suspects off the contended L3: %+v", got)
+	}
+}
+
+func TestRankCounters(t *testing.T) {
+	s := NewSuspects(16)
+	domains := map[int]cpuset.Set{0: cpuset.Of(0, 1, 2, 3)}
+	all := cpuset.Of(0, 1, 2, 3)
+	tenants := []TenantView{
+		{ID: "busy", CPUs: all, Usage: 3, Counters: map[string]float64{"bus_locks": 100}},
+		{ID: "locker", CPUs: all, Usage: 0.5, Counters: map[string]float64{"bus_locks": 700000}},
+	}
+	v := Verdict{Contended: true, Ratio: 6, Domains: []int{0}}
+	s.Observe(v, tenants)
+	got := s.Rank(v, tenants, domains, nil)
+	if got[0].ID != "locker" {
+		t.Errorf("bus-lock evidence ignored: %+v", got)
+	}
+}
+
+func TestCorrelation(t *testing.T) {
+	if c := correlation([]float64{0, 1, 0, 1}, []float64{1, 8, 1, 8}); math.Abs(c-1) > 1e-9 {
+		t.Errorf("perfect correlation = %v", c)
+	}
+	if c := correlation([]float64{1, 1, 1}, []float64{1, 8, 1}); c != 0 {
+		t.Errorf("flat series = %v", c)
+	}
+	if c := correlation([]float64{1, 0, 1, 0}, []float64{1, 8, 1, 8}); c > -0.99 {
+		t.Errorf("anti-correlation = %v", c)
+	}
+}
+
+func TestProofOutcome(t *testing.T) {
+	tests := []struct {
+		name             string
+		before           float64
+		capped, uncapped []float64
+		want             string
+	}{
+		{"clean A/B/A", 8, []float64{1.1, 1.0, 1.2}, []float64{1.0, 7.5}, ProofGuilty},
+		{"most of the excess gone", 8, []float64{2.5, 2.9, 2.8}, []float64{6}, ProofGuilty},
+		{"contention stays", 8, []float64{7.5, 8.2, 7.9}, nil, ProofInnocent},
+		{"one contended reading clears it", 8, []float64{1.0, 1.1, 6}, []float64{8}, ProofInnocent},
+		{"did not come back", 8, []float64{1.0, 1.1, 1.0}, []float64{1.1, 1.0}, ProofInconclusive},
+		{"no readings", 8, nil, nil, ProofInconclusive},
+	}
+	for _, tc := range tests {
+		got, why := ProofOutcome(tc.before, tc.capped, tc.uncapped, 1.25, 1.5)
+		if got != tc.want || why == "" {
+			t.Errorf("%s: %s (%s), want %s", tc.name, got, why, tc.want)
+		}
+	}
+}

@@ -1,0 +1,271 @@
+package sense
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/topology"
+)
+
+// Probe kinds: what each canary measures.
+const (
+	ProbeLock = "lock" // a locked add on an aligned line (bus locks make it wait)
+	ProbeLLC  = "llc"  // a dependent chase over an LLC-resident buffer (bus locks, LLC thrash)
+	ProbeDRAM = "dram" // a dependent chase where every load goes to DRAM (bandwidth, bus locks)
+)
+
+// ProbeConfig sizes the canary probe. Zero values take defaults.
+type ProbeConfig struct {
+	// LLCBytes is the LLC chase buffer: larger than a core's L2, well inside
+	// the L3. Default 1.5 times the L2, clamped to 768 KiB-4 MiB. Each reading
+	// walks it twice (warm-up, then timed): about LLCBytes/32 loads.
+	LLCBytes int64
+	// Chunks is how many timed chunks each kind runs per CPU; the reading is
+	// their lower quartile, so a chunk inflated by preemption (the probe's
+	// CPU is busy with a tenant) does not count.
+	Chunks int
+	// LockOps and DRAMOps are the operations per chunk (the LLC chase splits
+	// its buffer into Chunks chunks).
+	LockOps, DRAMOps int
+	// CPUsPerDomain is how many CPUs of each L3 domain are probed per interval,
+	// rotating through the domain.
+	CPUsPerDomain int
+}
+
+func (c *ProbeConfig) fill(l2 int64) {
+	if c.LLCBytes == 0 {
+		c.LLCBytes = min(max(3*l2/2, 768<<10), 4<<20)
+	}
+	if c.Chunks == 0 {
+		c.Chunks = 7
+	}
+	if c.LockOps == 0 {
+		c.LockOps = 256
+	}
+	if c.DRAMOps == 0 {
+		c.DRAMOps = 48
+	}
+	if c.CPUsPerDomain == 0 {
+		c.CPUsPerDomain = 2
+	}
+}
+
+// ProbeDomain is a set of CPUs sharing an L3.
+type ProbeDomain struct {
+	ID   int
+	CPUs cpuset.Set
+}
+
+// ProbeReading is one probe kind measured on one CPU.
+type ProbeReading struct {
+	Domain int     `json:"domain"`
+	CPU    int     `json:"cpu"`
+	Kind   string  `json:"kind"`
+	Ns     float64 `json:"ns"` // per operation, lower quartile of the chunks
+}
+
+// Probe is the agent's own canary: a few hundred microseconds per probed CPU
+// and interval of work whose latency against its quiet baseline is the host's
+// contention signal where there is no PMU, and a cross-check where there is.
+type Probe struct {
+	cfg     ProbeConfig
+	domains []ProbeDomain
+	llc     []uint64 // slots of 8 words; word 0 of slot i holds the next slot
+	dram    []uint64
+	lock    []uint64   // one word of its own line
+	mu      sync.Mutex // guards next
+	next    map[int]int
+	sink    atomic.Uint64
+}
+
+// NewProbe prepares the probe for the L3 domains of topo, restricted to the
+// CPUs this process may run on.
+func NewProbe(topo *topology.Topology, allowed cpuset.Set, cfg ProbeConfig) (*Probe, error) {
+	var l2 int64
+	for _, c := range topo.CacheLevel(2) {
+		l2 = max(l2, c.SizeBytes)
+	}
+	var domains []ProbeDomain
+	for _, c := range topo.CacheLevel(3) {
+		cpus := c.CPUs.Intersect(allowed)
+		if !cpus.IsEmpty() {
+			domains = append(domains, ProbeDomain{ID: c.ID, CPUs: cpus})
+		}
+	}
+	if len(domains) == 0 { // no L3 information: one domain of every allowed CPU
+		domains = []ProbeDomain{{ID: 0, CPUs: topo.Online.Intersect(allowed)}}
+	}
+	if domains[0].CPUs.IsEmpty() {
+		return nil, fmt.Errorf("probe: no CPU to run on (allowed %s, online %s)", allowed, topo.Online)
+	}
+	cfg.fill(l2)
+	p := &Probe{cfg: cfg, domains: domains, next: map[int]int{}}
+	p.llc = cycle(int(cfg.LLCBytes / 64))
+	if haveFlushChase {
+		p.dram = cycle(256) // 16 KiB: every access is flushed first
+	}
+	p.lock = make([]uint64, 16) // 128 bytes: index 8 is on a line of its own
+	return p, nil
+}
+
+// Domains lists the L3 domains the probe covers.
+func (p *Probe) Domains() []ProbeDomain { return slices.Clone(p.domains) }
+
+// Kinds lists the probe kinds this build measures.
+func (p *Probe) Kinds() []string {
+	if p.dram != nil {
+		return []string{ProbeLock, ProbeLLC, ProbeDRAM}
+	}
+	return []string{ProbeLock, ProbeLLC}
+}
+
+// cycle returns n slots of 64 bytes linked into one random cycle (Sattolo),
+// so a chase visits every slot and the prefetcher cannot guess the next.
+func cycle(n int) []uint64 {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := n - 1; i > 0; i-- {
+		j := r.IntN(i)
+		order[i], order[j] = order[j], order[i]
+	}
+	s := make([]uint64, n*8)
+	for i := 0; i < n; i++ {
+		s[order[i]*8] = uint64(order[(i+1)%n])
+	}
+	return s
+}
+
+// Target is one CPU the probe should measure this interval.
+type Target struct {
+	Domain, CPU int
+}
+
+// Targets returns the CPUs to probe this interval: up to CPUsPerDomain of
+// each domain, rotating through the domain's CPUs across calls.
+func (p *Probe) Targets() []Target {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Target
+	for _, d := range p.domains {
+		cpus := d.CPUs.List()
+		n := min(p.cfg.CPUsPerDomain, len(cpus))
+		for k := 0; k < n; k++ {
+			out = append(out, Target{Domain: d.ID, CPU: cpus[(p.next[d.ID]+k)%len(cpus)]})
+		}
+		p.next[d.ID] = (p.next[d.ID] + n) % len(cpus)
+	}
+	return out
+}
+
+// Measure probes this interval's targets one after the other. The agent
+// prefers MeasureCPU per target with its own timeout (a CPU can be starved
+// for seconds); Measure is for calibration and tools.
+func (p *Probe) Measure() ([]ProbeReading, error) {
+	var out []ProbeReading
+	var errs []error
+	for _, t := range p.Targets() {
+		rs, err := p.MeasureCPU(t.Domain, t.CPU)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, rs...)
+	}
+	if len(out) == 0 && len(errs) > 0 {
+		return nil, errs[0]
+	}
+	return out, nil
+}
+
+// MeasureCPU pins the calling goroutine's thread to cpu, runs every probe
+// kind there, and restores the thread's affinity. It is safe for concurrent
+// use on different CPUs.
+func (p *Probe) MeasureCPU(domain, cpu int) ([]ProbeReading, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var orig unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &orig); err != nil {
+		return nil, fmt.Errorf("probe: %w", err)
+	}
+	defer unix.SchedSetaffinity(0, &orig)
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("probe cpu %d: %w", cpu, err)
+	}
+	runtime.Gosched() // let the scheduler move us before timing
+	var out []ProbeReading
+	for _, kind := range p.Kinds() {
+		out = append(out, ProbeReading{Domain: domain, CPU: cpu, Kind: kind, Ns: p.measure(kind)})
+	}
+	return out, nil
+}
+
+// measure times Chunks chunks of one kind and returns the lower quartile of
+// their per-operation latencies. The LLC chase first walks its whole buffer
+// untimed, so the timed walk measures L3 hits on this CPU whatever ran here
+// since the last interval (otherwise the first CPU probed pays for the
+// buffer's eviction and the next one finds it warm).
+func (p *Probe) measure(kind string) float64 {
+	ns := make([]float64, 0, p.cfg.Chunks)
+	var sink uint64
+	slots := uint64(len(p.llc) / 8)
+	if kind == ProbeLLC {
+		pos := uint64(0)
+		for range slots {
+			pos = p.llc[pos*8]
+		}
+		sink += pos
+	}
+	pos := uint64(0)
+	for c := 0; c < p.cfg.Chunks; c++ {
+		var ops int
+		t0 := time.Now()
+		switch kind {
+		case ProbeLock:
+			ops = p.cfg.LockOps
+			w := &p.lock[8]
+			for i := 0; i < ops; i++ {
+				sink += atomic.AddUint64(w, 1)
+			}
+		case ProbeLLC:
+			ops = int(slots) / p.cfg.Chunks
+			for i := 0; i < ops; i++ {
+				pos = p.llc[pos*8]
+			}
+		case ProbeDRAM:
+			ops = p.cfg.DRAMOps
+			sink += flushChase(&p.dram[0], sink%256, uint64(ops))
+		}
+		ns = append(ns, float64(time.Since(t0).Nanoseconds())/float64(ops))
+	}
+	p.sink.Add(sink + pos)
+	return LowerQuartile(ns)
+}
+
+// LowerQuartile of a sample (interpolated), robust to upward outliers.
+func LowerQuartile(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	pos := 0.25 * float64(len(s)-1)
+	i := int(pos)
+	if i+1 >= len(s) {
+		return s[i]
+	}
+	f := pos - float64(i)
+	return s[i]*(1-f) + s[i+1]*f
+}

@@ -1,0 +1,746 @@
+// Package top draws a running agent's state on a terminal: the live view of
+// `crosstalk top`. Render is pure (a State and a width in, text out); Run
+// polls the agent's /api/state and redraws.
+package top
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/crosstalk-project/crosstalk/internal/agent"
+)
+
+// SlowRatio is the probe latency ratio (against the quiet baseline) from
+// which a probe is highlighted as slow.
+const SlowRatio = 1.3
+
+// MaxActions is how many of the most recent actions a frame shows.
+const MaxActions = 8
+
+// minWidth is the narrowest frame Render lays out; below it lines are cut.
+const minWidth = 40
+
+// ANSI styles.
+const (
+	sBold   = "\x1b[1m"
+	sRed    = "\x1b[1;31m"
+	sGreen  = "\x1b[32m"
+	sYellow = "\x1b[1;33m"
+	sCyan   = "\x1b[36m"
+	sDim    = "\x1b[2m"
+	sReset  = "\x1b[0m"
+)
+
+// Render writes one frame of s, no line wider than width columns. With color
+// it highlights with ANSI colours (the text is the same without them): slow
+// probes, contention, throttled and protected tenants, suspects. It reads
+// nothing but its arguments, so the same State always gives the same frame.
+func Render(w io.Writer, s agent.State, width int, color bool) error {
+	if width < minWidth {
+		width = minWidth
+	}
+	f := &frame{width: width, color: color}
+	f.header(s)
+	f.probes(s.Probes)
+	f.tenants(s.Tenants)
+	f.suspects(s.Suspects)
+	f.proof(s)
+	f.actions(s)
+	_, err := io.WriteString(w, f.b.String())
+	return err
+}
+
+type seg struct{ text, style string }
+
+type frame struct {
+	b     strings.Builder
+	width int
+	color bool
+}
+
+// line writes segments as one line, cut to the frame width, trailing blanks
+// trimmed, styled when colour is on.
+func (f *frame) line(segs ...seg) {
+	// Cut to width.
+	room := f.width
+	for i := range segs {
+		n := utf8.RuneCountInString(segs[i].text)
+		if n > room {
+			segs[i].text = truncate(segs[i].text, room)
+			segs = segs[:i+1]
+			break
+		}
+		room -= n
+	}
+	// Trim trailing blanks.
+	for len(segs) > 0 {
+		last := &segs[len(segs)-1]
+		last.text = strings.TrimRight(last.text, " ")
+		if last.text != "" {
+			break
+		}
+		segs = segs[:len(segs)-1]
+	}
+	for _, sg := range segs {
+		if f.color && sg.style != "" && sg.text != "" {
+			f.b.WriteString(sg.style)
+			f.b.WriteString(sg.text)
+			f.b.WriteString(sReset)
+		} else {
+			f.b.WriteString(sg.text)
+		}
+	}
+	f.b.WriteByte('\n')
+}
+
+func (f *frame) blank() { f.b.WriteByte('\n') }
+
+func (f *frame) title(name, note string) {
+	if note == "" {
+		f.line(seg{name, sBold})
+		return
+	}
+	f.line(seg{name, sBold}, seg{"  " + note, sDim})
+}
+
+func (f *frame) header(s agent.State) {
+	when := "-"
+	if !s.Time.IsZero() {
+		when = s.Time.Format("2006-01-02 15:04:05 MST")
+	}
+	host := clean(s.Host)
+	if host == "" {
+		host = "?"
+	}
+	dry := seg{"no", ""}
+	if s.DryRun {
+		dry = seg{"YES", sYellow}
+	}
+	items := [][]seg{
+		{{"crosstalk", sBold}},
+		{{host, sBold}},
+		{{when, ""}},
+		{{"interval " + seconds(s.Interval), ""}},
+		{{"PMU " + yesNo(s.PMU), ""}},
+		{{"dry-run ", ""}, dry},
+	}
+	if v := clean(s.Version); v != "" {
+		items = append(items, []seg{{"agent " + v, sDim}})
+	}
+	f.flow("", items...)
+
+	verdict := seg{"no", sGreen}
+	if s.Contention {
+		verdict = seg{"YES", sRed}
+	}
+	agentCPU := seconds(s.IntervalCPU) + "/interval"
+	if s.Interval > 0 {
+		agentCPU += " (" + pct(s.IntervalCPU/s.Interval) + " of a CPU)"
+	}
+	f.flow("",
+		[]seg{{"contention ", ""}, verdict},
+		[]seg{{"ratio " + ratio(s.ContentionRatio), styleIf(s.Contention, sRed)}},
+		[]seg{{"perf fds " + strconv.Itoa(s.PerfFDs), ""}},
+		[]seg{{"agent cpu " + agentCPU, ""}},
+	)
+}
+
+// flow writes items separated by two blanks, wrapping to a new line, indented
+// by indent, when the next item would overflow the width.
+func (f *frame) flow(indent string, items ...[]seg) {
+	const sep = "  "
+	var cur []seg
+	used := 0
+	for _, it := range items {
+		n := 0
+		for _, sg := range it {
+			n += utf8.RuneCountInString(sg.text)
+		}
+		switch {
+		case len(cur) == 0:
+		case used+len(sep)+n <= f.width:
+			cur = append(cur, seg{sep, ""})
+			used += len(sep)
+		default:
+			f.line(cur...)
+			cur = []seg{{indent, ""}}
+			used = utf8.RuneCountInString(indent)
+		}
+		cur = append(cur, it...)
+		used += n
+	}
+	if len(cur) > 0 {
+		f.line(cur...)
+	}
+}
+
+func (f *frame) probes(ps []agent.ProbeState) {
+	f.blank()
+	if len(ps) == 0 {
+		f.title("PROBES", "none")
+		return
+	}
+	f.title("PROBES", fmt.Sprintf("canary latency vs quiet baseline; SLOW at >= %.1fx", SlowRatio))
+	ps = slices.Clone(ps)
+	slices.SortStableFunc(ps, func(a, b agent.ProbeState) int {
+		return cmp.Or(cmp.Compare(a.Domain, b.Domain), probeOrder(a.Kind)-probeOrder(b.Kind), strings.Compare(a.Kind, b.Kind))
+	})
+	cols := []*column{
+		{head: "DOMAIN", right: true, keep: 9},
+		{head: "PROBE", keep: 9},
+		{head: "CPU", right: true, keep: 1},
+		{head: "LATENCY", right: true, keep: 8},
+		{head: "BASELINE", right: true, keep: 7},
+		{head: "RATIO", right: true, keep: 9},
+		{head: "", keep: 9},
+	}
+	for _, p := range ps {
+		slow := p.Ratio >= SlowRatio
+		flag := ""
+		if slow {
+			flag = "SLOW"
+		}
+		st := styleIf(slow, sRed)
+		cols[0].add(strconv.Itoa(p.Domain), "")
+		cols[1].add(clean(p.Kind), "")
+		cols[2].add(strconv.Itoa(p.CPU), "")
+		cols[3].add(nanos(p.LatencyNs), st)
+		cols[4].add(nanos(p.BaselineNs), "")
+		cols[5].add(ratio(p.Ratio), st)
+		cols[6].add(flag, st)
+	}
+	f.table(cols)
+}
+
+func probeOrder(kind string) int {
+	switch kind {
+	case "lock":
+		return 0
+	case "llc":
+		return 1
+	case "dram":
+		return 2
+	}
+	return 3
+}
+
+// Tenants sort by suspect score, then CPU, both descending.
+func sortTenants(ts []agent.TenantState) []agent.TenantState {
+	ts = slices.Clone(ts)
+	slices.SortStableFunc(ts, func(a, b agent.TenantState) int {
+		return cmp.Or(
+			cmpDesc(a.Score, b.Score),
+			cmpDesc(a.CPU, b.CPU),
+			strings.Compare(tenantName(a), tenantName(b)),
+			strings.Compare(a.ID, b.ID),
+		)
+	})
+	return ts
+}
+
+func cmpDesc(a, b float64) int {
+	// NaN sorts last.
+	switch {
+	case math.IsNaN(a) && math.IsNaN(b):
+		return 0
+	case math.IsNaN(a):
+		return 1
+	case math.IsNaN(b):
+		return -1
+	}
+	return cmp.Compare(b, a)
+}
+
+func tenantName(t agent.TenantState) string {
+	if t.Name != "" {
+		return clean(t.Name)
+	}
+	return clean(t.ID)
+}
+
+func (f *frame) tenants(ts []agent.TenantState) {
+	f.blank()
+	if len(ts) == 0 {
+		f.title("TENANTS", "none")
+		return
+	}
+	f.title("TENANTS", fmt.Sprintf("%d, by suspect score then CPU", len(ts)))
+	ts = sortTenants(ts)
+
+	has := func(ev ...string) bool {
+		for _, t := range ts {
+			ok := true
+			for _, e := range ev {
+				if _, found := t.Counters[e]; !found {
+					ok = false
+				}
+			}
+			if ok {
+				return true
+			}
+		}
+		return false
+	}
+	name := &column{head: "NAME", keep: 100, flex: true}
+	kind := &column{head: "KIND", keep: 3}
+	cpus := &column{head: "CPUS", keep: 1}
+	cpu := &column{head: "CPU", right: true, keep: 90}
+	delay := &column{head: "RUNDELAY", right: true, keep: 60}
+	psi := &column{head: "PSI", right: true, keep: 40}
+	cols := []*column{name, kind, cpus, cpu, delay, psi}
+	var busLocks, ipc, llc *column
+	if has("bus_locks") {
+		busLocks = &column{head: "BUSLOCK/s", right: true, keep: 70}
+		cols = append(cols, busLocks)
+	}
+	if has("instructions", "cycles") {
+		ipc = &column{head: "IPC", right: true, keep: 50}
+		cols = append(cols, ipc)
+	}
+	if has("llc_misses") {
+		llc = &column{head: "LLCMISS/s", right: true, keep: 30}
+		cols = append(cols, llc)
+	}
+	quota := &column{head: "QUOTA", right: true, keep: 45}
+	duty := &column{head: "DUTY", right: true, keep: 20}
+	flags := &column{head: "FLAGS", keep: 95}
+	score := &column{head: "SCORE", right: true, keep: 99}
+	cols = append(cols, quota, duty, flags, score)
+
+	for _, t := range ts {
+		suspect := t.Score > 0
+		name.add(tenantName(t), styleIf(suspect, sBold))
+		kind.add(clean(t.Kind), "")
+		cpus.add(clean(t.CPUs), "")
+		cpu.add(fmt.Sprintf("%.2f", t.CPU), "")
+		delay.add(perSecond(t.RunDelay), "")
+		psi.add(pct(t.PSI), "")
+		if busLocks != nil {
+			v, ok := t.Counters["bus_locks"]
+			busLocks.add(rateOrDash(v, ok), styleIf(ok && v > 0, sYellow))
+		}
+		if ipc != nil {
+			in, ok1 := t.Counters["instructions"]
+			cy, ok2 := t.Counters["cycles"]
+			if ok1 && ok2 && cy > 0 {
+				ipc.add(fmt.Sprintf("%.2f", in/cy), "")
+			} else {
+				ipc.add("-", "")
+			}
+		}
+		if llc != nil {
+			v, ok := t.Counters["llc_misses"]
+			llc.add(rateOrDash(v, ok), "")
+		}
+		if t.Quota > 0 {
+			quota.add(fmt.Sprintf("%.2f", t.Quota), "")
+		} else {
+			quota.add("-", "")
+		}
+		if t.Throttled {
+			duty.add(pct(t.Duty), sYellow)
+		} else {
+			duty.add("-", "")
+		}
+		var fl []string
+		st := ""
+		if t.Throttled {
+			fl = append(fl, "THROTTLED")
+			st = sYellow
+		}
+		if t.Protected {
+			fl = append(fl, "PROTECTED")
+			if st == "" {
+				st = sCyan
+			}
+		}
+		flags.add(strings.Join(fl, ","), st)
+		if suspect {
+			score.add(fmt.Sprintf("%.2f", t.Score), sRed)
+		} else {
+			score.add("-", "")
+		}
+	}
+	f.table(cols)
+}
+
+func (f *frame) suspects(ss []agent.Suspect) {
+	f.blank()
+	if len(ss) == 0 {
+		f.title("SUSPECTS", "none")
+		return
+	}
+	f.title("SUSPECTS", "")
+	ss = slices.Clone(ss)
+	slices.SortStableFunc(ss, func(a, b agent.Suspect) int { return cmpDesc(a.Score, b.Score) })
+	for _, s := range ss {
+		name := clean(s.Name)
+		if name == "" {
+			name = clean(s.Tenant)
+		}
+		f.flow("    ", []seg{{"  " + name + idNote(s.Tenant, name), sRed}}, []seg{{fmt.Sprintf("score %.2f", s.Score), ""}})
+		for _, r := range s.Reasons {
+			f.line(seg{"    - " + clean(r), ""})
+		}
+	}
+}
+
+func (f *frame) proof(s agent.State) {
+	f.blank()
+	p := s.Proof
+	if p == nil {
+		f.title("PROOF", "none in progress")
+		return
+	}
+	f.title("PROOF", "in progress")
+	name := clean(p.Name)
+	if name == "" {
+		name = clean(p.Tenant)
+	}
+	items := [][]seg{{{"  " + name + idNote(p.Tenant, name), sBold}}}
+	if !p.Started.IsZero() {
+		started := "started " + p.Started.Format("15:04:05")
+		if !s.Time.IsZero() && !s.Time.Before(p.Started) {
+			started += " (" + s.Time.Sub(p.Started).Round(time.Second).String() + " ago)"
+		}
+		items = append(items, []seg{{started, ""}})
+	}
+	items = append(items, []seg{{"contention before " + ratio(p.Before) + ", now " + ratio(s.ContentionRatio), ""}})
+	f.flow("    ", items...)
+}
+
+// idNote is " (ID)" when the tenant's ID says more than its name.
+func idNote(id, name string) string {
+	if id == "" || strings.Contains(id, name) && name != "" {
+		return ""
+	}
+	return " (" + clean(id) + ")"
+}
+
+func (f *frame) actions(s agent.State) {
+	f.blank()
+	var totals []string
+	for _, k := range sortedKeys(s.ActionsTotal) {
+		totals = append(totals, fmt.Sprintf("%s %d", clean(k), s.ActionsTotal[k]))
+	}
+	var proofs []string
+	for _, k := range sortedKeys(s.ProofsTotal) {
+		proofs = append(proofs, fmt.Sprintf("%s %d", clean(k), s.ProofsTotal[k]))
+	}
+	totalsLine := func() {
+		f.flow("    ",
+			[]seg{{"  actions since start: " + orNone(strings.Join(totals, ", ")), ""}},
+			[]seg{{"proofs: " + orNone(strings.Join(proofs, ", ")), ""}})
+	}
+	if len(s.Actions) == 0 {
+		f.title("ACTIONS", "none yet")
+		totalsLine()
+		return
+	}
+	acts := s.Actions
+	if len(acts) > MaxActions {
+		acts = acts[len(acts)-MaxActions:]
+	}
+	f.title("ACTIONS", fmt.Sprintf("last %d, newest last", len(acts)))
+	totalsLine()
+	cols := []*column{
+		{head: "TIME", keep: 90},
+		{head: "ACTION", keep: 99},
+		{head: "TENANT", keep: 100, flex: true},
+		{head: "QUOTA", right: true, keep: 50},
+		{head: "DUTY", right: true, keep: 40},
+		{head: "REASON", keep: 80, flex: true},
+	}
+	for _, a := range acts {
+		when := "-"
+		if !a.Time.IsZero() {
+			when = a.Time.Format("15:04:05")
+		}
+		kind := clean(a.Kind)
+		if a.DryRun {
+			kind += " (dry)"
+		}
+		name := clean(a.Name)
+		if name == "" {
+			name = clean(a.Tenant)
+		}
+		q := "-"
+		if a.Quota > 0 {
+			q = fmt.Sprintf("%.2f", a.Quota)
+		}
+		cols[0].add(when, "")
+		cols[1].add(kind, actionStyle(a.Kind))
+		cols[2].add(name, "")
+		cols[3].add(q, "")
+		cols[4].add(pct(a.Duty), "")
+		cols[5].add(orNone(clean(a.Reason)), "")
+	}
+	f.table(cols)
+}
+
+func actionStyle(kind string) string {
+	switch kind {
+	case "throttle", "tighten":
+		return sYellow
+	case "relax", "release":
+		return sGreen
+	case "proof":
+		return sCyan
+	}
+	return ""
+}
+
+// column is one column of a table.
+type column struct {
+	head  string
+	right bool
+	// keep ranks columns for a narrow terminal: the lowest goes first.
+	keep int
+	// flex columns give up width (down to flexMin) before any column is dropped.
+	flex  bool
+	cells []seg
+	width int
+}
+
+const flexMin = 10
+
+func (c *column) add(text, style string) { c.cells = append(c.cells, seg{text, style}) }
+
+// table lays cols out in the frame width: flexible columns shrink first,
+// then the least important columns are dropped; a name that does not fit is
+// cut with an ellipsis.
+func (f *frame) table(cols []*column) {
+	for _, c := range cols {
+		c.width = utf8.RuneCountInString(c.head)
+		for _, cell := range c.cells {
+			c.width = max(c.width, utf8.RuneCountInString(cell.text))
+		}
+	}
+	const gap = 2
+	const indent = 2
+	total := func() int {
+		n := indent
+		for i, c := range cols {
+			if i > 0 {
+				n += gap
+			}
+			n += c.width
+		}
+		return n
+	}
+	shrink := func(floor int) {
+		// Take from the widest flexible column first.
+		for over := total() - f.width; over > 0; over = total() - f.width {
+			var widest *column
+			for _, c := range cols {
+				if c.flex && c.width > floor && (widest == nil || c.width > widest.width) {
+					widest = c
+				}
+			}
+			if widest == nil {
+				return
+			}
+			widest.width--
+		}
+	}
+	shrink(flexMin)
+	for total() > f.width && len(cols) > 1 {
+		drop := 0
+		for i, c := range cols {
+			if c.keep < cols[drop].keep {
+				drop = i
+			}
+		}
+		cols = slices.Delete(cols, drop, drop+1)
+		shrink(flexMin)
+	}
+	shrink(4)
+
+	row := func(cell func(c *column) seg) {
+		segs := []seg{{strings.Repeat(" ", indent), ""}}
+		for i, c := range cols {
+			if i > 0 {
+				segs = append(segs, seg{strings.Repeat(" ", gap), ""})
+			}
+			sg := cell(c)
+			sg.text = pad(truncate(sg.text, c.width), c.width, c.right)
+			segs = append(segs, sg)
+		}
+		f.line(segs...)
+	}
+	row(func(c *column) seg { return seg{c.head, sDim} })
+	for r := range cols[0].cells {
+		row(func(c *column) seg { return c.cells[r] })
+	}
+}
+
+// truncate cuts s to n runes, marking the cut with an ellipsis.
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	if n <= 0 {
+		return ""
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+func pad(s string, n int, right bool) string {
+	k := n - utf8.RuneCountInString(s)
+	if k <= 0 {
+		return s
+	}
+	if right {
+		return strings.Repeat(" ", k) + s
+	}
+	return s + strings.Repeat(" ", k)
+}
+
+// clean makes text from tenants (names, reasons) safe to print on a terminal:
+// control characters, escape sequences included, become '?', and invalid
+// UTF-8 the replacement character.
+func clean(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+func styleIf(b bool, style string) string {
+	if b {
+		return style
+	}
+	return ""
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func sortedKeys(m map[string]uint64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// seconds formats a duration given in seconds: 1s, 250ms, 12.5ms.
+func seconds(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return fmt.Sprint(v)
+	}
+	return nanos(v * 1e9)
+}
+
+// nanos formats nanoseconds with three significant digits: 850ns, 1.20µs, 12.5ms, 1.5s.
+func nanos(ns float64) string {
+	if math.IsNaN(ns) || math.IsInf(ns, 0) {
+		return fmt.Sprint(ns)
+	}
+	if ns == 0 {
+		return "0"
+	}
+	a := math.Abs(ns)
+	switch {
+	case a < 1e3:
+		return sig3(ns) + "ns"
+	case a < 1e6:
+		return sig3(ns/1e3) + "µs"
+	case a < 1e9:
+		return sig3(ns/1e6) + "ms"
+	}
+	return sig3(ns/1e9) + "s"
+}
+
+// sig3 prints v with about three significant digits and no trailing zeros
+// past the point: 500, 12.5, 1.2, 0.25.
+func sig3(v float64) string {
+	a := math.Abs(v)
+	var s string
+	switch {
+	case a >= 100:
+		s = strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 10:
+		s = strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 1:
+		s = strconv.FormatFloat(v, 'f', 2, 64)
+	default:
+		s = strconv.FormatFloat(v, 'f', 3, 64)
+	}
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s
+}
+
+// perSecond formats a time per second (run delay): 250ms/s.
+func perSecond(v float64) string {
+	if v == 0 {
+		return "0"
+	}
+	return seconds(v) + "/s"
+}
+
+func ratio(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return fmt.Sprint(v)
+	}
+	return fmt.Sprintf("%.2fx", v)
+}
+
+func pct(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return fmt.Sprint(v)
+	}
+	if v != 0 && math.Abs(v) < 0.1 {
+		return fmt.Sprintf("%.1f%%", v*100)
+	}
+	return fmt.Sprintf("%.0f%%", v*100)
+}
+
+// rate formats a per-second event rate: 950, 12.5k, 3.4M, 1.2G.
+func rate(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return fmt.Sprint(v)
+	case a < 1e3:
+		return sig3(v)
+	case a < 1e6:
+		return sig3(v/1e3) + "k"
+	case a < 1e9:
+		return sig3(v/1e6) + "M"
+	}
+	return sig3(v/1e9) + "G"
+}
+
+func rateOrDash(v float64, ok bool) string {
+	if !ok {
+		return "-"
+	}
+	return rate(v)
+}
