@@ -26,7 +26,7 @@ import (
 // Prober is the canary probe as the agent uses it.
 type Prober interface {
 	Measure() ([]sense.ProbeReading, error)
-	MeasureCPU(domain, cpu int) ([]sense.ProbeReading, error)
+	MeasureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error)
 	Targets() []sense.Target
 	Domains() []sense.ProbeDomain
 }
@@ -55,9 +55,11 @@ type Counters interface {
 	Close() error
 }
 
-// StatsReader samples a tenant's cgroup counters.
+// StatsReader samples a tenant's cgroup counters; prev is its previous
+// sample (nil for a new tenant), which lets the reader skip what an idle
+// tenant cannot have changed.
 type StatsReader interface {
-	Read(t sense.Tenant) (sense.TenantStats, error)
+	Read(t sense.Tenant, prev *sense.TenantStats) (sense.TenantStats, error)
 }
 
 // QuotaActuator throttles and restores tenants' CPU quota.
@@ -320,7 +322,7 @@ func (a *Agent) step(now time.Time) {
 		if i > 0 {
 			time.Sleep(probeGap)
 		}
-		rs, err := a.measureCPU(t.Domain, t.CPU)
+		rs, err := a.measureCPU(t.Domain, t.CPU, t.Kinds...)
 		switch {
 		case errors.Is(err, errProbeBusy):
 			starved = append(starved, t.CPU)
@@ -390,7 +392,11 @@ func (a *Agent) sampleTenants(tenants []sense.Tenant) []sample {
 	out := make([]sample, 0, len(tenants))
 	seen := map[string]bool{}
 	for _, t := range tenants {
-		st, err := a.d.Stats.Read(t)
+		var prev *sense.TenantStats
+		if p, ok := a.prev[t.ID]; ok {
+			prev = &p
+		}
+		st, err := a.d.Stats.Read(t, prev)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				a.log.Debug("tenant stats", "tenant", t.ID, "err", err)
@@ -644,7 +650,7 @@ var errProbeBusy = errors.New("probe did not run in time")
 // measureCPU runs the probe on one CPU with a timeout. A measurement that
 // times out keeps running in its goroutine; until it finishes, that CPU is
 // reported busy instead of starting a second probe behind it.
-func (a *Agent) measureCPU(domain, cpu int) ([]sense.ProbeReading, error) {
+func (a *Agent) measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error) {
 	if run := a.pending[cpu]; run != nil {
 		select {
 		case <-run.done:
@@ -655,7 +661,7 @@ func (a *Agent) measureCPU(domain, cpu int) ([]sense.ProbeReading, error) {
 	}
 	run := &probeRun{done: make(chan struct{})}
 	go func() {
-		run.readings, run.err = a.d.Probe.MeasureCPU(domain, cpu)
+		run.readings, run.err = a.d.Probe.MeasureCPU(domain, cpu, kinds...)
 		close(run.done)
 	}()
 	timer := time.NewTimer(probeTimeout)

@@ -101,6 +101,9 @@ type PerfConfig struct {
 	Enabled *bool `yaml:"enabled"`
 	// FDBudget bounds the open perf file descriptors (default 512).
 	FDBudget int `yaml:"fd_budget"`
+	// Software also counts software events (context switches, migrations)
+	// per tenant on hosts without a hardware PMU (default false).
+	Software bool `yaml:"software"`
 }
 
 // Defaults returns the configuration used without a file.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -53,6 +54,9 @@ func Build(cfg Config, h *host.Host, log *slog.Logger, version string, onAction 
 		return nil, nil, fmt.Errorf("tenants.globs: %w", err)
 	}
 	disc.Builtin = *cfg.Tenants.Builtin
+	// Threads and cpusets change rarely: re-read them about every 30 s (new
+	// tenants are read at once).
+	disc.DetailEvery = max(1, int(30*time.Second/cfg.Interval))
 
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("state_dir: %w", err)
@@ -72,9 +76,13 @@ func Build(cfg Config, h *host.Host, log *slog.Logger, version string, onAction 
 		}
 	}
 
+	// Each tenant has two or three hot files (cpu.stat, cpu.pressure): keep
+	// them open, within a bound.
+	files := h.NewRereader(4096)
+	closers = append(closers, func() { files.Close() })
 	d := Deps{
 		Discoverer: disc,
-		Stats:      sense.CgroupStats{Host: h, Layout: layout},
+		Stats:      sense.CgroupStats{Host: h, Layout: layout, Files: files},
 		Probe:      probe,
 		Quota:      &act.CPUQuota{Host: h, Layout: layout, State: state, Log: log},
 		Journal:    journal,
@@ -83,8 +91,14 @@ func Build(cfg Config, h *host.Host, log *slog.Logger, version string, onAction 
 		Version:    version,
 	}
 	d.Host, _ = h.ReadString("/proc/sys/kernel/hostname")
-	if *cfg.Perf.Enabled && h.IsLive() {
-		pres := pmu.Detect(h)
+	pres := pmu.Detect(h)
+	switch {
+	case !*cfg.Perf.Enabled || !h.IsLive():
+	case !pres.Hardware && !cfg.Perf.Software:
+		// Software events alone add little to cgroup accounting and cost a
+		// file descriptor per tenant, event and CPU: off unless asked for.
+		log.Info("no hardware PMU: per-tenant perf counters off; the canary probe is the contention signal", "reason", pres.Reason)
+	default:
 		var arch pmu.Microarch
 		known := false
 		if data, err := h.ReadFile("/proc/cpuinfo"); err == nil {
@@ -97,9 +111,6 @@ func Build(cfg Config, h *host.Host, log *slog.Logger, version string, onAction 
 			log.Warn("perf counters off", "err", err)
 		} else {
 			d.Counters, d.PMU = pc, pres.Hardware
-			if !pres.Hardware {
-				log.Info("no hardware PMU: counting software events only; the canary probe is the contention signal", "reason", pres.Reason)
-			}
 		}
 	}
 	a, err := New(cfg, d)

@@ -164,24 +164,63 @@ type CPUStat struct {
 	NrThrottled uint64
 }
 
-// CPUStat reads usage and throttling. Usage comes from v1 cpuacct.usage or
-// the v2 cpu.stat (present even without controllers on hybrid hosts);
+// StringReader reads a host file as trimmed text: *host.Host, or a
+// *host.Rereader that keeps hot files open between intervals.
+type StringReader interface {
+	ReadString(p string) (string, error)
+}
+
+// CPUStat reads usage and throttling. Usage comes from the cgroup2 cpu.stat
+// (present even without controllers on hybrid hosts) or v1 cpuacct.usage;
 // throttling from the hierarchy that holds the cpu controller.
-func (g *Group) CPUStat() (CPUStat, error) {
-	var st CPUStat
-	gotUsage := false
+func (g *Group) CPUStat() (CPUStat, error) { return g.CPUStatFrom(g.h) }
+
+// UsageFrom reads only the CPU time consumed, from the one file that has it
+// (cgroup2 cpu.stat, else v1 cpuacct.usage).
+func (g *Group) UsageFrom(r StringReader) (time.Duration, error) {
+	var firstErr error
+	if g.l.V2 != "" {
+		s, err := r.ReadString(path.Join(g.l.V2, g.Name, "cpu.stat"))
+		if err == nil {
+			if n, ok := ParseKV(s)["usage_usec"]; ok {
+				return time.Duration(n) * time.Microsecond, nil
+			}
+		}
+		firstErr = err
+	}
 	if m := g.l.V1["cpuacct"]; m != "" {
-		if n, err := g.h.ReadInt(path.Join(m, g.Name, "cpuacct.usage")); err == nil {
-			st.Usage, gotUsage = time.Duration(n), true
+		s, err := r.ReadString(path.Join(m, g.Name, "cpuacct.usage"))
+		if err == nil {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err == nil {
+				return time.Duration(n), nil
+			}
+		}
+		if firstErr == nil {
+			firstErr = err
 		}
 	}
+	if firstErr == nil {
+		firstErr = fmt.Errorf("cgroup %s: no CPU usage accounting found", g.Name)
+	}
+	return 0, firstErr
+}
+
+// CPUStatFrom is CPUStat reading through r.
+func (g *Group) CPUStatFrom(r StringReader) (CPUStat, error) {
+	var st CPUStat
+	gotUsage := false
+	readKV := func(p string) (map[string]int64, error) {
+		s, err := r.ReadString(p)
+		if err != nil {
+			return nil, err
+		}
+		return ParseKV(s), nil
+	}
 	if g.l.V2 != "" {
-		kv, err := g.readKV(path.Join(g.l.V2, g.Name, "cpu.stat"))
-		if err == nil {
-			if !gotUsage {
-				if n, ok := kv["usage_usec"]; ok {
-					st.Usage, gotUsage = time.Duration(n)*time.Microsecond, true
-				}
+		if kv, err := readKV(path.Join(g.l.V2, g.Name, "cpu.stat")); err == nil {
+			if n, ok := kv["usage_usec"]; ok {
+				st.Usage, gotUsage = time.Duration(n)*time.Microsecond, true
 			}
 			if g.l.CPUControl() == "v2" {
 				st.Throttled = time.Duration(kv["throttled_usec"]) * time.Microsecond
@@ -189,8 +228,16 @@ func (g *Group) CPUStat() (CPUStat, error) {
 			}
 		}
 	}
+	if m := g.l.V1["cpuacct"]; !gotUsage && m != "" {
+		// v1 only, or a group that exists in v1 but not in cgroup2.
+		if s, err := r.ReadString(path.Join(m, g.Name, "cpuacct.usage")); err == nil {
+			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+				st.Usage, gotUsage = time.Duration(n), true
+			}
+		}
+	}
 	if g.l.CPUControl() == "v1" {
-		kv, err := g.readKV(path.Join(g.l.V1["cpu"], g.Name, "cpu.stat"))
+		kv, err := readKV(path.Join(g.l.V1["cpu"], g.Name, "cpu.stat"))
 		if err != nil {
 			return st, err
 		}
@@ -201,15 +248,6 @@ func (g *Group) CPUStat() (CPUStat, error) {
 		return st, fmt.Errorf("cgroup %s: no CPU usage accounting found", g.Name)
 	}
 	return st, nil
-}
-
-// readKV reads a "key value" per line file such as cpu.stat.
-func (g *Group) readKV(p string) (map[string]int64, error) {
-	s, err := g.h.ReadString(p)
-	if err != nil {
-		return nil, err
-	}
-	return ParseKV(s), nil
 }
 
 // ParseKV parses "key value" lines, skipping malformed ones.

@@ -36,7 +36,7 @@ next lab command (or 'crosstalk lab cleanup') removes the cgroups.
 
 Needs root (it creates cgroups).`,
 	}
-	cmd.AddCommand(newLabRunCmd(g), newLabListCmd(g), newLabMatrixCmd(g), newLabCleanupCmd(g))
+	cmd.AddCommand(newLabRunCmd(g), newLabListCmd(g), newLabMatrixCmd(g), newLabOverheadCmd(g), newLabCleanupCmd(g))
 	return cmd
 }
 
@@ -282,6 +282,47 @@ about 3 minutes.`,
 	cmd.Flags().StringVar(&pcpus, "polluter-cpus", "0", "CPUs for the polluter")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the matrix as JSON")
 	cmd.Flags().StringVar(&outDir, "out", "", "also write matrix.json and matrix.html to `DIR`")
+	return cmd
+}
+
+func newLabOverheadCmd(g *globals) *cobra.Command {
+	var oo lab.OverheadOptions
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "overhead",
+		Short: "Measure what the agent costs: CPU and memory of `crosstalk run` watching idle tenants",
+		Long: `Creates --tenants idle tenant cgroups, runs 'crosstalk run' on them as a separate
+process at --interval, and after --warmup measures that process's CPU time
+(/proc/PID/stat) and memory (VmRSS, VmHWM) over --duration. The cgroups are
+removed afterwards.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opt, done, err := g.labOptions(nil, 0)
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := labContext(cmd.Context())
+			defer cancel()
+			o, err := lab.RunOverhead(ctx, oo, opt)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(g.out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(o)
+			}
+			_, err = fmt.Fprintf(g.out, "agent watching %d idle tenants (it saw %d) at a %.1fs interval, measured over %.0fs:\n  CPU    %.3f%% of one core (%.3fs of CPU)\n  memory %.1f MiB RSS (peak %.1f MiB)\n",
+				o.Tenants, o.Seen, o.Interval, o.Seconds, o.CorePercent, o.CPUSeconds, o.RSSMiB, o.PeakRSSMiB)
+			return err
+		},
+	}
+	cmd.Flags().IntVar(&oo.Tenants, "tenants", 100, "idle tenant cgroups to create")
+	cmd.Flags().DurationVar(&oo.Interval, "interval", time.Second, "the agent's sampling interval")
+	cmd.Flags().DurationVar(&oo.Warmup, "warmup", 5*time.Second, "time before measuring")
+	cmd.Flags().DurationVar(&oo.Duration, "duration", 30*time.Second, "measured time")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 

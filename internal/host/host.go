@@ -12,7 +12,6 @@ package host
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -129,16 +128,49 @@ func (h *Host) ReadFile(p string) ([]byte, error) {
 }
 
 func (h *Host) readFile(p string) ([]byte, error) {
-	f, err := h.OpenFile(p, os.O_RDONLY, 0)
+	// Raw open/read/close: the agent reads hundreds of small cgroupfs and
+	// sysfs files each interval, and an *os.File costs extra syscalls and a
+	// finalizer per file.
+	fd, err := h.openFD(p, unix.O_RDONLY)
 	if err != nil {
-		return nil, err
+		return nil, &fs.PathError{Op: "open", Path: h.Path(p), Err: err}
 	}
-	defer f.Close()
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return nil, &fs.PathError{Op: "read", Path: h.Path(p), Err: unwrapPath(err)}
+	defer unix.Close(fd)
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: h.Path(p), Err: err}
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
 	}
-	return b, nil
+}
+
+// openFD opens a host path and returns the raw descriptor, resolved inside the root.
+func (h *Host) openFD(p string, flag int) (int, error) {
+	for {
+		var fd int
+		var err error
+		if h.rootFD < 0 {
+			fd, err = unix.Open(h.Path(p), flag|unix.O_CLOEXEC, 0)
+		} else {
+			fd, err = unix.Openat2(h.rootFD, strings.TrimPrefix(clean(p), "/"), &unix.OpenHow{
+				Flags: uint64(flag) | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT})
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		return fd, err
+	}
 }
 
 // ReadString reads a host file and trims surrounding white space, the usual

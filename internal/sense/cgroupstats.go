@@ -32,19 +32,45 @@ type TenantStats struct {
 type CgroupStats struct {
 	Host   *host.Host
 	Layout cgroup.Layout
+	// Files, when set, keeps the per-tenant files open between reads (the
+	// agent's hot path); nil opens them each time.
+	Files *host.Rereader
+}
+
+func (c CgroupStats) reader() cgroup.StringReader {
+	if c.Files != nil {
+		return c.Files
+	}
+	return c.Host
 }
 
 // Read samples one tenant. A tenant whose cgroup vanished returns an error
 // wrapping fs.ErrNotExist; threads that exit meanwhile are skipped.
-func (c CgroupStats) Read(t Tenant) (TenantStats, error) {
+//
+// With prev (the tenant's previous sample), a tenant that used no CPU since
+// then costs one read: an idle tenant can be neither throttled nor stalled,
+// so its other counters have not moved either.
+func (c CgroupStats) Read(t Tenant, prev *TenantStats) (TenantStats, error) {
 	st := TenantStats{At: time.Now()}
-	cs, err := cgroup.Open(c.Host, c.Layout, t.Cgroup).CPUStat()
+	g := cgroup.Open(c.Host, c.Layout, t.Cgroup)
+	if prev != nil {
+		usage, err := g.UsageFrom(c.reader())
+		if err != nil {
+			return st, fmt.Errorf("tenant %s: %w", t.ID, err)
+		}
+		if usage == prev.Usage {
+			idle := *prev
+			idle.At = st.At
+			return idle, nil
+		}
+	}
+	cs, err := g.CPUStatFrom(c.reader())
 	if err != nil {
 		return st, fmt.Errorf("tenant %s: %w", t.ID, err)
 	}
 	st.Usage, st.Throttled = cs.Usage, cs.Throttled
 	if c.Layout.V2 != "" {
-		if s, err := c.Host.ReadString(path.Join(c.Layout.V2, t.Cgroup, "cpu.pressure")); err == nil {
+		if s, err := c.reader().ReadString(path.Join(c.Layout.V2, t.Cgroup, "cpu.pressure")); err == nil {
 			if total, ok := PSITotal(s, "some"); ok {
 				st.PSISome, st.HasPSI = total, true
 			}

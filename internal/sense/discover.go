@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
@@ -50,10 +51,28 @@ type CgroupDiscoverer struct {
 	// below a tenant. 0 means DefaultMaxDepth.
 	MaxDepth int
 
+	// DetailEvery makes Discover re-read a known tenant's threads and CPUs
+	// only every DetailEvery calls (new tenants are always read in full).
+	// The walk that finds tenants coming and going runs every call; threads
+	// and cpusets change far less often, and reading them is most of the
+	// cost with hundreds of tenants. 0 or 1 reads them every call.
+	DetailEvery int
+
 	// listed, when set (tests only), is called after each successful
 	// directory listing with the host path listed, so a test can remove a
 	// cgroup between listing and reading, as a tenant going away does.
 	listed func(dir string)
+
+	mu    sync.Mutex
+	calls int
+	cache map[string]cachedDetail
+}
+
+// cachedDetail is a tenant's threads and CPUs as last read.
+type cachedDetail struct {
+	threads []int
+	cpus    cpuset.Set
+	read    int // the Discover call that read them
 }
 
 // NewCgroupDiscoverer returns a discoverer with the built-in patterns on and
@@ -152,8 +171,24 @@ func (d *CgroupDiscoverer) Discover() ([]Tenant, error) {
 		// The root itself is no tenant that came and went: always an error.
 		return nil, fmt.Errorf("cgroup discovery: %w", err)
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls++
+	if d.cache == nil {
+		d.cache = map[string]cachedDetail{}
+	}
 	w.walk("", nil, ents, live)
 	slices.SortFunc(w.tenants, func(a, b Tenant) int { return strings.Compare(a.ID, b.ID) })
+	// Forget tenants that are gone.
+	seen := make(map[string]bool, len(w.tenants))
+	for _, t := range w.tenants {
+		seen[t.ID] = true
+	}
+	for id := range d.cache {
+		if !seen[id] {
+			delete(d.cache, id)
+		}
+	}
 	return w.tenants, errors.Join(w.errs...)
 }
 
@@ -251,6 +286,12 @@ func cgroupGone(err error) bool {
 // add reads a tenant's threads and CPUs and records it, unless it vanished.
 func (w *cgroupWalk) add(rel, kind, name string) {
 	t := Tenant{ID: rel, Kind: kind, Name: name, Cgroup: rel}
+	d := w.d
+	if c, ok := d.cache[rel]; ok && d.DetailEvery > 1 && d.calls-c.read < d.DetailEvery {
+		t.Threads, t.CPUs = c.threads, c.cpus
+		w.tenants = append(w.tenants, t)
+		return
+	}
 	threads, ok := w.threads(rel, 0, nil)
 	if !ok {
 		return
@@ -258,6 +299,7 @@ func (w *cgroupWalk) add(rel, kind, name string) {
 	slices.Sort(threads)
 	t.Threads = slices.Compact(threads)
 	t.CPUs = w.cpus(rel)
+	d.cache[rel] = cachedDetail{threads: t.Threads, cpus: t.CPUs, read: d.calls}
 	w.tenants = append(w.tenants, t)
 }
 

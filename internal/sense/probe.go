@@ -25,8 +25,10 @@ const (
 // ProbeConfig sizes the canary probe. Zero values take defaults.
 type ProbeConfig struct {
 	// LLCBytes is the LLC chase buffer: larger than a core's L2, well inside
-	// the L3. Default 1.5 times the L2, clamped to 768 KiB-4 MiB. Each reading
-	// walks it twice (warm-up, then timed): about LLCBytes/32 loads.
+	// the L3. Default the L2 plus 64 KiB (a cyclic walk over more than a
+	// cache misses it on every access, so the timed walk hits the L3), at
+	// least 576 KiB, at most 4 MiB. Each reading walks it twice (warm-up,
+	// then timed): about LLCBytes/32 loads.
 	LLCBytes int64
 	// Chunks is how many timed chunks each kind runs per CPU; the reading is
 	// their lower quartile, so a chunk inflated by preemption (the probe's
@@ -42,7 +44,7 @@ type ProbeConfig struct {
 
 func (c *ProbeConfig) fill(l2 int64) {
 	if c.LLCBytes == 0 {
-		c.LLCBytes = min(max(3*l2/2, 768<<10), 4<<20)
+		c.LLCBytes = min(max(l2+64<<10, 576<<10), 4<<20)
 	}
 	if c.Chunks == 0 {
 		c.Chunks = 7
@@ -81,8 +83,9 @@ type Probe struct {
 	llc     []uint64 // slots of 8 words; word 0 of slot i holds the next slot
 	dram    []uint64
 	lock    []uint64   // one word of its own line
-	mu      sync.Mutex // guards next
+	mu      sync.Mutex // guards next and llcNext
 	next    map[int]int
+	llcNext map[int]int
 	sink    atomic.Uint64
 }
 
@@ -107,7 +110,7 @@ func NewProbe(topo *topology.Topology, allowed cpuset.Set, cfg ProbeConfig) (*Pr
 		return nil, fmt.Errorf("probe: no CPU to run on (allowed %s, online %s)", allowed, topo.Online)
 	}
 	cfg.fill(l2)
-	p := &Probe{cfg: cfg, domains: domains, next: map[int]int{}}
+	p := &Probe{cfg: cfg, domains: domains, next: map[int]int{}, llcNext: map[int]int{}}
 	p.llc = cycle(int(cfg.LLCBytes / 64))
 	if haveFlushChase {
 		p.dram = cycle(256) // 16 KiB: every access is flushed first
@@ -146,9 +149,11 @@ func cycle(n int) []uint64 {
 	return s
 }
 
-// Target is one CPU the probe should measure this interval.
+// Target is one CPU the probe should measure this interval, and with which
+// kinds.
 type Target struct {
 	Domain, CPU int
+	Kinds       []string
 }
 
 // Targets returns the CPUs to probe this interval: up to CPUsPerDomain of
@@ -157,13 +162,23 @@ func (p *Probe) Targets() []Target {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []Target
+	all := p.Kinds()
+	cheap := slices.DeleteFunc(slices.Clone(all), func(k string) bool { return k == ProbeLLC })
 	for _, d := range p.domains {
 		cpus := d.CPUs.List()
 		n := min(p.cfg.CPUsPerDomain, len(cpus))
+		// The LLC walk is the expensive kind (its buffer is larger than an
+		// L2): one CPU per domain and interval takes it, in turn.
+		llc := p.llcNext[d.ID] % n
 		for k := 0; k < n; k++ {
-			out = append(out, Target{Domain: d.ID, CPU: cpus[(p.next[d.ID]+k)%len(cpus)]})
+			kinds := cheap
+			if k == llc {
+				kinds = all
+			}
+			out = append(out, Target{Domain: d.ID, CPU: cpus[(p.next[d.ID]+k)%len(cpus)], Kinds: kinds})
 		}
 		p.next[d.ID] = (p.next[d.ID] + n) % len(cpus)
+		p.llcNext[d.ID]++
 	}
 	return out
 }
@@ -175,7 +190,7 @@ func (p *Probe) Measure() ([]ProbeReading, error) {
 	var out []ProbeReading
 	var errs []error
 	for _, t := range p.Targets() {
-		rs, err := p.MeasureCPU(t.Domain, t.CPU)
+		rs, err := p.MeasureCPU(t.Domain, t.CPU, t.Kinds...)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -188,10 +203,13 @@ func (p *Probe) Measure() ([]ProbeReading, error) {
 	return out, nil
 }
 
-// MeasureCPU pins the calling goroutine's thread to cpu, runs every probe
-// kind there, and restores the thread's affinity. It is safe for concurrent
-// use on different CPUs.
-func (p *Probe) MeasureCPU(domain, cpu int) ([]ProbeReading, error) {
+// MeasureCPU pins the calling goroutine's thread to cpu, runs the given
+// probe kinds there (all of them when none are given), and restores the
+// thread's affinity. It is safe for concurrent use on different CPUs.
+func (p *Probe) MeasureCPU(domain, cpu int, kinds ...string) ([]ProbeReading, error) {
+	if len(kinds) == 0 {
+		kinds = p.Kinds()
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var orig unix.CPUSet
@@ -206,7 +224,7 @@ func (p *Probe) MeasureCPU(domain, cpu int) ([]ProbeReading, error) {
 	}
 	runtime.Gosched() // let the scheduler move us before timing
 	var out []ProbeReading
-	for _, kind := range p.Kinds() {
+	for _, kind := range kinds {
 		out = append(out, ProbeReading{Domain: domain, CPU: cpu, Kind: kind, Ns: p.measure(kind)})
 	}
 	return out, nil

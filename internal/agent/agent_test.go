@@ -1,0 +1,492 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// world is a fake host for the agent: three tenants in a fake v1 cpu tree,
+// whose quotas the real CPUQuota actuator writes; a probe whose readings
+// follow the physics of the lab (the polluter raises them unless its quota
+// holds it under 20% of a CPU); and CPU use that follows the quotas.
+type world struct {
+	t        *testing.T
+	root     string
+	h        *host.Host
+	layout   cgroup.Layout
+	mu       sync.Mutex
+	tenants  []sense.Tenant
+	gone     map[string]bool
+	running  bool          // the polluter is polluting
+	busyCPU  int           // a CPU whose probe never returns (-1: none)
+	counters bool          // report PMU counters
+	block    chan struct{} // closed to release a blocked probe
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	root := t.TempDir()
+	w := &world{t: t, root: root, gone: map[string]bool{}, running: true, busyCPU: -1, block: make(chan struct{})}
+	t.Cleanup(func() { close(w.block) })
+	for i, name := range []string{"victim", "polluter", "bystander"} {
+		dir := filepath.Join(root, "cg/cpu/lab", name)
+		os.MkdirAll(dir, 0o755)
+		os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte("100000\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte("-1\n"), 0o644)
+		w.tenants = append(w.tenants, sense.Tenant{ID: "/lab/" + name, Kind: sense.KindCgroup, Name: name, Cgroup: "/lab/" + name, CPUs: cpuset.Of([]int{1, 0, 0}[i])})
+	}
+	h, err := host.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	w.h = h
+	w.layout = cgroup.Layout{Mode: cgroup.ModeV1, V1: map[string]string{"cpu": "/cg/cpu"}}
+	return w
+}
+
+func (w *world) quota(name string) cgroup.Quota {
+	q, err := cgroup.Open(w.h, w.layout, "/lab/"+name).CPUQuota()
+	if err != nil {
+		return cgroup.Quota{Quota: -1}
+	}
+	return q
+}
+
+func (w *world) polluting() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.running || w.gone["/lab/polluter"] {
+		return false
+	}
+	q := w.quota("polluter")
+	return q.Unlimited() || q.CPUs() > 0.2
+}
+
+// Discover implements sense.Discoverer.
+func (w *world) Discover() ([]sense.Tenant, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []sense.Tenant
+	for _, t := range w.tenants {
+		if !w.gone[t.ID] {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// Read implements StatsReader: cumulative usage from a per-tenant rate.
+type fakeStats struct {
+	w     *world
+	mu    sync.Mutex
+	usage map[string]time.Duration
+	last  map[string]time.Time
+}
+
+func (s *fakeStats) Read(t sense.Tenant, _ *sense.TenantStats) (sense.TenantStats, error) {
+	s.w.mu.Lock()
+	gone := s.w.gone[t.ID]
+	s.w.mu.Unlock()
+	if gone {
+		return sense.TenantStats{}, fmt.Errorf("tenant %s: %w", t.ID, fs.ErrNotExist)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	rate := map[string]float64{"victim": 1.0, "polluter": 0.85, "bystander": 0.15}[t.Name]
+	if t.Name == "polluter" && !s.w.running {
+		rate = 0
+	}
+	if q := s.w.quota(t.Name); !q.Unlimited() {
+		rate = min(rate, q.CPUs())
+	}
+	if last, ok := s.last[t.ID]; ok {
+		s.usage[t.ID] += time.Duration(rate * float64(now.Sub(last)))
+	}
+	s.last[t.ID] = now
+	return sense.TenantStats{At: now, Usage: s.usage[t.ID]}, nil
+}
+
+// fakeProbe reads 300 ns (DRAM) quiet, 2000 ns while the polluter pollutes.
+type fakeProbe struct{ w *world }
+
+func (p fakeProbe) reading(cpu int) []sense.ProbeReading {
+	ns := 300.0
+	if p.w.polluting() {
+		ns = 2000
+	}
+	return []sense.ProbeReading{{Domain: 0, CPU: cpu, Kind: sense.ProbeDRAM, Ns: ns}}
+}
+func (p fakeProbe) Measure() ([]sense.ProbeReading, error) {
+	return append(p.reading(0), p.reading(1)...), nil
+}
+func (p fakeProbe) MeasureCPU(domain, cpu int, _ ...string) ([]sense.ProbeReading, error) {
+	if cpu == p.w.busyCPU {
+		<-p.w.block // a CPU the probe cannot get onto
+	}
+	return p.reading(cpu), nil
+}
+func (p fakeProbe) Targets() []sense.Target {
+	return []sense.Target{{Domain: 0, CPU: 0}, {Domain: 0, CPU: 1}}
+}
+func (p fakeProbe) Domains() []sense.ProbeDomain {
+	return []sense.ProbeDomain{{ID: 0, CPUs: cpuset.Of(0, 1)}}
+}
+
+// fakeCounters reports bus locks for the polluter, like a PMU would.
+type fakeCounters struct{ w *world }
+
+func (fakeCounters) Sync([]sense.Tenant) error { return nil }
+func (c fakeCounters) Read() (map[string]map[string]float64, error) {
+	out := map[string]map[string]float64{}
+	for _, t := range c.w.tenants {
+		out[t.ID] = map[string]float64{"bus_locks": 10}
+	}
+	if c.w.polluting() {
+		out["/lab/polluter"]["bus_locks"] = 800000
+	}
+	return out, nil
+}
+func (fakeCounters) FDs() int     { return 6 }
+func (fakeCounters) Close() error { return nil }
+
+func testConfig(dir string) Config {
+	c := Defaults()
+	c.Interval = 50 * time.Millisecond
+	c.Proof.Window = 60 * time.Millisecond
+	c.Proof.Backoff = time.Second
+	c.Throttle.Hold = 200 * time.Millisecond
+	c.StateDir = dir
+	return c
+}
+
+type harness struct {
+	w       *world
+	agent   *Agent
+	state   *act.StateFile
+	mu      sync.Mutex
+	actions []ActionRecord
+	journal string
+}
+
+func newHarness(t *testing.T, w *world, cfg Config, quota QuotaActuator) *harness {
+	t.Helper()
+	hs := &harness{w: w}
+	st, err := act.OpenState(StatePath(cfg.StateDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.state = st
+	if quota == nil {
+		quota = &act.CPUQuota{Host: w.h, Layout: w.layout, State: st}
+	}
+	hs.journal = JournalPath(cfg.StateDir)
+	j, err := act.OpenJournal(hs.journal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	d := Deps{Discoverer: w, Stats: &fakeStats{w: w, usage: map[string]time.Duration{}, last: map[string]time.Time{}},
+		Probe: fakeProbe{w}, Quota: quota, Journal: j,
+		OnAction: func(r ActionRecord) { hs.mu.Lock(); hs.actions = append(hs.actions, r); hs.mu.Unlock() }}
+	if w.counters {
+		d.Counters, d.PMU = fakeCounters{w}, true
+	}
+	a, err := New(cfg, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Quiet baselines, as the lab calibrates before tenants start.
+	a.cont.Calibrate([]sense.ProbeReading{{Domain: 0, CPU: 0, Kind: sense.ProbeDRAM, Ns: 300}, {Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: 310}})
+	hs.agent = a
+	return hs
+}
+
+func (hs *harness) run(t *testing.T) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- hs.agent.Run(ctx) }()
+	return func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("agent did not stop")
+		}
+	}
+}
+
+func (hs *harness) waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			hs.mu.Lock()
+			defer hs.mu.Unlock()
+			t.Fatalf("timed out waiting for %s; actions: %+v", what, hs.actions)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (hs *harness) has(kind, name string) bool {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	for _, a := range hs.actions {
+		if a.Kind == kind && a.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// The whole loop: contention is detected, the polluter alone is proven and
+// throttled, the bystander and the victim are never throttled, and when the
+// polluter stops it is released; on exit nothing stays throttled.
+func TestAgentThrottlesOnlyThePolluter(t *testing.T) {
+	for _, pmu := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pmu=%v", pmu), func(t *testing.T) {
+			w := newWorld(t)
+			w.counters = pmu
+			hs := newHarness(t, w, testConfig(t.TempDir()), nil)
+			stop := hs.run(t)
+			hs.waitFor(t, "a throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+			if q := w.quota("polluter"); q.Unlimited() || q.CPUs() > 0.2 {
+				t.Errorf("polluter quota after throttle = %v", q)
+			}
+			for _, n := range []string{"victim", "bystander"} {
+				if hs.has("throttle", n) {
+					t.Errorf("%s throttled", n)
+				}
+			}
+			if pmu && (hs.has("proof", "victim") || hs.has("proof", "bystander")) {
+				t.Error("with bus-lock counts, only the polluter should be proven")
+			}
+			// The polluter stops: it is released within a few intervals.
+			w.mu.Lock()
+			w.running = false
+			w.mu.Unlock()
+			hs.waitFor(t, "the release", 3*time.Second, func() bool { return w.quota("polluter").Unlimited() })
+			st, ok := hs.agent.Latest()
+			if !ok || len(st.Tenants) != 3 || st.ActionsTotal["throttle"] < 1 || st.ProofsTotal["polluter"] < 1 {
+				t.Errorf("state: %+v", st)
+			}
+			stop()
+			for _, n := range []string{"victim", "polluter", "bystander"} {
+				if q := w.quota(n); !q.Unlimited() || q.Period != 100*time.Millisecond {
+					t.Errorf("%s left at %v after exit", n, q)
+				}
+			}
+			if len(hs.state.Entries()) != 0 {
+				t.Errorf("state file not empty: %+v", hs.state.Entries())
+			}
+			b, _ := os.ReadFile(hs.journal)
+			for _, k := range []string{`"kind":"start"`, `"kind":"detection"`, `"kind":"proof"`, `"kind":"throttle"`, `"kind":"release"`, `"kind":"stop"`} {
+				if !strings.Contains(string(b), k) {
+					t.Errorf("journal lacks %s", k)
+				}
+			}
+		})
+	}
+}
+
+// kill -9 while throttling: the agent is dropped without its shutdown. The
+// next agent restores the quota from the state file before anything else.
+func TestAgentRestoresAfterKill(t *testing.T) {
+	w := newWorld(t)
+	dir := t.TempDir()
+	hs := newHarness(t, w, testConfig(dir), nil)
+	for i := 0; i < 200 && !hs.has("throttle", "polluter"); i++ {
+		now := time.Now()
+		hs.agent.step(now)
+		if p := hs.agent.currentProof(); p != nil {
+			time.Sleep(time.Until(p.next))
+			hs.agent.proofSample(time.Now())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !hs.has("throttle", "polluter") || w.quota("polluter").Unlimited() {
+		t.Fatal("setup: polluter not throttled")
+	}
+	// "kill -9": hs.agent is abandoned. A new one starts and stops at once.
+	w.mu.Lock()
+	w.running = false
+	w.mu.Unlock()
+	hs2 := newHarness(t, w, testConfig(dir), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := hs2.agent.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if q := w.quota("polluter"); !q.Unlimited() || q.Period != 100*time.Millisecond {
+		t.Errorf("polluter still at %v after restart", q)
+	}
+	b, _ := os.ReadFile(JournalPath(dir))
+	if !strings.Contains(string(b), `"kind":"restore"`) {
+		t.Error("restart did not journal the restore")
+	}
+}
+
+// A tenant removed mid-sample, and a throttled tenant that vanishes.
+func TestAgentTenantVanishes(t *testing.T) {
+	w := newWorld(t)
+	hs := newHarness(t, w, testConfig(t.TempDir()), nil)
+	stop := hs.run(t)
+	defer stop()
+	hs.waitFor(t, "a throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	w.mu.Lock()
+	w.gone["/lab/polluter"] = true
+	w.mu.Unlock()
+	os.RemoveAll(filepath.Join(w.root, "cg/cpu/lab/polluter"))
+	hs.waitFor(t, "the vanished tenant forgotten", 3*time.Second, func() bool {
+		st, _ := hs.agent.Latest()
+		return len(st.Tenants) == 2 && len(hs.state.Entries()) == 0
+	})
+}
+
+// failingQuota fails every write as cgroupfs does without permission.
+type failingQuota struct {
+	mu     sync.Mutex
+	writes int
+}
+
+func (f *failingQuota) Apply(string, string, cgroup.Quota) error {
+	f.mu.Lock()
+	f.writes++
+	f.mu.Unlock()
+	return &fs.PathError{Op: "write", Path: "cpu.cfs_quota_us", Err: syscall.EACCES}
+}
+func (f *failingQuota) Restore(string) error     { return nil }
+func (f *failingQuota) RestoreAll() (int, error) { return 0, nil }
+
+// Write errors from cgroupfs: journalled, backed off, never a crash or a
+// tight retry loop.
+func TestAgentWriteErrors(t *testing.T) {
+	w := newWorld(t)
+	fq := &failingQuota{}
+	cfg := testConfig(t.TempDir())
+	hs := newHarness(t, w, cfg, fq)
+	stop := hs.run(t)
+	time.Sleep(800 * time.Millisecond)
+	stop()
+	fq.mu.Lock()
+	writes := fq.writes
+	fq.mu.Unlock()
+	if writes == 0 || writes > 4 {
+		t.Errorf("%d write attempts in 0.8 s; want a few, backed off", writes)
+	}
+	b, _ := os.ReadFile(hs.journal)
+	if !strings.Contains(string(b), `"kind":"error"`) || !strings.Contains(string(b), "permission denied") {
+		t.Errorf("journal lacks the write error:\n%s", b)
+	}
+}
+
+// A CPU the probe cannot get onto: the agent keeps its interval, reports the
+// other CPU's readings, and still catches the polluter.
+func TestAgentProbeCPUBusy(t *testing.T) {
+	w := newWorld(t)
+	w.busyCPU = 0
+	hs := newHarness(t, w, testConfig(t.TempDir()), nil)
+	stop := hs.run(t)
+	defer stop()
+	start := time.Now()
+	hs.waitFor(t, "a throttle despite a busy probe CPU", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	st, _ := hs.agent.Latest()
+	if time.Since(st.Time) > time.Second || time.Since(start) > 5*time.Second {
+		t.Errorf("agent stalled: last state %v ago", time.Since(st.Time))
+	}
+	for _, p := range st.Probes {
+		if p.CPU == 0 {
+			t.Errorf("reading from the busy CPU: %+v", p)
+		}
+	}
+}
+
+// Dry run: the agent judges and journals, and writes nothing.
+func TestAgentDryRun(t *testing.T) {
+	w := newWorld(t)
+	cfg := testConfig(t.TempDir())
+	cfg.DryRun = true
+	hs := newHarness(t, w, cfg, nil)
+	stop := hs.run(t)
+	hs.waitFor(t, "a would-be proof", 3*time.Second, func() bool { return hs.has("proof", "polluter") || hs.has("proof", "victim") })
+	stop()
+	for _, n := range []string{"victim", "polluter", "bystander"} {
+		b, _ := os.ReadFile(filepath.Join(w.root, "cg/cpu/lab", n, "cpu.cfs_quota_us"))
+		if strings.TrimSpace(string(b)) != "-1" {
+			t.Errorf("dry run wrote %s's quota: %s", n, b)
+		}
+	}
+	if len(hs.state.Entries()) != 0 {
+		t.Error("dry run recorded state")
+	}
+}
+
+// Protected tenants are never proven nor throttled.
+func TestAgentProtect(t *testing.T) {
+	w := newWorld(t)
+	cfg := testConfig(t.TempDir())
+	cfg.Protect = []string{"polluter"}
+	hs := newHarness(t, w, cfg, nil)
+	stop := hs.run(t)
+	time.Sleep(1200 * time.Millisecond)
+	stop()
+	if hs.has("proof", "polluter") || hs.has("throttle", "polluter") {
+		t.Error("protected tenant touched")
+	}
+	for _, n := range []string{"victim", "bystander"} {
+		if hs.has("throttle", n) {
+			t.Errorf("%s throttled while the real polluter is protected", n)
+		}
+	}
+}
+
+func TestConfig(t *testing.T) {
+	c, err := ParseConfig([]byte("interval: 1s\nprotect: [db-*]\nthrottle:\n  start_step: 2\n"), "c.yaml")
+	if err != nil || c.Interval != time.Second || c.Sparsify().StartStep != 2 || c.Listen != "127.0.0.1:9477" || !*c.Tenants.Builtin {
+		t.Fatalf("config = %+v, %v", c, err)
+	}
+	if d := Defaults(); d.Validate() != nil || d.Sparsify().Period != 16*time.Millisecond {
+		t.Errorf("defaults invalid: %v", d.Validate())
+	}
+	for in, want := range map[string]string{
+		"intervall: 1s\n":                      "line 1: field intervall not found",
+		"proof:\n  windw: 1s\n":                "line 2: field windw not found",
+		"interval: 10ms\n":                     "interval: 10ms outside",
+		"throttle:\n  steps: 1\n":              "throttle.steps",
+		"throttle:\n  period: 8ms\n":           "throttle.floor_step",
+		"protect: ['[bad']\n":                  "protect: bad pattern",
+		"judge:\n  tolerance: 3\n  ratio: 2\n": "judge: need",
+		"max_throttled: -1\n":                  "max_throttled",
+		"throttle:\n  relax_below: 2\n":        "throttle.relax_below",
+		"interval: fast\n":                     "line 1",
+		"tenants:\n  globs: ['/a/[']\n":        "tenants.globs",
+		"throttle:\n  start_step: 17\n":        "throttle.start_step",
+	} {
+		_, err := ParseConfig([]byte(in), "c.yaml")
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "c.yaml: ") {
+			t.Errorf("%q: error %v, want %q", in, err, want)
+		}
+	}
+	if _, err := ParseConfig(nil, "empty.yaml"); err != nil {
+		t.Errorf("empty config: %v", err)
+	}
+}

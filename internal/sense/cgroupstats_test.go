@@ -1,0 +1,63 @@
+package sense
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/host"
+)
+
+func TestCgroupStatsRead(t *testing.T) {
+	root := t.TempDir()
+	write := func(p, c string) {
+		os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+		os.WriteFile(filepath.Join(root, p), []byte(c), 0o644)
+	}
+	// A hybrid host: usage and PSI from cgroup2, throttling from v1 cpu.
+	write("cg2/vm/cpu.stat", "usage_usec 2000000\nuser_usec 1\nsystem_usec 1\n")
+	write("cg2/vm/cpu.pressure", "some avg10=1.00 avg60=0.50 avg300=0.10 total=150000\nfull avg10=0 avg60=0 avg300=0 total=0\n")
+	write("cg/cpu/vm/cpu.stat", "nr_periods 10\nnr_throttled 2\nthrottled_time 30000000\n")
+	write("proc/101/schedstat", "5000 7000000 12\n")
+	write("proc/102/schedstat", "5000 3000000 12\n")
+	h, err := host.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l := cgroup.Layout{Mode: cgroup.ModeHybrid, V1: map[string]string{"cpu": "/cg/cpu"}, V2: "/cg2"}
+	ten := Tenant{ID: "/vm", Cgroup: "/vm", Threads: []int{101, 102, 103}} // 103 exited
+	for _, files := range []*host.Rereader{nil, h.NewRereader(8)} {
+		c := CgroupStats{Host: h, Layout: l, Files: files}
+		st, err := c.Read(ten, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Usage != 2*time.Second || st.Throttled != 30*time.Millisecond || !st.HasPSI || st.PSISome != 150*time.Millisecond || st.RunDelay != 10*time.Millisecond {
+			t.Errorf("stats = %+v", st)
+		}
+		// Idle since: one read, the rest carried over (even with PSI gone).
+		os.Remove(filepath.Join(root, "cg2/vm/cpu.pressure"))
+		idle, err := c.Read(ten, &st)
+		if err != nil || idle.PSISome != st.PSISome || idle.Throttled != st.Throttled || !idle.At.After(st.At) {
+			t.Errorf("idle read = %+v, %v", idle, err)
+		}
+		write("cg2/vm/cpu.pressure", "some avg10=1.00 avg60=0.50 avg300=0.10 total=150000\n")
+	}
+	// A vanished tenant reads as not existing.
+	os.RemoveAll(filepath.Join(root, "cg2/vm"))
+	os.RemoveAll(filepath.Join(root, "cg/cpu/vm"))
+	if _, err := (CgroupStats{Host: h, Layout: l}).Read(ten, nil); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("vanished tenant: %v", err)
+	}
+	if d, ok := PSITotal("some avg10=0 total=42\n", "some"); !ok || d != 42*time.Microsecond {
+		t.Errorf("PSITotal = %v %v", d, ok)
+	}
+	if _, ok := PSITotal("some avg10=0 total=x\n", "some"); ok {
+		t.Error("bad total accepted")
+	}
+}
