@@ -1,5 +1,6 @@
-# crosstalk: `make run` builds the static binary and runs the main job on this
-# host; `make test` is what CI runs (.ci/run).
+# crosstalk: `make run` builds the static binary and shows the main job on
+# this host (a bus-lock polluter, left alone and then handled by the agent);
+# `make test` is what CI runs (.ci/run).
 
 GO      ?= go
 BIN     ?= ./crosstalk
@@ -8,12 +9,15 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 FUZZTIME ?= 4s
 
-.PHONY: build run test vet fuzz clean
+.PHONY: build run doctor test vet fuzz clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/crosstalk
 
 run: build
+	$(BIN) lab run buslock --policy none,crosstalk
+
+doctor: build
 	$(BIN) doctor
 
 vet:

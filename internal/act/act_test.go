@@ -163,11 +163,16 @@ func TestSparsifyController(t *testing.T) {
 	if d := step(2*time.Second, 1.0, busy); d != Relax {
 		t.Errorf("not relaxed after the doubled hold: %s", d)
 	}
-	// Contention at the floor: nothing tighter to do.
+	// Contention at the floor: nothing tighter to do; if it lasts, the
+	// throttle is useless.
 	thr.Step = sp.FloorStep
 	if d := step(0, 3.0, busy); d != Keep {
 		t.Errorf("at floor: %s", d)
 	}
+	if d := step(sp.Ineffective, 3.0, busy); d != Useless {
+		t.Errorf("contention at the floor for %s: %s", sp.Ineffective, d)
+	}
+	thr.floorHot = time.Time{}
 	// A polluter that stops (its cgroup idle) is released after two intervals.
 	if d := step(500*time.Millisecond, 1.0, 0); d == Release {
 		t.Error("released after one idle interval")

@@ -26,6 +26,10 @@ type Sparsify struct {
 	// IdleFraction: a throttled tenant using less than this fraction of what
 	// its duty allows for two intervals has stopped (or exited): release it.
 	IdleFraction float64 // default 0.3
+	// Ineffective: a tenant held at the floor while the contention stays
+	// above TightenAbove for this long is not what causes it (the proof was
+	// fooled, or another polluter took over): release it (default 3 s).
+	Ineffective time.Duration
 }
 
 // Fill sets defaults.
@@ -57,6 +61,9 @@ func (s *Sparsify) Fill() {
 	if s.IdleFraction == 0 {
 		s.IdleFraction = 0.3
 	}
+	if s.Ineffective == 0 {
+		s.Ineffective = 3 * time.Second
+	}
 }
 
 // Quota is the CFS limit for a duty step on ncpus CPUs.
@@ -77,6 +84,8 @@ const (
 	Tighten Decision = "tighten"
 	Relax   Decision = "relax"
 	Release Decision = "release"
+	// Useless: throttling it at the floor does not reduce the contention.
+	Useless Decision = "useless"
 )
 
 // Throttle is the duty-cycle state of one proven polluter.
@@ -86,6 +95,9 @@ type Throttle struct {
 	hold      time.Duration
 	relaxed   bool // the last change was a relax (a test)
 	idleCount int
+	// floorHot is when contention was first seen above TightenAbove while at
+	// the floor (zero: not now).
+	floorHot time.Time
 }
 
 // NewThrottle starts a polluter at the configured start step.
@@ -104,6 +116,15 @@ func (s Sparsify) Next(t *Throttle, now time.Time, ratio, usage float64, ncpus i
 		}
 	} else {
 		t.idleCount = 0
+	}
+	if ratio > s.TightenAbove && t.Step <= s.FloorStep {
+		if t.floorHot.IsZero() {
+			t.floorHot = now
+		} else if now.Sub(t.floorHot) >= s.Ineffective {
+			return Useless
+		}
+	} else {
+		t.floorHot = time.Time{}
 	}
 	switch {
 	case ratio > s.TightenAbove:

@@ -107,6 +107,9 @@ type Agent struct {
 	proof     *proof
 	pending   map[int]*probeRun // per CPU: a probe that outlived its timeout
 	lastRatio float64
+	// recent are the last intervals' contention ratios: bursty contention is
+	// judged by its peak, not by whichever interval a proof happens to start in.
+	recent []float64
 	// lastChange is when a throttle was last applied or lifted: caches and
 	// probes need a couple of intervals to settle before the next proof.
 	lastChange time.Time
@@ -143,6 +146,9 @@ type proof struct {
 	capped   []float64
 	uncapped []float64
 }
+
+// proofPeriod is the CFS period of a proof's hard cap.
+const proofPeriod = 100 * time.Millisecond
 
 // proofSamples is how many probe readings the capped half of a proof takes;
 // the freed half takes up to twice as many, stopping at the first contended
@@ -345,6 +351,10 @@ func (a *Agent) step(now time.Time) {
 	}
 	v := a.cont.Update(readings)
 	a.lastRatio = v.Ratio
+	a.recent = append(a.recent, v.Ratio)
+	if len(a.recent) > 3 {
+		a.recent = a.recent[len(a.recent)-3:]
+	}
 	if a.log.Enabled(context.Background(), slog.LevelDebug) {
 		var rs []string
 		for _, r := range v.Readings {
@@ -494,6 +504,12 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 		}
 		ncpus := t.tenant.CPUs.Len()
 		switch d := a.sp.Next(t.thr, now, ratio, s.usage, ncpus); d {
+		case act.Useless:
+			// Held at the floor and the contention stays: it is not the
+			// cause. Free it, and do not suspect it again for a while.
+			a.releaseLocked(t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× with it at the floor for %s", ratio, a.sp.Ineffective))
+			delete(a.throttled, id)
+			a.backoff[id] = a.nextBackoff(id, now)
 		case act.Release:
 			why := fmt.Sprintf("contention %.2f× stayed under %.2f× at full relaxation", ratio, a.sp.RelaxBelow)
 			if s.usage < a.sp.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
@@ -546,12 +562,15 @@ func (a *Agent) maybeProveLocked(now time.Time, v judge.Verdict, ranked []judge.
 		a.backoff[top.ID] = a.nextBackoff(top.ID, now)
 		return
 	}
-	q := cgroup.Quota{Quota: max(cgroup.MinQuota, time.Duration(s.t.CPUs.Len())*cgroup.MinQuota), Period: 50 * time.Millisecond}
+	// Capped hard: the kernel's minimum quota (1 ms) per CPU in a 100 ms
+	// period, so the suspect runs in rare 1 ms slots while the probe samples.
+	q := cgroup.Quota{Quota: time.Duration(max(1, s.t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
 	if err := a.apply(s.t, q); err != nil {
 		a.handleWriteErr(s.t, err)
 		return
 	}
-	a.proof = &proof{tenant: s.t, started: now, before: v.Ratio, domains: v.Domains, cpu: CPUDomain{worst.Domain, worst.CPU}, reason: reason,
+	before := slices.Max(append([]float64{v.Ratio}, a.recent...))
+	a.proof = &proof{tenant: s.t, started: now, before: before, domains: v.Domains, cpu: CPUDomain{worst.Domain, worst.CPU}, reason: reason,
 		phase: "capped", from: now, next: now.Add(a.cfg.Proof.Window / proofSamples)}
 	a.recordLocked(now, s.t, "proof", q.CPUs(), q.CPUs()/float64(max(1, s.t.CPUs.Len())), "capped hard to prove it: "+reason)
 }

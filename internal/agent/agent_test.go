@@ -490,3 +490,22 @@ func TestConfig(t *testing.T) {
 		t.Errorf("empty config: %v", err)
 	}
 }
+
+// The documented example configuration parses and spells out exactly the
+// defaults, so the documentation cannot drift from the code.
+func TestExampleConfigIsTheDefaults(t *testing.T) {
+	c, err := LoadConfig("../../examples/crosstalk.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Defaults()
+	if c.Interval != d.Interval || c.Listen != d.Listen || c.StateDir != d.StateDir || c.MaxThrottled != d.MaxThrottled ||
+		c.Sparsify() != d.Sparsify() || c.Thresholds() != d.Thresholds() || c.Proof != d.Proof ||
+		c.Judge.Window != d.Judge.Window || *c.Perf.Enabled != *d.Perf.Enabled || c.Perf.FDBudget != d.Perf.FDBudget {
+		t.Errorf("example config differs from the defaults:\n%+v\n%+v", c, d)
+	}
+	probe := c.ProbeSettings()
+	if probe.CPUsPerDomain != 2 || probe.Chunks != 7 {
+		t.Errorf("example probe settings %+v; the probe defaults are 2 CPUs per domain and 7 chunks", probe)
+	}
+}

@@ -24,8 +24,9 @@ type Thresholds struct {
 	Tolerance float64
 	// LLCRatio and LLCStrong replace Ratio and Strong for the LLC probe. It
 	// shares the LLC with the tenants by design, so an LLC-heavy but harmless
-	// tenant moves it 3-4× on the dev machines (the DRAM probe stays within
-	// 1.2×), while a bus-lock storm moves it 7-15× (defaults 5 and 8).
+	// tenant now and then moves it 2-3× on the dev machines (the DRAM probe
+	// stays within 1.2×), while a bus-lock storm moves it 5-15× (defaults 3
+	// and 6).
 	LLCRatio, LLCStrong float64
 }
 
@@ -44,10 +45,10 @@ func (t *Thresholds) Fill() {
 		t.Tolerance = 1.25
 	}
 	if t.LLCRatio == 0 {
-		t.LLCRatio = 5
+		t.LLCRatio = 3
 	}
 	if t.LLCStrong == 0 {
-		t.LLCStrong = 8
+		t.LLCStrong = 6
 	}
 }
 

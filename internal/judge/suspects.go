@@ -202,7 +202,7 @@ const (
 // uncapped. The suspect is the polluter only if every capped reading was
 // back to normal (under tolerance, or with at least 70% of the excess gone)
 // and the contention came back once it was free (some uncapped reading at or
-// over ratio). One contended reading under the cap clears it; contention
+// over ratio and at least half the excess of before). One contended reading under the cap clears it; contention
 // that does not return leaves the question open (the polluter may have
 // paused by itself) and convicts no one.
 func ProofOutcome(before float64, capped, uncapped []float64, tolerance, ratio float64) (verdict string, why string) {
@@ -221,8 +221,11 @@ func ProofOutcome(before float64, capped, uncapped []float64, tolerance, ratio f
 	if len(uncapped) > 0 {
 		back = slices.Max(uncapped)
 	}
-	if back < ratio {
-		return ProofInconclusive, fmt.Sprintf("contention fell from %.2f× to %.2f× while it was capped but did not come back (%.2f×) when freed", before, worst, back)
+	// It must come back at a level like before (at least half the excess),
+	// not just a blip over the threshold: bursty contention can fall quiet by
+	// itself while an innocent is capped.
+	if need := max(ratio, 1+0.5*(before-1)); back < need {
+		return ProofInconclusive, fmt.Sprintf("contention fell from %.2f× to %.2f× while it was capped but did not come back (%.2f×, needed %.2f×) when freed", before, worst, back, need)
 	}
 	return ProofGuilty, fmt.Sprintf("contention fell from %.2f× to at most %.2f× while it was capped and came back to %.2f× when freed", before, worst, back)
 }

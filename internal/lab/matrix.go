@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"slices"
@@ -35,6 +36,9 @@ type Matrix struct {
 	Slowdown  map[string]map[string]float64 `json:"slowdown"` // victim → polluter → slowdown
 	// Sensitivity ranks victims by the mean slowdown they suffer;
 	// Aggressiveness ranks polluters by the mean slowdown they inflict.
+	// Means are geometric: slowdowns are ratios, and one collapsed pair (a
+	// latency victim queueing 700×) must not outrank a polluter that hurts
+	// every victim.
 	Sensitivity    []Rank `json:"sensitivity"`
 	Aggressiveness []Rank `json:"aggressiveness"`
 }
@@ -132,14 +136,17 @@ func RunMatrix(ctx context.Context, mo MatrixOptions, opt Options) (*Matrix, err
 
 func (m *Matrix) rank() {
 	mean := func(vals []float64) float64 {
-		if len(vals) == 0 {
+		n, s := 0, 0.0
+		for _, v := range vals {
+			if v > 0 {
+				s += math.Log(v)
+				n++
+			}
+		}
+		if n == 0 {
 			return 0
 		}
-		s := 0.0
-		for _, v := range vals {
-			s += v
-		}
-		return s / float64(len(vals))
+		return math.Exp(s / float64(n))
 	}
 	m.Sensitivity, m.Aggressiveness = []Rank{}, []Rank{}
 	for _, v := range m.Victims {
@@ -195,14 +202,14 @@ func WriteMatrixText(w io.Writer, m *Matrix) error {
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
-	b.WriteString("\naggressiveness (mean slowdown inflicted): ")
+	b.WriteString("\naggressiveness (geometric mean slowdown inflicted): ")
 	for i, r := range m.Aggressiveness {
 		if i > 0 {
 			b.WriteString(" > ")
 		}
 		fmt.Fprintf(&b, "%s %.2fx", r.Load, r.Mean)
 	}
-	b.WriteString("\nsensitivity (mean slowdown suffered):     ")
+	b.WriteString("\nsensitivity (geometric mean slowdown suffered):     ")
 	for i, r := range m.Sensitivity {
 		if i > 0 {
 			b.WriteString(" > ")

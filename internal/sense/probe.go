@@ -31,8 +31,9 @@ type ProbeConfig struct {
 	// then timed): about LLCBytes/32 loads.
 	LLCBytes int64
 	// Chunks is how many timed chunks each kind runs per CPU; the reading is
-	// their lower quartile, so a chunk inflated by preemption (the probe's
-	// CPU is busy with a tenant) does not count.
+	// their median, so a chunk inflated by preemption (the probe's CPU is
+	// busy with a tenant) does not count, while bursts of contention that hit
+	// most chunks do.
 	Chunks int
 	// LockOps and DRAMOps are the operations per chunk (the LLC chase splits
 	// its buffer into Chunks chunks).
@@ -230,8 +231,8 @@ func (p *Probe) MeasureCPU(domain, cpu int, kinds ...string) ([]ProbeReading, er
 	return out, nil
 }
 
-// measure times Chunks chunks of one kind and returns the lower quartile of
-// their per-operation latencies. The LLC chase first walks its whole buffer
+// measure times Chunks chunks of one kind and returns the median of their
+// per-operation latencies. The LLC chase first walks its whole buffer
 // untimed, so the timed walk measures L3 hits on this CPU whatever ran here
 // since the last interval (otherwise the first CPU probed pays for the
 // buffer's eviction and the next one finds it warm).
@@ -269,17 +270,19 @@ func (p *Probe) measure(kind string) float64 {
 		ns = append(ns, float64(time.Since(t0).Nanoseconds())/float64(ops))
 	}
 	p.sink.Add(sink + pos)
-	return LowerQuartile(ns)
+	return Median(ns)
 }
 
-// LowerQuartile of a sample (interpolated), robust to upward outliers.
-func LowerQuartile(v []float64) float64 {
+// Median of a sample.
+func Median(v []float64) float64 { return quantile(v, 0.5) }
+
+func quantile(v []float64, q float64) float64 {
 	if len(v) == 0 {
 		return 0
 	}
 	s := slices.Clone(v)
 	slices.Sort(s)
-	pos := 0.25 * float64(len(s)-1)
+	pos := q * float64(len(s)-1)
 	i := int(pos)
 	if i+1 >= len(s) {
 		return s[i]
