@@ -134,14 +134,54 @@ func TestCorruptStateRefused(t *testing.T) {
 	}
 }
 
+// Right after a conviction the throttle is a second proof: contention that
+// stays in two of the first intervals frees the tenant.
+func TestSparsifyVerify(t *testing.T) {
+	sp := Sparsify{}
+	sp.Fill()
+	t0 := time.Unix(0, 0)
+	thr := sp.NewThrottle(t0, 6)
+	if d := sp.Next(thr, t0.Add(250*time.Millisecond), 5.0, sp.Duty(1), 1); d == Useless {
+		t.Fatal("useless after one contended interval")
+	}
+	if d := sp.Next(thr, t0.Add(500*time.Millisecond), 1.0, sp.Duty(1), 1); d == Useless {
+		t.Fatal("useless on a quiet interval")
+	}
+	if d := sp.Next(thr, t0.Add(750*time.Millisecond), 5.0, sp.Duty(1), 1); d != Useless {
+		t.Errorf("two contended intervals right after the conviction: %s", d)
+	}
+	// Residual contention well under the convicting level is the controller's
+	// business (tighten), not a failed verification.
+	thr = sp.NewThrottle(t0, 6)
+	for i := 1; i <= sp.Verify; i++ {
+		if d := sp.Next(thr, t0.Add(time.Duration(i)*250*time.Millisecond), 1.4, sp.Duty(1), 1); d == Useless {
+			t.Fatalf("residual 1.4× after a 6× conviction: useless at interval %d", i)
+		}
+	}
+	// A real polluter: quiet after the throttle, and a later contended
+	// interval (a relax test) is the controller's, not the verification's.
+	thr = sp.NewThrottle(t0, 6)
+	for i := 1; i <= sp.Verify; i++ {
+		if d := sp.Next(thr, t0.Add(time.Duration(i)*250*time.Millisecond), 1.0, sp.Duty(1), 1); d == Useless {
+			t.Fatalf("quiet interval %d: useless", i)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if d := sp.Next(thr, t0.Add(time.Duration(10+i)*250*time.Millisecond), 5.0, sp.Duty(1), 1); d == Useless {
+			t.Fatal("contention after the verification window counted as a failed verification")
+		}
+	}
+}
+
 func TestSparsifyController(t *testing.T) {
 	sp := Sparsify{}
 	sp.Fill()
+	sp.Verify = -1 // this test drives the controller, not the verification
 	if q := sp.Quota(1, 2); q.Quota != 2*time.Millisecond || q.Period != 16*time.Millisecond {
 		t.Errorf("quota(1,2) = %v", q)
 	}
 	t0 := time.Unix(0, 0)
-	thr := sp.NewThrottle(t0)
+	thr := sp.NewThrottle(t0, 6)
 	step := func(dt time.Duration, ratio, usage float64) Decision {
 		t0 = t0.Add(dt)
 		return sp.Next(thr, t0, ratio, usage, 1)
@@ -181,7 +221,7 @@ func TestSparsifyController(t *testing.T) {
 		t.Errorf("idle twice: %s", d)
 	}
 	// Relaxing past the last step releases.
-	thr2 := sp.NewThrottle(t0)
+	thr2 := sp.NewThrottle(t0, 6)
 	thr2.Step = sp.Steps - 1
 	if d := sp.Next(thr2, t0.Add(time.Minute), 1.0, sp.Duty(sp.Steps-1), 1); d != Release {
 		t.Errorf("full relaxation: %s", d)

@@ -30,6 +30,11 @@ type Sparsify struct {
 	// above TightenAbove for this long is not what causes it (the proof was
 	// fooled, or another polluter took over): release it (default 3 s).
 	Ineffective time.Duration
+	// Verify is how many intervals after a conviction count as a second
+	// proof: the throttle is itself a cap, so if the contention stays at
+	// half its excess before the conviction (or more) in two of them, it was
+	// not this tenant (default 4).
+	Verify int
 }
 
 // Fill sets defaults.
@@ -63,6 +68,9 @@ func (s *Sparsify) Fill() {
 	}
 	if s.Ineffective == 0 {
 		s.Ineffective = 3 * time.Second
+	}
+	if s.Verify == 0 {
+		s.Verify = 4
 	}
 }
 
@@ -98,11 +106,16 @@ type Throttle struct {
 	// floorHot is when contention was first seen above TightenAbove while at
 	// the floor (zero: not now).
 	floorHot time.Time
+	// decisions counts Next calls; hotEarly counts those among the first
+	// Verify whose contention stayed near the level before the conviction.
+	decisions, hotEarly int
+	before              float64
 }
 
-// NewThrottle starts a polluter at the configured start step.
-func (s Sparsify) NewThrottle(now time.Time) *Throttle {
-	return &Throttle{Step: s.StartStep, changed: now, hold: s.Hold}
+// NewThrottle starts a polluter at the configured start step; before is the
+// contention ratio that convicted it.
+func (s Sparsify) NewThrottle(now time.Time, before float64) *Throttle {
+	return &Throttle{Step: s.StartStep, changed: now, hold: s.Hold, before: before}
 }
 
 // Next decides, from this interval's contention ratio and the tenant's CPU
@@ -116,6 +129,13 @@ func (s Sparsify) Next(t *Throttle, now time.Time, ratio, usage float64, ncpus i
 		}
 	} else {
 		t.idleCount = 0
+	}
+	t.decisions++
+	if t.decisions <= s.Verify && ratio > max(s.TightenAbove, 1+0.5*(t.before-1)) {
+		t.hotEarly++
+		if t.hotEarly >= 2 {
+			return Useless
+		}
 	}
 	if ratio > s.TightenAbove && t.Step <= s.FloorStep {
 		if t.floorHot.IsZero() {

@@ -507,7 +507,7 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 		case act.Useless:
 			// Held at the floor and the contention stays: it is not the
 			// cause. Free it, and do not suspect it again for a while.
-			a.releaseLocked(t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× with it at the floor for %s", ratio, a.sp.Ineffective))
+			a.releaseLocked(t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× while it was held down", ratio))
 			delete(a.throttled, id)
 			a.backoff[id] = a.nextBackoff(id, now)
 		case act.Release:
@@ -652,7 +652,7 @@ func (a *Agent) endProofLocked(now time.Time, p *proof, verdict, why string, cap
 		a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "why", why)
 		return
 	}
-	thr := a.sp.NewThrottle(now)
+	thr := a.sp.NewThrottle(now, p.before)
 	q := a.sp.Quota(thr.Step, p.tenant.CPUs.Len())
 	if err := a.apply(p.tenant, q); err != nil {
 		a.handleWriteErr(p.tenant, err)

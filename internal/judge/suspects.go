@@ -201,8 +201,8 @@ const (
 // the probes read capped; once the cap was lifted (A again) they read
 // uncapped. The suspect is the polluter only if every capped reading was
 // back to normal (under tolerance, or with at least 70% of the excess gone)
-// and the contention came back once it was free (some uncapped reading at or
-// over ratio and at least half the excess of before). One contended reading under the cap clears it; contention
+// and the contention came back once it was free (some uncapped reading over
+// ratio, at least twice the capped excess and a quarter of the excess before). One contended reading under the cap clears it; contention
 // that does not return leaves the question open (the polluter may have
 // paused by itself) and convicts no one.
 func ProofOutcome(before float64, capped, uncapped []float64, tolerance, ratio float64) (verdict string, why string) {
@@ -221,10 +221,12 @@ func ProofOutcome(before float64, capped, uncapped []float64, tolerance, ratio f
 	if len(uncapped) > 0 {
 		back = slices.Max(uncapped)
 	}
-	// It must come back at a level like before (at least half the excess),
-	// not just a blip over the threshold: bursty contention can fall quiet by
-	// itself while an innocent is capped.
-	if need := max(ratio, 1+0.5*(before-1)); back < need {
+	// It must come back clearly: over the threshold, at least twice the
+	// excess seen under the cap, and at least a quarter of the excess of
+	// before. Bursty contention can fall quiet by itself while an innocent is
+	// capped; then it does not come back at once, or only as a blip.
+	need := 1 + max(ratio-1, 2*(worst-1), 0.25*(before-1))
+	if back < need {
 		return ProofInconclusive, fmt.Sprintf("contention fell from %.2f× to %.2f× while it was capped but did not come back (%.2f×, needed %.2f×) when freed", before, worst, back, need)
 	}
 	return ProofGuilty, fmt.Sprintf("contention fell from %.2f× to at most %.2f× while it was capped and came back to %.2f× when freed", before, worst, back)

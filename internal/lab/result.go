@@ -125,6 +125,17 @@ func WriteText(w io.Writer, r *Result) error {
 			line += fmt.Sprintf(", released %.2fs after it stopped", *pr.ReleaseSeconds)
 		}
 		b.WriteString(line + "\n")
+		if len(pr.Actions) > 0 {
+			var acts []string
+			for i, a := range pr.Actions {
+				if i == 8 {
+					acts = append(acts, fmt.Sprintf("… %d more", len(pr.Actions)-8))
+					break
+				}
+				acts = append(acts, fmt.Sprintf("%.2fs %s %s", a.T, a.Kind, a.Tenant))
+			}
+			b.WriteString("           actions (last repetition): " + strings.Join(acts, ", ") + "\n")
+		}
 	}
 	b.WriteString("\nslowdown = co-located / solo, oriented so that > 1 is worse.\n")
 	_, err := io.WriteString(w, b.String())
