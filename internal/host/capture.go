@@ -3,6 +3,7 @@ package host
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -23,6 +24,12 @@ type CaptureManifest struct {
 
 // ManifestName is the file Capture writes at the root of the tree.
 const ManifestName = "crosstalk-capture.json"
+
+// KeepName marks a directory of a captured tree that is empty on the host:
+// git keeps no empty directories, and a directory's existence is evidence
+// (/sys/module there means "no kvm_intel", not "partial tree"). Host.ReadDir
+// never lists it.
+const KeepName = ".crosstalk-keep"
 
 // Capture copies the recorded paths from src into the directory dst, so dst
 // can later serve as a Host root. File contents are copied; listed directories
@@ -76,6 +83,9 @@ func Capture(src *Host, touched []Touch, dst string) (CaptureManifest, error) {
 			m.StandIns = append(m.StandIns, t.Path)
 		}
 	}
+	if err := keepEmptyDirs(dst); err != nil {
+		return m, err
+	}
 	if len(m.Unreadable) == 0 {
 		m.Unreadable = nil
 	}
@@ -106,6 +116,23 @@ func captureSubdirs(src *Host, dir, out string) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// keepEmptyDirs puts a KeepName file in every empty directory under dst.
+func keepEmptyDirs(dst string) error {
+	return filepath.WalkDir(dst, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return err
+		}
+		if len(ents) == 0 {
+			return os.WriteFile(filepath.Join(p, KeepName), nil, 0o644)
+		}
+		return nil
+	})
 }
 
 func writeCaptured(out string, data []byte) error {

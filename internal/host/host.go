@@ -223,6 +223,7 @@ func (h *Host) readDir(p string) ([]fs.DirEntry, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "readdir", Path: h.Path(p), Err: unwrapPath(err)}
 	}
+	ents = slices.DeleteFunc(ents, func(e fs.DirEntry) bool { return e.Name() == KeepName })
 	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return ents, nil
 }

@@ -153,6 +153,7 @@ func TestRecorderAndCapture(t *testing.T) {
 	// A socket stands in for /run/libvirt/libvirt-sock.
 	sock := filepath.Join(root, "run", "libvirt", "libvirt-sock")
 	os.MkdirAll(filepath.Dir(sock), 0o755)
+	os.MkdirAll(filepath.Join(root, "sys/module"), 0o755)
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +166,8 @@ func TestRecorderAndCapture(t *testing.T) {
 	h.ReadDir("/sys/devices/system/cpu")
 	h.ReadString("/sys/devices/system/cpu/online")
 	h.Exists("/run/libvirt/libvirt-sock")
-	h.Exists("/dev/kvm") // absent: must stay absent
+	h.Exists("/dev/kvm")    // absent: must stay absent
+	h.Exists("/sys/module") // present and empty
 	h.ReadInt("/sys/kernel/mm/ksm/run")
 
 	dst := t.TempDir()
@@ -173,7 +175,7 @@ func TestRecorderAndCapture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Files != 3 || len(m.StandIns) != 1 || m.StandIns[0] != "/run/libvirt/libvirt-sock" {
+	if m.Files != 3 || m.Dirs < 2 || len(m.StandIns) != 1 || m.StandIns[0] != "/run/libvirt/libvirt-sock" {
 		t.Errorf("manifest = %+v", m)
 	}
 	for p, want := range map[string]string{
@@ -196,9 +198,17 @@ func TestRecorderAndCapture(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || back.Files != 3 {
 		t.Errorf("manifest file: %v %+v", err, back)
 	}
+	// An empty directory survives git through its keep file, which the host
+	// layer never lists.
+	if _, err := os.Stat(filepath.Join(dst, "sys/module", KeepName)); err != nil {
+		t.Errorf("empty listed directory has no keep file: %v", err)
+	}
 	// The captured tree is itself a usable root.
 	h2 := openT(t, dst)
 	if s, _ := h2.ReadString("/sys/devices/system/cpu/online"); s != "0" {
 		t.Errorf("captured tree read = %q", s)
+	}
+	if ents, _ := h2.ReadDir("/run/libvirt"); len(ents) != 1 || ents[0].Name() != "libvirt-sock" {
+		t.Errorf("listing of a captured dir: %v", ents)
 	}
 }
