@@ -2,18 +2,27 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return runCtx(ctx, args...)
+}
+
+// runCtx runs the real command tree with args, as main does.
+func runCtx(ctx context.Context, args ...string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
 	root := NewRoot(Build{Version: "v0.0.0-test", Commit: "abc123"}, &out, &errOut)
 	root.SetArgs(args)
-	err = root.Execute()
+	err = root.ExecuteContext(ctx)
 	return out.String(), errOut.String(), err
 }
 

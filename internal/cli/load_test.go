@@ -13,23 +13,8 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/load"
 )
 
-// runLoadCmd runs `crosstalk load ARGS...` on a root that has only the load
-// command, so these tests do not depend on how root.go registers it.
-func runLoadCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	g := &globals{out: &out, errOut: &errOut}
-	root := &cobra.Command{Use: "crosstalk", SilenceUsage: true, SilenceErrors: true}
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.AddCommand(newLoadCmd(g))
-	root.SetArgs(append([]string{"load"}, args...))
-	err = root.ExecuteContext(context.Background())
-	return out.String(), errOut.String(), err
-}
-
 func TestLoadCmdOutput(t *testing.T) {
-	out, errOut, err := runLoadCmd(t, "chase", "--duration", "250ms", "--interval", "100ms", "--size", "64KiB")
+	out, errOut, err := run(t, "load", "chase", "--duration", "250ms", "--interval", "100ms", "--size", "64KiB")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +67,7 @@ func TestLoadCmdErrors(t *testing.T) {
 		{[]string{"splitlock", "--rate", "-1"}, "rate must be"},
 		{[]string{}, "accepts 1 arg"},
 	} {
-		out, _, err := runLoadCmd(t, tc.args...)
+		out, _, err := run(t, append([]string{"load"}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("load %v: err = %v, want %q", tc.args, err, tc.want)
 		}
@@ -93,7 +78,7 @@ func TestLoadCmdErrors(t *testing.T) {
 }
 
 func TestLoadCmdHelp(t *testing.T) {
-	out, _, err := runLoadCmd(t, "--help")
+	out, _, err := run(t, "load", "--help")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,34 +2,14 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/crosstalk-project/crosstalk/internal/agent"
 )
-
-// runTopCmd runs `crosstalk top ARGS...` on a root that has only the top
-// command, so these tests do not depend on how root.go registers it.
-func runTopCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	g := &globals{out: &out, errOut: &errOut}
-	root := &cobra.Command{Use: "crosstalk", SilenceUsage: true, SilenceErrors: true}
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.AddCommand(newTopCmd(g))
-	root.SetArgs(append([]string{"top"}, args...))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err = root.ExecuteContext(ctx)
-	return out.String(), errOut.String(), err
-}
 
 type topSource struct {
 	s  agent.State
@@ -57,7 +37,7 @@ func TestTopOnce(t *testing.T) {
 		Probes:   []agent.ProbeState{{Domain: 0, Kind: "lock", LatencyNs: 900, BaselineNs: 500, Ratio: 1.8}},
 		Suspects: []agent.Suspect{{Tenant: "vm:noisy", Name: "noisy", Score: 0.9, Reasons: []string{"bus locks 120k/s"}}},
 	}})
-	out, errOut, err := runTopCmd(t, "--once", "--addr", addr, "--width", "100")
+	out, errOut, err := run(t, "top", "--once", "--addr", addr, "--width", "100")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
@@ -108,7 +88,7 @@ func TestTopErrors(t *testing.T) {
 		{[]string{"--width", "-1"}, "--width must be >= 0", 0},
 		{[]string{"extra"}, "unknown command", 0},
 	} {
-		out, _, err := runTopCmd(t, tc.args...)
+		out, _, err := run(t, append([]string{"top"}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: want %q, got %v", tc.args, tc.want, err)
 			continue
