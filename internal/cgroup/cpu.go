@@ -175,25 +175,36 @@ type StringReader interface {
 // throttling from the hierarchy that holds the cpu controller.
 func (g *Group) CPUStat() (CPUStat, error) { return g.CPUStatFrom(g.h) }
 
-// UsageFrom reads only the CPU time consumed, from the one file that has it
-// (cgroup2 cpu.stat, else v1 cpuacct.usage).
-func (g *Group) UsageFrom(r StringReader) (time.Duration, error) {
+// UsageFrom reads the CPU time consumed, from the one file that has it:
+// cgroup2 cpu.stat (present even without controllers on hybrid hosts), else
+// v1 cpuacct.usage. On pure v2 that file also holds the throttling counters,
+// which it fills in too; ThrottlingFrom completes the rest on v1.
+func (g *Group) UsageFrom(r StringReader) (CPUStat, error) {
+	var st CPUStat
 	var firstErr error
 	if g.l.V2 != "" {
 		s, err := r.ReadString(path.Join(g.l.V2, g.Name, "cpu.stat"))
 		if err == nil {
-			if n, ok := ParseKV(s)["usage_usec"]; ok {
-				return time.Duration(n) * time.Microsecond, nil
+			kv := ParseKV(s)
+			if n, ok := kv["usage_usec"]; ok {
+				st.Usage = time.Duration(n) * time.Microsecond
+				if g.l.CPUControl() == "v2" {
+					st.Throttled = time.Duration(kv["throttled_usec"]) * time.Microsecond
+					st.NrPeriods, st.NrThrottled = uint64(kv["nr_periods"]), uint64(kv["nr_throttled"])
+				}
+				return st, nil
 			}
 		}
 		firstErr = err
 	}
+	// v1 only, or a group that exists in v1 but not in cgroup2.
 	if m := g.l.V1["cpuacct"]; m != "" {
 		s, err := r.ReadString(path.Join(m, g.Name, "cpuacct.usage"))
 		if err == nil {
 			n, err := strconv.ParseInt(s, 10, 64)
 			if err == nil {
-				return time.Duration(n), nil
+				st.Usage = time.Duration(n)
+				return st, nil
 			}
 		}
 		if firstErr == nil {
@@ -203,51 +214,32 @@ func (g *Group) UsageFrom(r StringReader) (time.Duration, error) {
 	if firstErr == nil {
 		firstErr = fmt.Errorf("cgroup %s: no CPU usage accounting found", g.Name)
 	}
-	return 0, firstErr
+	return st, firstErr
+}
+
+// ThrottlingFrom completes st (from UsageFrom) with the v1 cpu controller's
+// throttling counters; on v2 UsageFrom already read them.
+func (g *Group) ThrottlingFrom(r StringReader, st *CPUStat) error {
+	if g.l.CPUControl() != "v1" {
+		return nil
+	}
+	s, err := r.ReadString(path.Join(g.l.V1["cpu"], g.Name, "cpu.stat"))
+	if err != nil {
+		return err
+	}
+	kv := ParseKV(s)
+	st.Throttled = time.Duration(kv["throttled_time"])
+	st.NrPeriods, st.NrThrottled = uint64(kv["nr_periods"]), uint64(kv["nr_throttled"])
+	return nil
 }
 
 // CPUStatFrom is CPUStat reading through r.
 func (g *Group) CPUStatFrom(r StringReader) (CPUStat, error) {
-	var st CPUStat
-	gotUsage := false
-	readKV := func(p string) (map[string]int64, error) {
-		s, err := r.ReadString(p)
-		if err != nil {
-			return nil, err
-		}
-		return ParseKV(s), nil
+	st, err := g.UsageFrom(r)
+	if err != nil {
+		return st, err
 	}
-	if g.l.V2 != "" {
-		if kv, err := readKV(path.Join(g.l.V2, g.Name, "cpu.stat")); err == nil {
-			if n, ok := kv["usage_usec"]; ok {
-				st.Usage, gotUsage = time.Duration(n)*time.Microsecond, true
-			}
-			if g.l.CPUControl() == "v2" {
-				st.Throttled = time.Duration(kv["throttled_usec"]) * time.Microsecond
-				st.NrPeriods, st.NrThrottled = uint64(kv["nr_periods"]), uint64(kv["nr_throttled"])
-			}
-		}
-	}
-	if m := g.l.V1["cpuacct"]; !gotUsage && m != "" {
-		// v1 only, or a group that exists in v1 but not in cgroup2.
-		if s, err := r.ReadString(path.Join(m, g.Name, "cpuacct.usage")); err == nil {
-			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-				st.Usage, gotUsage = time.Duration(n), true
-			}
-		}
-	}
-	if g.l.CPUControl() == "v1" {
-		kv, err := readKV(path.Join(g.l.V1["cpu"], g.Name, "cpu.stat"))
-		if err != nil {
-			return st, err
-		}
-		st.Throttled = time.Duration(kv["throttled_time"])
-		st.NrPeriods, st.NrThrottled = uint64(kv["nr_periods"]), uint64(kv["nr_throttled"])
-	}
-	if !gotUsage {
-		return st, fmt.Errorf("cgroup %s: no CPU usage accounting found", g.Name)
-	}
-	return st, nil
+	return st, g.ThrottlingFrom(r, &st)
 }
 
 // ParseKV parses "key value" lines, skipping malformed ones.

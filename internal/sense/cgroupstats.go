@@ -53,19 +53,16 @@ func (c CgroupStats) reader() cgroup.StringReader {
 func (c CgroupStats) Read(t Tenant, prev *TenantStats) (TenantStats, error) {
 	st := TenantStats{At: time.Now()}
 	g := cgroup.Open(c.Host, c.Layout, t.Cgroup)
-	if prev != nil {
-		usage, err := g.UsageFrom(c.reader())
-		if err != nil {
-			return st, fmt.Errorf("tenant %s: %w", t.ID, err)
-		}
-		if usage == prev.Usage {
-			idle := *prev
-			idle.At = st.At
-			return idle, nil
-		}
-	}
-	cs, err := g.CPUStatFrom(c.reader())
+	cs, err := g.UsageFrom(c.reader())
 	if err != nil {
+		return st, fmt.Errorf("tenant %s: %w", t.ID, err)
+	}
+	if prev != nil && cs.Usage == prev.Usage {
+		idle := *prev
+		idle.At = st.At
+		return idle, nil
+	}
+	if err := g.ThrottlingFrom(c.reader(), &cs); err != nil {
 		return st, fmt.Errorf("tenant %s: %w", t.ID, err)
 	}
 	st.Usage, st.Throttled = cs.Usage, cs.Throttled
