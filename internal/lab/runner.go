@@ -123,13 +123,11 @@ func Sweep(h *host.Host, l cgroup.Layout) (int, error) {
 	n := 0
 	var errs []error
 	for name := range runs {
-		f := strings.Split(name, "-")
-		if len(f) == 3 {
-			if pid, err := strconv.Atoi(f[1]); err == nil && pid != os.Getpid() && cgroup.PIDAlive(pid) {
-				continue // a lab run in progress
-			}
-			if pid, _ := strconv.Atoi(f[1]); pid == os.Getpid() {
-				continue // ours: removed by its own Run
+		// Keep our own runs (each Run removes its own) and those of a lab
+		// process still alive.
+		if f := strings.Split(name, "-"); len(f) == 3 {
+			if pid, err := strconv.Atoi(f[1]); err == nil && (pid == os.Getpid() || cgroup.PIDAlive(pid)) {
+				continue
 			}
 		}
 		if err := cgroup.RemoveTree(h, l, path.Join(labRoot, name), 3*time.Second); err != nil {
