@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -349,6 +348,3 @@ func (s *Scenario) Victim() Tenant {
 	}
 	return Tenant{}
 }
-
-// cgroupName is where the tenant lives during a phase.
-func cgroupName(run, phase, tenant string) string { return path.Join(labRoot, run, phase, tenant) }
