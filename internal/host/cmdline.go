@@ -33,12 +33,20 @@ func ParseCmdline(s string) Cmdline {
 			}
 			i++
 		}
+		// As next_arg(): a token that starts with a quote loses it and its
+		// closing quote; a value that starts with a quote loses that pair.
 		tok := s[start:i]
+		if t, ok := strings.CutPrefix(tok, `"`); ok {
+			tok = strings.TrimSuffix(t, `"`)
+		}
 		if tok == "--" {
 			return out
 		}
 		key, val, has := strings.Cut(tok, "=")
-		out = append(out, Param{Key: strings.Trim(key, `"`), Value: strings.Trim(val, `"`), HasValue: has})
+		if v, ok := strings.CutPrefix(val, `"`); ok {
+			val = strings.TrimSuffix(v, `"`)
+		}
+		out = append(out, Param{Key: key, Value: val, HasValue: has})
 	}
 }
 

@@ -61,6 +61,15 @@ func TestParseCmdline(t *testing.T) {
 	if p := c[2]; p.HasValue || p.Key != "ro" {
 		t.Errorf("bare flag = %+v", p)
 	}
+	// Quotes as the kernel strips them: around a whole token, around a value,
+	// and nowhere else (`--"` is a parameter; `"--"` ends the list as `--` does).
+	q := ParseCmdline(`"a=b c" d="e" --"`)
+	if len(q) != 3 || q[0].Key != "a" || q[0].Value != "b c" || q[1].Value != "e" || q[2].Key != `--"` {
+		t.Errorf("quoted tokens = %+v", q)
+	}
+	if r := ParseCmdline(`x "--" y`); len(r) != 1 || r[0].Key != "x" {
+		t.Errorf(`"--" did not end the list: %+v`, r)
+	}
 }
 
 func FuzzParseCmdline(f *testing.F) {
@@ -69,7 +78,8 @@ func FuzzParseCmdline(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		for _, p := range ParseCmdline(s) {
-			if p.Key == "--" {
+			// parse_args() ends at a bare "--"; "--=x" is a parameter.
+			if p.Key == "--" && !p.HasValue {
 				t.Fatalf("-- returned as a parameter in %q", s)
 			}
 			if strings.ContainsAny(p.Key, " \t\n") && !strings.Contains(s, `"`) {
