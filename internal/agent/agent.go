@@ -84,6 +84,9 @@ type Deps struct {
 	Host, Version string
 	// PMU says whether Counters include hardware events.
 	PMU bool
+	// Sleep pauses between per-CPU probes (nil: time.Sleep); the simulator
+	// runs on virtual time.
+	Sleep func(time.Duration)
 }
 
 // Agent is one running crosstalk agent.
@@ -173,6 +176,9 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	if d.Journal == nil {
 		d.Journal, _ = act.OpenJournal("")
 	}
+	if d.Sleep == nil {
+		d.Sleep = time.Sleep
+	}
 	a := &Agent{
 		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(),
 		cont: judge.NewContention(cfg.Thresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
@@ -226,11 +232,7 @@ func (a *Agent) RestoreBaselines(b map[string]judge.Baseline) { a.cont.Restore(b
 
 // Run loops until ctx ends, then restores every tenant it throttled.
 func (a *Agent) Run(ctx context.Context) error {
-	a.journal(act.Event{Kind: "start", Detail: fmt.Sprintf("interval %s, dry-run %v", a.cfg.Interval, a.cfg.DryRun)})
-	if n, err := a.d.Quota.RestoreAll(); n > 0 || err != nil {
-		a.log.Warn("restored quotas a previous crosstalk left behind", "restored", n, "err", err)
-		a.journal(act.Event{Kind: "restore", Detail: fmt.Sprintf("restored %d tenant(s) left throttled by a previous run (err: %v)", n, err)})
-	}
+	a.restoreLeftovers()
 	defer a.shutdown()
 
 	tick := time.NewTicker(a.cfg.Interval)
@@ -249,6 +251,36 @@ func (a *Agent) Run(ctx context.Context) error {
 		case now := <-proofTimer:
 			a.proofSample(now)
 		}
+	}
+}
+
+// Tick drives the agent on a caller's clock instead of Run's timers (the
+// simulator runs on virtual time): it takes a proof sample when one is due
+// and runs an interval when next has passed, and returns when the next
+// interval is due. Call Start first and Stop at the end.
+func (a *Agent) Tick(now, next time.Time) time.Time {
+	if p := a.currentProof(); p != nil && !now.Before(p.next) {
+		a.proofSample(now)
+	}
+	if next.IsZero() || !now.Before(next) {
+		a.step(now)
+		return now.Add(a.cfg.Interval)
+	}
+	return next
+}
+
+// Start does what Run does before its first interval: restore throttles a
+// previous run left behind.
+func (a *Agent) Start() { a.restoreLeftovers() }
+
+// Stop restores everything the agent changed, as Run does when it ends.
+func (a *Agent) Stop() { a.shutdown() }
+
+func (a *Agent) restoreLeftovers() {
+	a.journal(act.Event{Kind: "start", Detail: fmt.Sprintf("interval %s, dry-run %v", a.cfg.Interval, a.cfg.DryRun)})
+	if n, err := a.d.Quota.RestoreAll(); n > 0 || err != nil {
+		a.log.Warn("restored quotas a previous crosstalk left behind", "restored", n, "err", err)
+		a.journal(act.Event{Kind: "restore", Detail: fmt.Sprintf("restored %d tenant(s) left throttled by a previous run (err: %v)", n, err)})
 	}
 }
 
@@ -326,7 +358,7 @@ func (a *Agent) step(now time.Time) {
 	}
 	for i, t := range targets {
 		if i > 0 {
-			time.Sleep(probeGap)
+			a.d.Sleep(probeGap)
 		}
 		rs, err := a.measureCPU(t.Domain, t.CPU, t.Kinds...)
 		switch {

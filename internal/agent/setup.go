@@ -27,6 +27,28 @@ import (
 // cfg.StateDir. The returned close function releases what Build opened (it
 // does not restore quotas: Run does that when it ends).
 func Build(cfg Config, h *host.Host, log *slog.Logger, version string, onAction func(ActionRecord)) (*Agent, func(), error) {
+	return BuildWith(cfg, h, BuildOptions{Log: log, Version: version, OnAction: onAction})
+}
+
+// BuildOptions replace the parts of Build that touch the live machine: the
+// simulator (internal/sim) serves its modelled host through them while every
+// file the agent reads and writes still goes through h.
+type BuildOptions struct {
+	Log      *slog.Logger
+	Version  string
+	OnAction func(ActionRecord)
+	// PerfOpener replaces perf_event_open; with it, perf counters are used
+	// on a non-live host tree too.
+	PerfOpener sense.PerfOpener
+	// Probe replaces the canary probe.
+	Probe Prober
+	// Sleep replaces time.Sleep between per-CPU probes (nil: time.Sleep).
+	Sleep func(time.Duration)
+}
+
+// BuildWith is Build with parts replaced (see BuildOptions).
+func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error) {
+	log, version, onAction := o.Log, o.Version, o.OnAction
 	cfg.fill()
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
@@ -45,9 +67,11 @@ func Build(cfg Config, h *host.Host, log *slog.Logger, version string, onAction 
 	if err != nil {
 		return nil, nil, err
 	}
-	probe, err := sense.NewProbe(topo, allowedCPUs(topo), cfg.ProbeSettings())
-	if err != nil {
-		return nil, nil, err
+	var probe Prober = o.Probe
+	if probe == nil {
+		if probe, err = sense.NewProbe(topo, allowedCPUs(topo), cfg.ProbeSettings()); err != nil {
+			return nil, nil, err
+		}
 	}
 	disc, err := sense.NewCgroupDiscoverer(h, layout, cfg.Tenants.Globs)
 	if err != nil {
@@ -89,11 +113,16 @@ func Build(cfg Config, h *host.Host, log *slog.Logger, version string, onAction 
 		Log:        log,
 		OnAction:   onAction,
 		Version:    version,
+		Sleep:      o.Sleep,
 	}
 	d.Host, _ = h.ReadString("/proc/sys/kernel/hostname")
 	pres := pmu.Detect(h)
+	opener := o.PerfOpener
+	if opener == nil && h.IsLive() {
+		opener = sense.SystemPerfOpener()
+	}
 	switch {
-	case !*cfg.Perf.Enabled || !h.IsLive():
+	case !*cfg.Perf.Enabled || opener == nil:
 	case !pres.Hardware && !cfg.Perf.Software:
 		// Software events alone add little to cgroup accounting and cost a
 		// file descriptor per tenant, event and CPU: off unless asked for.
@@ -106,7 +135,7 @@ func Build(cfg Config, h *host.Host, log *slog.Logger, version string, onAction 
 				arch, known = pmu.Lookup(id.Vendor, id.Family, id.Model, id.Stepping)
 			}
 		}
-		pc, err := sense.NewPerfCounters(h, layout, sense.PerfEventsFor(pres, arch, known), cfg.Perf.FDBudget, sense.SystemPerfOpener())
+		pc, err := sense.NewPerfCounters(h, layout, sense.PerfEventsFor(pres, arch, known), cfg.Perf.FDBudget, opener)
 		if err != nil {
 			log.Warn("perf counters off", "err", err)
 		} else {
