@@ -29,7 +29,28 @@ type Host struct {
 	root   string
 	rootFD int // open O_PATH fd of root; -1 when root is "/" or openat2 is unavailable
 	rec    *Recorder
+	kernel Kernel
 }
+
+// Kernel emulates, for a simulated host tree, what a pseudo-filesystem's
+// kernel side does when a directory is made or removed or a file written:
+// resctrl and cgroupfs populate a new group's files on mkdir, remove a
+// group with its files on rmdir, and a write to "tasks" moves one task
+// rather than replacing the file. Real hosts have none (the real kernel
+// does it).
+type Kernel interface {
+	// Mkdir is called after directory p was created.
+	Mkdir(h *Host, p string) error
+	// Write is called before data is written to p; handled means the
+	// kernel consumed the write and the file is not to be written.
+	Write(h *Host, p string, data []byte) (handled bool, err error)
+	// Remove is called before p is removed; handled means the kernel
+	// removed it.
+	Remove(h *Host, p string) (handled bool, err error)
+}
+
+// WithKernel sets a simulated kernel for a host tree (see Kernel).
+func WithKernel(k Kernel) Option { return func(h *Host) { h.kernel = k } }
 
 // Option configures Open.
 type Option func(*Host)
@@ -295,6 +316,11 @@ func hasMeta(s string) bool { return strings.ContainsAny(s, `*?[\`) }
 // what `echo v > file` does too; kernfs ignores it, and it makes the same
 // write correct on captured trees and the simulator's plain files.
 func (h *Host) WriteFile(p string, data []byte) error {
+	if h.kernel != nil {
+		if handled, err := h.kernel.Write(h, clean(p), data); handled || err != nil {
+			return err
+		}
+	}
 	f, err := h.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		return err
@@ -312,6 +338,16 @@ func (h *Host) WriteFile(p string, data []byte) error {
 
 // Mkdir creates a host directory (a cgroup or a resctrl group).
 func (h *Host) Mkdir(p string, perm os.FileMode) error {
+	if err := h.mkdir(p, perm); err != nil {
+		return err
+	}
+	if h.kernel != nil {
+		return h.kernel.Mkdir(h, clean(p))
+	}
+	return nil
+}
+
+func (h *Host) mkdir(p string, perm os.FileMode) error {
 	if h.rootFD < 0 {
 		return os.Mkdir(h.Path(p), perm)
 	}
@@ -330,6 +366,11 @@ func (h *Host) Mkdir(p string, perm os.FileMode) error {
 // Remove removes an empty host directory or a file (rmdir of a cgroup or a
 // resctrl group).
 func (h *Host) Remove(p string) error {
+	if h.kernel != nil {
+		if handled, err := h.kernel.Remove(h, clean(p)); handled || err != nil {
+			return err
+		}
+	}
 	if h.rootFD < 0 {
 		return os.Remove(h.Path(p))
 	}
