@@ -120,6 +120,15 @@ func (h *Host) Path(p string) string { return filepath.Join(h.root, clean(p)) }
 
 func clean(p string) string { return path.Clean("/" + p) }
 
+// rel is p relative to the root for openat2; "." for the root itself (the
+// parent of a top-level entry).
+func rel(p string) string {
+	if r := strings.TrimPrefix(clean(p), "/"); r != "" {
+		return r
+	}
+	return "."
+}
+
 func (h *Host) note(kind recordKind, p string) {
 	if h.rec != nil {
 		h.rec.add(kind, clean(p))
@@ -131,7 +140,7 @@ func (h *Host) OpenFile(p string, flag int, perm os.FileMode) (*os.File, error) 
 	if h.rootFD < 0 {
 		return os.OpenFile(h.Path(p), flag, perm)
 	}
-	fd, err := unix.Openat2(h.rootFD, strings.TrimPrefix(clean(p), "/"), &unix.OpenHow{
+	fd, err := unix.Openat2(h.rootFD, rel(p), &unix.OpenHow{
 		Flags:   uint64(flag) | unix.O_CLOEXEC,
 		Mode:    uint64(perm.Perm()),
 		Resolve: unix.RESOLVE_IN_ROOT,
@@ -184,7 +193,7 @@ func (h *Host) openFD(p string, flag int) (int, error) {
 		if h.rootFD < 0 {
 			fd, err = unix.Open(h.Path(p), flag|unix.O_CLOEXEC, 0)
 		} else {
-			fd, err = unix.Openat2(h.rootFD, strings.TrimPrefix(clean(p), "/"), &unix.OpenHow{
+			fd, err = unix.Openat2(h.rootFD, rel(p), &unix.OpenHow{
 				Flags: uint64(flag) | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT})
 		}
 		if err == unix.EINTR {
