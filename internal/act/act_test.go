@@ -260,3 +260,53 @@ func TestJournal(t *testing.T) {
 		t.Error("no rotated journal")
 	}
 }
+
+// Records of other actuators live beside the quota entries, survive a
+// reopen (what a restart after kill -9 sees), and vanish when forgotten.
+func TestStateRecords(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "state.json")
+	s, err := OpenState(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type freq struct{ OriginalKHz int }
+	if err := s.PutRecord("cpufreq", "cpu3", freq{2400000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutRecord("cpufreq", "cpu1", freq{1800000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(Entry{Cgroup: "/a", OriginalQuotaUS: -1}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := OpenState(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(again.RecordKeys("cpufreq"), ","); got != "cpu1,cpu3" {
+		t.Errorf("keys after reopen = %q", got)
+	}
+	var f freq
+	if ok, err := again.GetRecord("cpufreq", "cpu3", &f); !ok || err != nil || f.OriginalKHz != 2400000 {
+		t.Errorf("cpu3 = %+v %v %v", f, ok, err)
+	}
+	if ok, _ := again.GetRecord("resctrl", "cpu3", &f); ok {
+		t.Error("record found under another kind")
+	}
+	if _, ok := again.Get("/a"); !ok {
+		t.Error("quota entry lost beside records")
+	}
+	for _, k := range []string{"cpu1", "cpu3"} {
+		if err := again.ForgetRecord("cpufreq", k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	third, _ := OpenState(file)
+	if keys := third.RecordKeys("cpufreq"); len(keys) != 0 {
+		t.Errorf("forgotten records still there: %v", keys)
+	}
+	b, _ := os.ReadFile(file)
+	if strings.Contains(string(b), "cpufreq") {
+		t.Errorf("empty section kept in the file:\n%s", b)
+	}
+}

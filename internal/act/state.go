@@ -35,6 +35,11 @@ type stateDoc struct {
 	PID     int              `json:"pid"`
 	Updated time.Time        `json:"updated"`
 	Entries map[string]Entry `json:"entries"`
+	// Records hold what the other actuators changed (resctrl classes,
+	// cpufreq limits, MSR duty cycles, libvirt scheduler parameters), one
+	// section per actuator kind, keyed by what was changed. Each actuator
+	// owns its section and the shape of its values.
+	Records map[string]map[string]json.RawMessage `json:"records,omitempty"`
 }
 
 // StateFile persists Entries with atomic replaces (write, fsync, rename,
@@ -63,6 +68,69 @@ func OpenState(path string) (*StateFile, error) {
 		s.doc.Entries = map[string]Entry{}
 	}
 	return s, nil
+}
+
+// PutRecord records, and saves before returning, what an actuator of the
+// given kind changed at key (a cgroup, a resctrl group, a CPU), with the
+// value it needs to undo it. An actuator must put its record before it
+// writes to the host, so a crash right after the write still leaves the
+// way back on disk.
+func (s *StateFile) PutRecord(kind, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("state record %s/%s: %w", kind, key, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.doc.Records == nil {
+		s.doc.Records = map[string]map[string]json.RawMessage{}
+	}
+	if s.doc.Records[kind] == nil {
+		s.doc.Records[kind] = map[string]json.RawMessage{}
+	}
+	s.doc.Records[kind][key] = b
+	return s.saveLocked()
+}
+
+// GetRecord decodes the record of kind at key into v; ok is false when there
+// is none.
+func (s *StateFile) GetRecord(kind, key string, v any) (ok bool, err error) {
+	s.mu.Lock()
+	raw, ok := s.doc.Records[kind][key]
+	s.mu.Unlock()
+	if !ok {
+		return false, nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return true, fmt.Errorf("state record %s/%s: %w", kind, key, err)
+	}
+	return true, nil
+}
+
+// RecordKeys lists the keys recorded for kind, sorted.
+func (s *StateFile) RecordKeys(kind string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.doc.Records[kind]))
+	for k := range s.doc.Records[kind] {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// ForgetRecord removes the record of kind at key and saves.
+func (s *StateFile) ForgetRecord(kind, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.doc.Records[kind][key]; !ok {
+		return nil
+	}
+	delete(s.doc.Records[kind], key)
+	if len(s.doc.Records[kind]) == 0 {
+		delete(s.doc.Records, kind)
+	}
+	return s.saveLocked()
 }
 
 // Path is where the state lives.
