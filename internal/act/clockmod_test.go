@@ -11,6 +11,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
 	"github.com/crosstalk-project/crosstalk/internal/topology"
+	"go.yaml.in/yaml/v3"
 )
 
 // hostCopy copies a tree of testdata/hosts into a temporary directory, so
@@ -348,5 +349,29 @@ func TestReadMSRShortStandIn(t *testing.T) {
 	}
 	if _, err := ReadMSR(h, 99, MSRClockModulation); err == nil || !strings.Contains(err.Error(), "modprobe msr") {
 		t.Errorf("missing device: %v", err)
+	}
+}
+
+// The proposed `levers:` section decodes into the actuators' configurations.
+func TestLeverConfigYAML(t *testing.T) {
+	var c struct {
+		Levers struct {
+			ClockModulation ClockModConfig `yaml:"clock_modulation"`
+			CPUFreq         CPUFreqConfig  `yaml:"cpufreq"`
+		} `yaml:"levers"`
+	}
+	dec := yaml.NewDecoder(strings.NewReader("levers:\n  clock_modulation: {enabled: true, extended_duty: false}\n  cpufreq: {enabled: false, steps: 8}\n"))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		t.Fatal(err)
+	}
+	cm, cf := c.Levers.ClockModulation, c.Levers.CPUFreq
+	if cm.ExtendedDuty == nil || *cm.ExtendedDuty || !*cm.Enabled || *cf.Enabled || cf.Steps != 8 || cf.Validate() != nil {
+		t.Errorf("decoded %+v %+v", cm, cf)
+	}
+	var empty ClockModConfig
+	empty.Fill()
+	if !*empty.Enabled || empty.ExtendedDuty != nil {
+		t.Errorf("defaults %+v", empty)
 	}
 }
