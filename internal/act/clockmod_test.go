@@ -8,10 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
 	"github.com/crosstalk-project/crosstalk/internal/topology"
-	"go.yaml.in/yaml/v3"
 )
 
 // hostCopy copies a tree of testdata/hosts into a temporary directory, so
