@@ -376,3 +376,31 @@ func TestLeverConfigYAML(t *testing.T) {
 		t.Errorf("defaults %+v", empty)
 	}
 }
+
+// The CPUID assembly agrees with the kernel about the CPU this test runs on.
+func TestLiveCPUID(t *testing.T) {
+	sig, ok := liveCPU()
+	if !ok {
+		t.Skip("no CPUID on this architecture")
+	}
+	h, err := host.Open("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := h.ReadString("/proc/cpuinfo")
+	if err != nil {
+		t.Skipf("no /proc/cpuinfo: %v", err)
+	}
+	id, err := topology.IdentityFromCPUInfo(s)
+	if err != nil {
+		t.Skipf("cpuinfo: %v", err)
+	}
+	if !sig.same(id) {
+		t.Errorf("CPUID says %s, /proc/cpuinfo %s", sig, id)
+	}
+	ext, err := ClockModSupport(h, id, ClockModConfig{})
+	t.Logf("this host: %s; ECMD %v; clock modulation: %v, %v", sig, sig.ecmd, ext, err)
+	if id.IsAMD() && (err == nil || !strings.Contains(err.Error(), "AMD")) {
+		t.Errorf("AMD host: %v", err)
+	}
+}
