@@ -51,9 +51,12 @@ type PackageAttribution struct {
 	TempWeighted bool   `json:"temp_weighted"`
 	TempReason   string `json:"temp_reason,omitempty"`
 	// AvgTemp is the mean core temperature (package sensor when there are
-	// no per-core ones), HasTemp when known.
-	AvgTemp float64 `json:"avg_temp_c,omitempty"`
-	HasTemp bool    `json:"has_temp"`
+	// no per-core ones), HasTemp when known; PerCoreTemps says every CPU of
+	// the package had its core's own reading, so temperatures can tell its
+	// tenants apart.
+	AvgTemp      float64 `json:"avg_temp_c,omitempty"`
+	HasTemp      bool    `json:"has_temp"`
+	PerCoreTemps bool    `json:"per_core_temps"`
 	// IdleRefTemp is the idle reference temperature the weighting used.
 	IdleRefTemp float64 `json:"idle_ref_temp_c,omitempty"`
 }
@@ -236,6 +239,7 @@ func (a *PowerAttributor) weights(pa *PackageAttribution, cpus []int, busy map[i
 			pa.AvgTemp, pa.HasTemp = c, true
 		}
 	}
+	pa.PerCoreTemps = allTemps
 	if !allTemps {
 		pa.TempReason = temps.PerCoreReason
 		if pa.TempReason == "" {

@@ -265,7 +265,7 @@ func TestAttributePower(t *testing.T) {
 		var a PowerAttributor
 		pa, tp := a.Attribute(pkgs, topo, busy, Temperatures{PerCoreReason: "no sensors"}, tenants)
 		// 6 busy cores: a 4/6, b 1/6, host 1/6.
-		if len(tp) != 2 || !near(tp[0].Watts, 80) || !near(tp[1].Watts, 20) || !near(pa[0].Unattributed, 20) || pa[0].TempWeighted {
+		if len(tp) != 2 || !near(tp[0].Watts, 80) || !near(tp[1].Watts, 20) || !near(pa[0].Unattributed, 20) || pa[0].TempWeighted || pa[0].PerCoreTemps {
 			t.Errorf("got %+v / %+v", tp, pa)
 		}
 		if !near(tp[0].CPUShareWatts, 80) || !near(tp[0].Busy, 4) || pa[0].TempReason != "no sensors" {
@@ -287,7 +287,7 @@ func TestAttributePower(t *testing.T) {
 		pa, tp := a.Attribute(pkgs, topo, busy, temps, tenants)
 		// Busy-weighted mean rise (4×30 + 1×15 + 1×15)/6 = 25: weights a
 		// 1.2, b and host 0.6; a 4.8/6 of 120 W, b 0.6/6, host 0.6/6.
-		if !pa[0].TempWeighted || !near(pa[0].IdleRefTemp, 40) || !near(tp[0].Watts, 96) || !near(tp[1].Watts, 12) || !near(pa[0].Unattributed, 12) {
+		if !pa[0].TempWeighted || !pa[0].PerCoreTemps || !near(pa[0].IdleRefTemp, 40) || !near(tp[0].Watts, 96) || !near(tp[1].Watts, 12) || !near(pa[0].Unattributed, 12) {
 			t.Errorf("got %+v / %+v", tp, pa)
 		}
 		if !near(tp[0].CPUShareWatts, 80) || !tp[0].HasTemp || !near(tp[0].Temp, 70) || !near(tp[1].Temp, 55) {
