@@ -404,3 +404,28 @@ func TestLiveCPUID(t *testing.T) {
 		t.Errorf("AMD host: %v", err)
 	}
 }
+
+// Any register value keeps its high bits and decodes to the step encoded.
+func FuzzClockModulationEncoding(f *testing.F) {
+	f.Add(uint64(0), uint8(4), true)
+	f.Add(uint64(0xffff_ffff_ffff_ffff), uint8(7), false)
+	f.Fuzz(func(t *testing.T, prev uint64, step uint8, extended bool) {
+		steps := 8
+		if extended {
+			steps = 16
+		}
+		v, err := EncodeClockModulation(prev, int(step), steps)
+		if (err != nil) != (step < 1 || int(step) > steps) {
+			t.Fatalf("step %d/%d: err %v", step, steps, err)
+		}
+		if err != nil {
+			return
+		}
+		if v>>5 != prev>>5 {
+			t.Fatalf("high bits changed: %#x -> %#x", prev, v)
+		}
+		if s, n := DecodeClockModulation(v, extended); s != int(step) || n != steps {
+			t.Fatalf("%#x decodes to %d/%d, encoded %d/%d", v, s, n, step, steps)
+		}
+	})
+}

@@ -36,7 +36,9 @@ func ParseProcStat(s string) (map[int]CPUTimes, error) {
 		}
 		var v [8]uint64
 		for i := 0; i < len(v) && i+1 < len(f); i++ {
-			if v[i], err = strconv.ParseUint(f[i+1], 10, 64); err != nil {
+			// 2^56 ticks is 23 million years at USER_HZ 100: anything
+			// larger is garbage, and would overflow the sums below.
+			if v[i], err = strconv.ParseUint(f[i+1], 10, 64); err != nil || v[i] > 1<<56 {
 				return nil, fmt.Errorf("/proc/stat: %s: bad field %q", f[0], f[i+1])
 			}
 		}

@@ -369,3 +369,20 @@ func TestPowerSensor(t *testing.T) {
 		t.Errorf("packages %+v, temps %+v", r.Packages, r.Temps)
 	}
 }
+
+func FuzzParseProcStat(f *testing.F) {
+	f.Add("cpu  1 2 3 4 5 6 7 8 0 0\ncpu0 10 0 5 100 1 0 0 0 0 0\ncpu3 1 1 1 1\nintr 5\n")
+	f.Add("cpu0 18446744073709551615 0 0 0 0 0 0 0\n")
+	f.Add("cpu-1 1 2 3 4\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := ParseProcStat(s)
+		if err != nil {
+			return
+		}
+		for cpu, c := range m {
+			if cpu < 0 || c.Busy() > c.Total() {
+				t.Fatalf("cpu %d: %+v (busy %d > total %d)", cpu, c, c.Busy(), c.Total())
+			}
+		}
+	})
+}
