@@ -230,3 +230,23 @@ func TestBusLockBudgetConfig(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkHardwareJudges1000 is one interval of the bus-lock budget and
+// the permits with 1,000 tenants (the sim's scale scenario).
+func BenchmarkHardwareJudges1000(b *testing.B) {
+	bl := NewBusLockBudget(BusLockBudgetConfig{})
+	pm := NewPermits(PermitsConfig{Default: 100000, Classes: []PermitClass{{Name: "hpc", Kind: "vm", Match: "hpc-*", LLCCap: 250000}}})
+	bts := make([]BusLockTenant, 1000)
+	pts := make([]PermitTenant, 1000)
+	for i := range bts {
+		bts[i] = BusLockTenant{ID: fmt.Sprintf("/t/%d", i), Rate: float64(i * 37 % 2000), Measured: true, Cores: 1, Lever: LeverCPUQuota, Steps: 16}
+		pts[i] = PermitTenant{ID: bts[i].ID, Name: fmt.Sprintf("hpc-%d", i), Kind: "vm", LLCCapAct: float64(i * 331 % 300000), Measured: true, Usage: 1, CPUs: 2}
+	}
+	at := time.Unix(0, 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		at = at.Add(blInterval)
+		bl.Observe(BusLockSample{At: at, Duration: blInterval, Tenants: bts})
+		pm.Observe(PermitSample{At: at, Duration: blInterval, Tenants: pts})
+	}
+}

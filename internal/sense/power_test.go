@@ -386,3 +386,26 @@ func FuzzParseProcStat(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkAttributePower1000 divides two 112-CPU packages among 1,000
+// tenants (the sim's scale scenario), with per-core temperatures.
+func BenchmarkAttributePower1000(b *testing.B) {
+	topo := &topology.Topology{Packages: []topology.Package{{ID: 0, CPUs: cpuset.Range(0, 111)}, {ID: 1, CPUs: cpuset.Range(112, 223)}}}
+	busy := map[int]float64{}
+	temps := Temperatures{CPU: map[int]float64{}, Package: map[int]float64{0: 60, 1: 60}}
+	for cpu := 0; cpu < 224; cpu++ {
+		busy[cpu] = float64(cpu%10) / 10
+		temps.CPU[cpu] = 40 + 30*busy[cpu]
+	}
+	tenants := make([]PowerTenantInput, 1000)
+	for i := range tenants {
+		c := (i * 7) % 223
+		tenants[i] = PowerTenantInput{ID: fmt.Sprintf("/t/%d", i), CPUs: cpuset.Of(c, c+1), Usage: 0.2}
+	}
+	pkgs := []PackagePower{{Package: 0, Watts: 180}, {Package: 1, Watts: 150}}
+	var a PowerAttributor
+	b.ReportAllocs()
+	for b.Loop() {
+		a.Attribute(pkgs, topo, busy, temps, tenants)
+	}
+}
