@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/resctrl"
 )
 
 const mnt = "/sys/fs/resctrl"
@@ -430,4 +432,46 @@ func TestMountNeedsResctrl(t *testing.T) {
 	if err := h2.WriteFile("/proc/sys/kernel/osrelease", []byte("6.18.0\n")); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Whatever is written to a schemata file, the group keeps a schemata the
+// kernel could hold: a failed write changes nothing, a successful one
+// leaves only valid masks and MB steps.
+func FuzzSchemataWrite(f *testing.F) {
+	for _, s := range []string{"L3:0=f\n", "MB:1=15\n", "L3:0=f;1=0x7f0\nMB:0=100\n", "L3:0=505\n", "  L3 :1= 3 ;\n", "MB:0=999999999999\n", "L3:0=f\n\n", ""} {
+		f.Add(s)
+	}
+	dst := filepath.Join(f.TempDir(), "skx")
+	h, _, err := OpenTree(dst, filepath.Join("..", "..", "..", "testdata", "hosts", "intel-skx-2s"), Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer h.Close()
+	if err := mkdir(h, "g"); err != nil {
+		f.Fatal(err)
+	}
+	ca := &resctrl.CacheAlloc{CBMMask: 0x7ff, Ways: 11, MinCBMBits: 1}
+	f.Fuzz(func(t *testing.T, data string) {
+		before := file(t, h, "g/schemata")
+		werr := write(h, "g/schemata", data)
+		after := file(t, h, "g/schemata")
+		if werr != nil && after != before {
+			t.Fatalf("failed write %q changed %q to %q", data, before, after)
+		}
+		s, err := resctrl.ParseSchemata(after)
+		if err != nil {
+			t.Fatalf("after %q: unparseable %q: %v", data, after, err)
+		}
+		for _, d := range []int{0, 1} {
+			m, err := s.CacheMask("L3", d)
+			if err != nil || ca.Validate(m) != nil {
+				t.Fatalf("after %q: L3 domain %d mask %#x (%v)", data, d, m, err)
+			}
+			v, _ := s.Value("MB", d)
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 10 || n > 100 || n%10 != 0 {
+				t.Fatalf("after %q: MB domain %d = %q", data, d, v)
+			}
+		}
+	})
 }
