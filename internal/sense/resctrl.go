@@ -339,7 +339,7 @@ func (m *ResctrlMonitor) Sync(tenants []Tenant) error {
 			}
 			// Threads that exited between discovery and now (ESRCH) have
 			// nothing left to count: not an error.
-			moved, _, err := resctrl.MoveTasks(m.h, g, todo)
+			moved, gone, err := resctrl.MoveTasks(m.h, g, todo)
 			for _, x := range moved {
 				s.written[x] = true
 			}
@@ -347,9 +347,15 @@ func (m *ResctrlMonitor) Sync(tenants []Tenant) error {
 				errs = append(errs, fmt.Errorf("tenant %s: %w", mt.id, err))
 			}
 			// Forget threads that left the tenant (exited, moved elsewhere).
-			for x := range s.written {
-				if !slices.Contains(tids, x) {
-					delete(s.written, x)
+			if len(s.written) > len(tids) || len(gone) > 0 {
+				keep := make(map[int]bool, len(tids))
+				for _, x := range tids {
+					keep[x] = true
+				}
+				for x := range s.written {
+					if !keep[x] {
+						delete(s.written, x)
+					}
 				}
 			}
 		}
