@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,12 +23,15 @@ type excerpt struct {
 		Dir   string `json:"dir"`
 	}
 	Events []struct {
-		Dir       string `json:"dir"`
-		File      string `json:"file"`
-		Name      string `json:"name"`
-		EventCode string `json:"event_code"`
-		Umask     string `json:"umask"`
-		Role      string `json:"role"`
+		Dir       string   `json:"dir"`
+		File      string   `json:"file"`
+		Name      string   `json:"name"`
+		EventCode string   `json:"event_code"`
+		Umask     string   `json:"umask"`
+		Role      string   `json:"role"`
+		Parts     []string `json:"parts"`
+		Commit    string   `json:"commit"`
+		Repo      string   `json:"repo"`
 	}
 }
 
@@ -53,9 +57,17 @@ func hex(t *testing.T, s string) uint64 {
 	return v
 }
 
-// Every bus-lock event in the table must be the kernel's: same name, file,
-// event code and umask in the microarchitecture's pmu-events directory.
-func TestBusLockEventsMatchKernel(t *testing.T) {
+// kernelRole is the excerpt's role for each of crosstalk's event roles.
+var kernelRole = map[string]string{
+	"cycles": "cycles", "instructions": "instructions",
+	"llc_misses": "llc_miss", "llc_references": "llc_reference", "bus_locks": "bus_lock",
+}
+
+// Every event in the table must be the kernel's: same name, file, event code
+// and umask in the microarchitecture's pmu-events directory. An event that
+// ORs several kernel events (Parts) must name events that exist there with
+// the same code and file, and its umask must be exactly their union.
+func TestEventsMatchKernel(t *testing.T) {
 	x := loadExcerpt(t)
 	seen := map[string]bool{}
 	for _, e := range table {
@@ -64,20 +76,63 @@ func TestBusLockEventsMatchKernel(t *testing.T) {
 			continue
 		}
 		seen[m.Dir] = true
-		found := false
-		for _, k := range x.Events {
-			if k.Dir != m.Dir || k.Role != "bus_lock" {
+		if m.Cycles.Zero() || m.Instructions.Zero() || m.BusLock.Zero() {
+			t.Errorf("%s: cycles, instructions and bus locks are required on every known CPU", m.Dir)
+		}
+		covered := map[string]bool{}
+		for _, ne := range m.Events() {
+			role := kernelRole[ne.Role]
+			covered[role] = true
+			ev := ne.Event
+			var found []string
+			for _, k := range x.Events {
+				if k.Dir != m.Dir || k.Role != role {
+					continue
+				}
+				found = append(found, k.Name)
+				if k.Name != ev.Name || k.File != ev.File ||
+					hex(t, k.EventCode) != uint64(ev.Code) || hex(t, k.Umask) != uint64(ev.Umask) {
+					t.Errorf("%s %s: table has %s %s %#x/%#x, kernel has %s %s %s/%s",
+						m.Dir, ne.Role, ev.Name, ev.File, ev.Code, ev.Umask, k.Name, k.File, k.EventCode, k.Umask)
+				}
+				if !slices.Equal(k.Parts, ev.Parts) {
+					t.Errorf("%s %s: parts %v, excerpt %v", m.Dir, ne.Role, ev.Parts, k.Parts)
+				}
+			}
+			if len(found) != 1 {
+				t.Errorf("%s %s: want exactly one kernel entry to check against, found %v", m.Dir, ne.Role, found)
+			}
+			if len(ev.Parts) == 0 {
 				continue
 			}
-			found = true
-			if k.Name != m.BusLock.Name || k.File != m.BusLock.File ||
-				hex(t, k.EventCode) != uint64(m.BusLock.Code) || hex(t, k.Umask) != uint64(m.BusLock.Umask) {
-				t.Errorf("%s: table has %s %s %#x/%#x, kernel has %s %s %s/%s",
-					m.Dir, m.BusLock.Name, m.BusLock.File, m.BusLock.Code, m.BusLock.Umask, k.Name, k.File, k.EventCode, k.Umask)
+			var union uint64
+			for _, p := range ev.Parts {
+				ok := false
+				for _, k := range x.Events {
+					if k.Dir == m.Dir && k.Name == p && k.File == ev.File && hex(t, k.EventCode) == uint64(ev.Code) {
+						union |= hex(t, k.Umask)
+						ok = true
+						break
+					}
+				}
+				if !ok {
+					t.Errorf("%s %s: part %s (%s, code %#x) not in the kernel data excerpt", m.Dir, ne.Role, p, ev.File, ev.Code)
+				}
+			}
+			if union != uint64(ev.Umask) {
+				t.Errorf("%s %s: umask %#x, union of its parts %#x", m.Dir, ne.Role, ev.Umask, union)
 			}
 		}
-		if !found {
-			t.Errorf("%s: no kernel bus-lock entry in the excerpt to check against", m.Dir)
+		// No excerpt entry for a role the table leaves out (Zen 1 llc_miss).
+		for _, k := range x.Events {
+			if k.Dir == m.Dir && slices.Contains([]string{"cycles", "instructions", "llc_miss", "llc_reference", "bus_lock"}, k.Role) && !covered[k.Role] {
+				t.Errorf("%s: excerpt has a %s entry (%s) the table does not use", m.Dir, k.Role, k.Name)
+			}
+		}
+	}
+	for _, k := range x.Events {
+		if len(k.Commit) != 40 {
+			t.Errorf("%s %s: commit %q is not a full hash", k.Dir, k.Name, k.Commit)
 		}
 	}
 }
@@ -180,5 +235,40 @@ func TestConfigEncoding(t *testing.T) {
 	}
 	if NoEventReason("GenuineIntel", 6, 0xaf) == "" || NoEventReason("", 0, 0) != "CPU vendor unknown" {
 		t.Error("NoEventReason")
+	}
+}
+
+// The encodings the agent opens for the roles, per vendor: Intel events in
+// bits 0-15, AMD with the extended event select and ORed unit masks.
+func TestRoleConfigs(t *testing.T) {
+	type want struct{ cycles, inst, miss, ref uint64 }
+	for _, tc := range []struct {
+		vendor              string
+		family, model, step int
+		want                want
+		noMiss              bool
+	}{
+		{"GenuineIntel", 6, 0x55, 4, want{0x3c, 0xc0, 0x412e, 0x4f2e}, false},
+		{"GenuineIntel", 6, 0x8f, 8, want{0x3c, 0xc0, 0x412e, 0x4f2e}, false},
+		{"AuthenticAMD", 0x17, 0x01, 0, want{0x76, 0xc0, 0, 0x0964}, true},
+		{"AuthenticAMD", 0x17, 0x31, 0, want{0x76, 0xc0, 0x5843, 0x5a43}, false},
+		{"AuthenticAMD", 0x19, 0x01, 1, want{0x76, 0xc0, 0x5c44, 0x5e44}, false},
+		{"AuthenticAMD", 0x19, 0x11, 1, want{0x76, 0xc0, 0xdc44, 0xde44}, false},
+		{"AuthenticAMD", 0x1a, 0x02, 0, want{0x76, 0xc0, 0xdc44, 0xde44}, false},
+	} {
+		m, ok := Lookup(tc.vendor, tc.family, tc.model, tc.step)
+		if !ok {
+			t.Fatalf("%s %#x/%#x unknown", tc.vendor, tc.family, tc.model)
+		}
+		got := want{m.Config(m.Cycles), m.Config(m.Instructions), m.Config(m.LLCMisses), m.Config(m.LLCReferences)}
+		if tc.noMiss {
+			if !m.LLCMisses.Zero() {
+				t.Errorf("%s: llc_misses should be absent", m.Dir)
+			}
+			got.miss = 0
+		}
+		if got != tc.want {
+			t.Errorf("%s: configs %#v, want %#v", m.Dir, got, tc.want)
+		}
 	}
 }

@@ -245,3 +245,28 @@ func CPUSupport(hasFlag func(string) bool) []string {
 	}
 	return out
 }
+
+// UnavailableError says why resctrl cannot be used on this host, in the
+// words doctor uses.
+type UnavailableError struct{ Reason string }
+
+func (e *UnavailableError) Error() string { return "resctrl unavailable: " + e.Reason }
+
+// Open finds the mounted resctrl and reads what it offers, for the sensor
+// and the actuators. cpuFlags and amd describe the CPU (from /proc/cpuinfo)
+// so that "not mounted" can say whether mounting would help.
+func Open(h *host.Host, hasFlag func(string) bool, amd bool) (Info, error) {
+	mount, opts, ok := MountPoint(h)
+	if !ok {
+		support := CPUSupport(hasFlag)
+		if len(support) > 0 {
+			return Info{}, &UnavailableError{fmt.Sprintf("not mounted, but the CPU supports it (%s): mount -t resctrl resctrl %s", strings.Join(support, " "), DefaultMount)}
+		}
+		return Info{}, &UnavailableError{"not mounted and the CPU shows no RDT/PQoS flags: cache and bandwidth isolation fall back to CPU quota"}
+	}
+	in := ReadInfo(h, mount, opts, amd)
+	if in.L3 == nil && in.MB == nil && in.Mon == nil {
+		return in, &UnavailableError{fmt.Sprintf("mounted at %s but offers neither allocation nor monitoring (%s)", mount, strings.Join(in.Warnings, "; "))}
+	}
+	return in, nil
+}

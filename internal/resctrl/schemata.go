@@ -74,17 +74,34 @@ func ParseSchemata(s string) (Schemata, error) {
 func (s Schemata) String() string {
 	var b strings.Builder
 	for _, l := range s {
-		b.WriteString(l.Resource)
-		b.WriteByte(':')
-		for i, d := range l.Domains {
-			if i > 0 {
-				b.WriteByte(';')
-			}
-			fmt.Fprintf(&b, "%d=%s", d.ID, d.Value)
-		}
+		b.WriteString(l.String())
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// String renders one line without its newline: "L3:0=7ff;1=7ff".
+func (l Line) String() string {
+	var b strings.Builder
+	b.WriteString(l.Resource)
+	b.WriteByte(':')
+	for i, d := range l.Domains {
+		if i > 0 {
+			b.WriteByte(';')
+		}
+		fmt.Fprintf(&b, "%d=%s", d.ID, d.Value)
+	}
+	return b.String()
+}
+
+// Line returns the line of a resource.
+func (s Schemata) Line(resource string) (Line, bool) {
+	for _, l := range s {
+		if l.Resource == resource {
+			return l, true
+		}
+	}
+	return Line{}, false
 }
 
 // Value returns the text value of a resource in a domain.

@@ -59,35 +59,42 @@ const (
 // PerfEventsFor picks the events for this host.
 //
 // Software events (task_clock, context_switches, cpu_migrations) are always
-// there. With a hardware core PMU come cycles and instructions (generic
-// hardware events), llc_misses and llc_references and, when the CPU model is
-// known, bus_locks (PERF_TYPE_RAW with the model's encoding, arch.BusLockConfig()).
+// there. With a hardware core PMU come cycles, instructions, llc_misses and
+// llc_references and, when the CPU model is known, bus_locks.
 //
-// llc_misses/llc_references are PERF_COUNT_HW_CACHE_MISSES/REFERENCES. On
-// Intel the kernel maps them to the architectural LLC events
-// (LONGEST_LAT_CACHE.MISS 0x412e / .REFERENCE 0x4f2e). On AMD Zen it maps
-// them to L2-level events (0x0964 L2 misses from the L1 caches, 0xff60 L2
-// requests: arch/x86/events/amd/core.c amd_zen*_perfmon_event_map), because
-// the L3 is counted by a separate uncore-like PMU (amd_l3) that cannot count
-// per cgroup. So on AMD these two are L2 miss/reference rates, not LLC ones:
-// the judge must not compare them across vendors, and a Kyoto-style LLC
-// pollution rate on AMD needs another source (later work).
+// When the model is known (pmu.Lookup), every hardware event is the model's
+// own encoding from the pmu table (PERF_TYPE_RAW, arch.Config): on Intel the
+// architectural 0x3c/0xc0 and LONGEST_LAT_CACHE.MISS/REFERENCE, on AMD Zen
+// ls_not_halted_cyc, ex_ret_instr and the data-cache fills served from
+// beyond / from the L3 (see package pmu for what that does and does not
+// count). An event the model has no per-core encoding for is left out
+// rather than guessed: Zen 1 has no llc_misses.
+//
+// When the model is unknown the generic hardware events are used
+// (PERF_COUNT_HW_CPU_CYCLES, _INSTRUCTIONS, _CACHE_MISSES,
+// _CACHE_REFERENCES). The kernel maps the cache pair to the architectural
+// LLC events on Intel but to L2-level events on AMD
+// (arch/x86/events/amd/core.c amd_zen*_perfmon_event_map), so on an unknown
+// AMD part llc_misses/llc_references are L2 figures: the judge must not
+// compare them across vendors.
 //
 // On hybrid Intel parts (core PMU "cpu_core") the generic hardware events
 // without an extended PMU type count on the P-cores only; crosstalk targets
 // server parts, which are not hybrid.
 func PerfEventsFor(p pmu.Presence, arch pmu.Microarch, archKnown bool) []PerfEvent {
 	var ev []PerfEvent
-	if p.Hardware {
+	switch {
+	case p.Hardware && archKnown:
+		for _, e := range arch.Events() {
+			ev = append(ev, PerfEvent{e.Role, unix.PERF_TYPE_RAW, arch.Config(e.Event)})
+		}
+	case p.Hardware:
 		ev = append(ev,
 			PerfEvent{EventCycles, unix.PERF_TYPE_HARDWARE, unix.PERF_COUNT_HW_CPU_CYCLES},
 			PerfEvent{EventInstructions, unix.PERF_TYPE_HARDWARE, unix.PERF_COUNT_HW_INSTRUCTIONS},
 			PerfEvent{EventLLCMisses, unix.PERF_TYPE_HARDWARE, unix.PERF_COUNT_HW_CACHE_MISSES},
 			PerfEvent{EventLLCReferences, unix.PERF_TYPE_HARDWARE, unix.PERF_COUNT_HW_CACHE_REFERENCES},
 		)
-		if archKnown && arch.BusLock.Name != "" {
-			ev = append(ev, PerfEvent{EventBusLocks, unix.PERF_TYPE_RAW, arch.BusLockConfig()})
-		}
 	}
 	return append(ev,
 		PerfEvent{EventTaskClock, unix.PERF_TYPE_SOFTWARE, unix.PERF_COUNT_SW_TASK_CLOCK},
