@@ -731,12 +731,11 @@ func checkCopyThreshold(hc *Host, d *Domain) Check {
 	}
 	c.Status = Warn
 	lo, hi := min(gt, ht), max(gt, ht)
-	side := "guest"
+	side, other := "in the guest", "on the host"
 	if ht < gt {
-		side = "host"
+		side, other = other, side
 	}
-	other := map[string]string{"guest": "host", "host": "guest"}[side]
-	c.Summary = fmt.Sprintf("glibc copy threshold %s in the guest vs %s on the host: copies between %s and %s bypass the cache (PREFETCHNTA) on the %s but not on the %s", bytesIEC(gt), bytesIEC(ht), bytesIEC(lo), bytesIEC(hi), side, other)
+	c.Summary = fmt.Sprintf("glibc copy threshold %s in the guest vs %s on the host: copies between %s and %s bypass the cache (PREFETCHNTA) %s but not %s", bytesIEC(gt), bytesIEC(ht), bytesIEC(lo), bytesIEC(hi), side, other)
 	c.Advice = copyAdvice(hc, d, host, cores)
 	return c
 }

@@ -611,7 +611,7 @@ func (p *planner) pools(pl *Plan) []Pool {
 				what = "node " + nodeList(p.hc.NodesOf(pin))
 				if vm.VM.Policy == PerLLC {
 					if _, idx, ok := p.hc.L3Of(pin.First()); ok {
-						what = fmt.Sprintf("L3 #%d", idx)
+						what = fmt.Sprintf("L3 #%d on %s", idx, what)
 					}
 				}
 			}
