@@ -53,3 +53,36 @@ func TestPlannedXMLValidatesAgainstLibvirtSchema(t *testing.T) {
 		t.Error("a broken <topology> validated: the schema check proves nothing")
 	}
 }
+
+// The live <domain> inside every status file the trees carry (and the one
+// libvirt wrote on the dev machine) is valid libvirt domain XML.
+func TestTreeStatusFilesValidate(t *testing.T) {
+	if _, err := exec.LookPath("virt-xml-validate"); err != nil {
+		t.Skip("virt-xml-validate not installed (apt-get install libvirt-clients libxml2-utils)")
+	}
+	if _, err := exec.LookPath("xmllint"); err != nil {
+		t.Skip("xmllint not installed (apt-get install libxml2-utils)")
+	}
+	files, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "hosts", "*", "run", "libvirt", "qemu", "*.xml"))
+	files = append(files, filepath.Join("testdata", "libvirt-9.0-status-plan-probe.xml"))
+	if len(files) < 7 {
+		t.Fatalf("only %d status files", len(files))
+	}
+	dir := t.TempDir()
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(data)
+		i, j := strings.Index(s, "<domain "), strings.LastIndex(s, "</domain>")
+		if i < 0 || j < i {
+			t.Fatalf("%s: no <domain>", f)
+		}
+		out := filepath.Join(dir, filepath.Base(f))
+		os.WriteFile(out, []byte(s[i:j+len("</domain>")]), 0o644)
+		if msg, err := exec.Command("virt-xml-validate", out, "domain").CombinedOutput(); err != nil {
+			t.Errorf("%s: %v\n%s", f, err, msg)
+		}
+	}
+}
