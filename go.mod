@@ -7,6 +7,7 @@ require (
 	github.com/spf13/cobra v1.10.2
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/sys v0.49.0
+	libvirt.org/go/libvirtxml v1.12002.0
 )
 
 require (

@@ -29,6 +29,10 @@ read, the reason (with its source) and the exact setting to change:
 split_lock_detect, ksm, ept, thp, smt, numa_balancing, cpufreq_governor,
 nmi_watchdog, resctrl_mount, perf_event_paranoid, psi.
 
+Domains: for every running libvirt guest (its status file in /run/libvirt/qemu,
+read-only, no libvirt connection) the topology checks of 'crosstalk plan':
+vm_numa_span, vm_smt_siblings, vm_l3_sharing, vm_copy_threshold, vm_phys_bits.
+
 Anything missing or unreadable is reported as unknown with the reason; doctor
 exits 0 unless the root itself is unusable (exit 1).
 

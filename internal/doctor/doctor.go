@@ -36,6 +36,9 @@ type Report struct {
 	Host         HostInfo     `json:"host"`
 	Capabilities Capabilities `json:"capabilities"`
 	Checks       []Check      `json:"checks"`
+	// Domains are the topology checks of running libvirt domains (empty
+	// without libvirt); the checks are the plan package's.
+	Domains []DomainReport `json:"domains"`
 }
 
 // HostInfo names the machine.
@@ -67,6 +70,7 @@ func Run(h *host.Host, opt Options) Report {
 	for _, c := range checks {
 		r.Checks = append(r.Checks, runCheck(c, e))
 	}
+	r.Domains = runDomains(e)
 	return r
 }
 
@@ -81,6 +85,18 @@ type env struct {
 	cmdline    string
 	cmdlineErr error
 	caps       *Capabilities
+}
+
+// runDomains reads the running domains' status files and checks their
+// topology; like a check, a panic becomes a logged, empty result.
+func runDomains(e *env) (out []DomainReport) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.opt.Log.Error("doctor domain checks panicked", "panic", p, "stack", string(debug.Stack()))
+			out = []DomainReport{}
+		}
+	}()
+	return domainReports(e)
 }
 
 // runCheck runs one check, turning a panic on unexpected input into an

@@ -118,6 +118,24 @@ func TestDoctorTrees(t *testing.T) {
 				"resctrl_mount": "ok", "perf_event_paranoid": "info", "psi": "warn",
 			},
 		},
+		{
+			tree: "amd-naples-2s", mode: "v2", psi: true, hwPMU: true, busLock: &busLock{"ls_locks.bus_lock", 0x125},
+			resctrl: false, l3Ways: nil, mba: false, zones: []string{}, cpus: 128, numaNodes: 8,
+			checks: map[string]string{
+				"split_lock_detect": "info", "ksm": "ok", "ept": "ok", "thp": "ok", "smt": "info",
+				"numa_balancing": "warn", "cpufreq_governor": "info", "nmi_watchdog": "warn",
+				"resctrl_mount": "info", "perf_event_paranoid": "info", "psi": "ok",
+			},
+		},
+		{
+			tree: "intel-skx-4s", mode: "v2", psi: true, hwPMU: true, busLock: &busLock{"SQ_MISC.SPLIT_LOCK", 0x10f4},
+			resctrl: false, l3Ways: nil, mba: false, zones: []string{}, cpus: 224, numaNodes: 4,
+			checks: map[string]string{
+				"split_lock_detect": "info", "ksm": "ok", "ept": "ok", "thp": "ok", "smt": "info",
+				"numa_balancing": "warn", "cpufreq_governor": "ok", "nmi_watchdog": "warn",
+				"resctrl_mount": "warn", "perf_event_paranoid": "info", "psi": "ok",
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.tree, func(t *testing.T) {
@@ -334,5 +352,83 @@ func TestWriteText(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("text output lacks %q", want)
 		}
+	}
+}
+
+// Running libvirt domains get the plan package's topology checks, in the
+// checks' shape, under the new "domains" key; the documented keys are as
+// they were.
+func TestDoctorDomains(t *testing.T) {
+	want := map[string]map[string]map[string]string{
+		"amd-naples-2s": {
+			"floating":  {"vm_numa_span": "warn", "vm_smt_siblings": "ok", "vm_l3_sharing": "ok", "vm_copy_threshold": "warn", "vm_phys_bits": "ok"},
+			"stream":    {"vm_numa_span": "warn", "vm_smt_siblings": "ok", "vm_l3_sharing": "warn", "vm_copy_threshold": "warn", "vm_phys_bits": "ok"},
+			"talk-1to1": {"vm_numa_span": "ok", "vm_smt_siblings": "ok", "vm_l3_sharing": "ok", "vm_copy_threshold": "ok", "vm_phys_bits": "ok"},
+		},
+		"intel-skx-4s": {
+			"db-remote": {"vm_numa_span": "warn", "vm_smt_siblings": "ok", "vm_l3_sharing": "ok", "vm_copy_threshold": "warn", "vm_phys_bits": "ok"},
+			"sap-hana":  {"vm_numa_span": "ok", "vm_smt_siblings": "ok", "vm_l3_sharing": "ok", "vm_copy_threshold": "warn", "vm_phys_bits": "warn"},
+			"smt-wrong": {"vm_numa_span": "ok", "vm_smt_siblings": "warn", "vm_l3_sharing": "ok", "vm_copy_threshold": "warn", "vm_phys_bits": "ok"},
+		},
+		"intel-skx-2s": {},
+		"dev-epyc-vm":  {},
+	}
+	for tree, doms := range want {
+		m := runJSON(t, hostsDir(tree))
+		got := map[string]map[string]string{}
+		for _, d := range get(t, m, "domains").([]any) {
+			o := d.(map[string]any)
+			if !strings.HasPrefix(o["source"].(string), "/run/libvirt/qemu/") {
+				t.Errorf("%s: source %v", tree, o["source"])
+			}
+			got[o["name"].(string)] = statuses(t, o)
+		}
+		if len(got) != len(doms) {
+			t.Errorf("%s: domains %v, want %v", tree, got, doms)
+		}
+		for name, checks := range doms {
+			for id, st := range checks {
+				if got[name][id] != st {
+					t.Errorf("%s/%s: %s = %q, want %q", tree, name, id, got[name][id], st)
+				}
+			}
+		}
+		if len(statuses(t, m)) != 11 {
+			t.Errorf("%s: host checks changed: %v", tree, statuses(t, m))
+		}
+	}
+	r := Run(openHost(t, hostsDir("intel-skx-4s")), Options{EUID: -1})
+	var buf bytes.Buffer
+	if err := WriteText(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"DOMAINS", "sap-hana (112 vCPUs, /run/libvirt/qemu/sap-hana.xml): 3 of 5 checks ok", "[warn]    vm_phys_bits", "0x2b57fffffff", "<maxphysaddr mode='passthrough'/>", "3 domain(s): 9 ok, 0 info, 6 warn, 0 unknown."} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("text lacks %q", want)
+		}
+	}
+}
+
+// A garbled status file is one domain with an error; the others are checked.
+func TestDoctorMalformedDomain(t *testing.T) {
+	root := writeTree(t, map[string]string{
+		"sys/devices/system/cpu/online":                            "0-1\n",
+		"sys/devices/system/cpu/cpu0/topology/physical_package_id": "0\n",
+		"sys/devices/system/cpu/cpu1/topology/physical_package_id": "0\n",
+		"sys/devices/system/cpu/cpu0/topology/core_id":             "0\n",
+		"sys/devices/system/cpu/cpu1/topology/core_id":             "1\n",
+		"run/libvirt/qemu/bad.xml":                                 "<domstatus><domain><name>bad",
+		"run/libvirt/qemu/good.xml":                                "<domstatus state='running'><domain type='kvm'><name>good</name><memory>1048576</memory><vcpu>2</vcpu></domain></domstatus>",
+	})
+	r := Run(openHost(t, root), Options{EUID: -1})
+	if len(r.Domains) != 2 {
+		t.Fatalf("domains %+v", r.Domains)
+	}
+	bad, good := r.Domains[0], r.Domains[1]
+	if bad.Error == "" || len(bad.Checks) != 0 || !strings.Contains(bad.Error, "malformed") {
+		t.Errorf("bad = %+v", bad)
+	}
+	if good.Error != "" || len(good.Checks) != 5 || good.State != "running" {
+		t.Errorf("good = %+v", good)
 	}
 }

@@ -39,11 +39,43 @@ func WriteText(w io.Writer, r Report) error {
 			wrap(&b, "advice:", ch.Advice)
 		}
 	}
+	if len(r.Domains) > 0 {
+		b.WriteString("\nDOMAINS (topology of running libvirt guests, from their status files)\n")
+		for _, d := range r.Domains {
+			if d.Error != "" {
+				fmt.Fprintf(&b, "  %-9s %-20s %s\n", "[unknown]", d.Name, d.Error)
+				continue
+			}
+			ok := 0
+			for _, ch := range d.Checks {
+				if ch.Status == OK {
+					ok++
+				}
+			}
+			fmt.Fprintf(&b, "  %s (%d vCPUs, %s): %d of %d checks ok\n", d.Name, d.VCPUs, d.Source, ok, len(d.Checks))
+			for _, ch := range d.Checks {
+				if ch.Status == OK {
+					continue
+				}
+				fmt.Fprintf(&b, "  %-9s %-20s %s\n", "["+string(ch.Status)+"]", ch.ID, ch.Summary)
+				for _, ev := range ch.Evidence {
+					fmt.Fprintf(&b, "%33s %s = %s\n", "read:", ev.File, ev.Value)
+				}
+				wrap(&b, "why:", ch.Why)
+				if ch.Advice != "" {
+					wrap(&b, "advice:", ch.Advice)
+				}
+			}
+		}
+	}
 	counts := map[Status]int{}
 	for _, ch := range r.Checks {
 		counts[ch.Status]++
 	}
 	fmt.Fprintf(&b, "\n%d ok, %d info, %d warn, %d unknown. `crosstalk doctor --json` for the full report.\n", counts[OK], counts[Info], counts[Warn], counts[Unknown])
+	if len(r.Domains) > 0 {
+		fmt.Fprintf(&b, "%s.\n", domainCounts(r.Domains))
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

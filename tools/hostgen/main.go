@@ -33,7 +33,7 @@ import (
 func main() {
 	out := flag.String("out", "testdata/hosts", "directory that receives the host trees")
 	flag.Parse()
-	for _, t := range []*tree{intelSKX2S(), amdMilan1S()} {
+	for _, t := range []*tree{intelSKX2S(), amdMilan1S(), amdNaples2S(), intelSKX4S()} {
 		n, size, err := t.write(*out)
 		if err != nil {
 			log.Fatal(err)
@@ -116,6 +116,8 @@ type machine struct {
 	caches []cache
 	// distance[i][j] is the SLIT distance from node i to node j.
 	distance [][]int
+	// nodeMemKiB[i] is node i's MemTotal; nil writes no nodeN/meminfo.
+	nodeMemKiB []int64
 }
 
 func (m *machine) filter(keep func(cpu) bool) []int {
@@ -196,8 +198,27 @@ func (t *tree) writeCPUSysfs(m *machine) {
 		}
 		t.line(fmt.Sprintf("%s/node%d/cpulist", nodes, n), cpulist(m.filter(func(o cpu) bool { return o.node == n })))
 		t.line(fmt.Sprintf("%s/node%d/distance", nodes, n), strings.Join(d, " "))
+		if m.nodeMemKiB != nil {
+			t.put(fmt.Sprintf("%s/node%d/meminfo", nodes, n), nodeMeminfo(n, m.nodeMemKiB[n]))
+		}
 	}
 	t.line(nodes+"/online", cpulist(online))
+}
+
+// nodeMeminfo renders the head of nodeN/meminfo as drivers/base/node.c
+// prints it (the MemTotal/MemFree/MemUsed lines) and its huge page lines; the
+// other counters of the real file are left out. A host running guests has
+// most of its memory in use.
+func nodeMeminfo(n int, totalKiB int64) string {
+	free := totalKiB / 7
+	var b strings.Builder
+	fmt.Fprintf(&b, "Node %d MemTotal:       %8d kB\n", n, totalKiB)
+	fmt.Fprintf(&b, "Node %d MemFree:        %8d kB\n", n, free)
+	fmt.Fprintf(&b, "Node %d MemUsed:        %8d kB\n", n, totalKiB-free)
+	fmt.Fprintf(&b, "Node %d HugePages_Total: %5d\n", n, 0)
+	fmt.Fprintf(&b, "Node %d HugePages_Free:  %5d\n", n, 0)
+	fmt.Fprintf(&b, "Node %d HugePages_Surp:  %5d\n", n, 0)
+	return b.String()
 }
 
 // cpufreq is one policy's settings; every CPU has its own policy on both
@@ -343,6 +364,8 @@ func intelSKX2S() *tree {
 			{level: 3, typ: "Unified", sizeK: 11264, ways: 11},
 		},
 		distance: [][]int{{10, 21}, {21, 10}},
+		// 192 GB of DIMMs, 6 × 16 GB per socket, less firmware reservations.
+		nodeMemKiB: []int64{98375484, 98601776},
 	}
 	// Linux numbers the first thread of every core, socket by socket, then
 	// the second threads: 0-7 socket 0, 8-15 socket 1, 16-31 their siblings.
@@ -518,6 +541,8 @@ func amdMilan1S() *tree {
 			{level: 3, typ: "Unified", sizeK: 32768, ways: 16},
 		},
 		distance: [][]int{{10}},
+		// 256 GB of DIMMs, 8 × 32 GB.
+		nodeMemKiB: []int64{263623816},
 	}
 	// 0-15 the cores, 16-31 their siblings. Each CCD has room for 8 cores
 	// (16 APIC IDs); the 7313 enables 4 per CCD, so core_id (CPUID
