@@ -38,10 +38,10 @@ type CgroupFS struct {
 	online cpuset.Set
 
 	mu      sync.Mutex
-	where   map[int]string          // task → cgroup (host path)
-	tasks   map[string][]int        // cgroup → its tasks, sorted
-	cpus    map[string]cpuset.Set   // configured cpuset.cpus (empty: inherit)
-	eff     map[string]cpuset.Set   // effective CPUs
+	where   map[int]string        // task → cgroup (host path)
+	tasks   map[string][]int      // cgroup → its tasks, sorted
+	cpus    map[string]cpuset.Set // configured cpuset.cpus (empty: inherit)
+	eff     map[string]cpuset.Set // effective CPUs
 	subtree map[string]map[string]bool
 }
 

@@ -178,7 +178,7 @@ type Model struct {
 	full    uint64
 	amd     bool
 
-	solo map[[2]int]float64 // (tenant, phase) → solo progress
+	solo  map[[2]int]float64 // (tenant, phase) → solo progress
 	ideal map[[2]int]float64 // (tenant, phase) → reference memory stall time per access
 }
 

@@ -257,7 +257,6 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 	return pr, nil
 }
 
-
 // tempDir is where host trees are made: memory-backed /dev/shm when there
 // is one (the agent fsyncs its state file on every throttle, and a tree has
 // thousands of files), else the system's temporary directory.
