@@ -76,6 +76,9 @@ type AgentStats struct {
 	// cost far less than the real ones.
 	IntervalCPUMaxMs  float64 `json:"interval_cpu_max_ms"`
 	IntervalCPUMeanMs float64 `json:"interval_cpu_mean_ms"`
+	IntervalCPUP95Ms  float64 `json:"interval_cpu_p95_ms"`
+	// IntervalCPUMs is every interval's, in order.
+	IntervalCPUMs []float64 `json:"interval_cpu_ms"`
 	TickCPUMaxMs      float64 `json:"tick_cpu_max_ms"`
 	TickCPUMeanMs     float64 `json:"tick_cpu_mean_ms"`
 	PerfFDsMax        int     `json:"perf_fds_max"`
@@ -153,7 +156,7 @@ func WriteText(w io.Writer, r *Result) error {
 			line += fmt.Sprintf(", polluter first throttled at %.2fs", *pr.FirstAction)
 		}
 		if a := pr.Agent; a != nil {
-			line += fmt.Sprintf("; agent CPU per interval max %.2f ms, mean %.2f ms over %d intervals", a.IntervalCPUMaxMs, a.IntervalCPUMeanMs, a.Intervals)
+			line += fmt.Sprintf("; agent CPU per interval max %.2f ms, p95 %.2f ms, mean %.2f ms over %d intervals", a.IntervalCPUMaxMs, a.IntervalCPUP95Ms, a.IntervalCPUMeanMs, a.Intervals)
 		}
 		if len(pr.LeftThrottled) > 0 {
 			line += "; LEFT THROTTLED: " + strings.Join(pr.LeftThrottled, ", ")

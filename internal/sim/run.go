@@ -227,7 +227,7 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 			next = nn
 		}
 	}
-	pr := &PolicyResult{Policy: policy}
+	pr := &PolicyResult{Policy: policy, LeftThrottled: []string{}}
 	switch policy {
 	case PolicyCrosstalk:
 		s.now = sc.Duration
@@ -423,6 +423,15 @@ func (r *run) result(pr *PolicyResult) {
 	if r.ag != nil {
 		as := &AgentStats{Intervals: len(r.intervals), PerfFDsMax: r.perfFDs}
 		as.IntervalCPUMaxMs, as.IntervalCPUMeanMs = maxMean(r.intervals)
+		as.IntervalCPUMs = make([]float64, len(r.intervals))
+		for k, x := range r.intervals {
+			as.IntervalCPUMs[k] = round(x*1000, 2)
+		}
+		if n := len(r.intervals); n > 0 {
+			sorted := slices.Clone(as.IntervalCPUMs)
+			slices.Sort(sorted)
+			as.IntervalCPUP95Ms = sorted[min(n-1, int(math.Ceil(0.95*float64(n)))-1)]
+		}
 		as.TickCPUMaxMs, as.TickCPUMeanMs = maxMean(r.ticks)
 		pr.Agent = as
 	}
