@@ -79,9 +79,9 @@ type AgentStats struct {
 	IntervalCPUP95Ms  float64 `json:"interval_cpu_p95_ms"`
 	// IntervalCPUMs is every interval's, in order.
 	IntervalCPUMs []float64 `json:"interval_cpu_ms"`
-	TickCPUMaxMs      float64 `json:"tick_cpu_max_ms"`
-	TickCPUMeanMs     float64 `json:"tick_cpu_mean_ms"`
-	PerfFDsMax        int     `json:"perf_fds_max"`
+	TickCPUMaxMs  float64   `json:"tick_cpu_max_ms"`
+	TickCPUMeanMs float64   `json:"tick_cpu_mean_ms"`
+	PerfFDsMax    int       `json:"perf_fds_max"`
 }
 
 // Tenant returns a tenant's result by name.
