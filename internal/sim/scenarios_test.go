@@ -29,11 +29,11 @@ var mustHold = []struct {
 	{scenario: "alita-buslock", skipVictim: baselineRatchet},
 	{scenario: "alita-membw", skipVictim: baselineRatchet},
 	{scenario: "alita-llc", skip: "needs Alita's CAT bias isolation (hwcache: resctrl monitor, internal/judge/llc*, internal/act/cat*) wired into the agent: " +
-		"the canary probe barely sees LLC pollution here (LLC walk about 1.1× its scale, DRAM 1.05×), so nothing is detected"},
+		"the canary probe barely sees LLC pollution here (LLC walk 1.6× against its 3× threshold, DRAM 1.16×), so nothing is detected"},
 	{scenario: "alita-power", skip: "needs the socket power budget and selective cpufreq/clock-modulation throttling (hwpower: RAPL sensing, internal/judge/power*, internal/act/{cpufreq,clockmod}*) wired into the agent: " +
-		"a power-limited socket lowers the probe's frequency too little (lock probe 1.3×) to count as contention"},
+		"a power-limited socket slows the probe too little (locked add 1.4× against the 1.5× threshold) to count as contention"},
 	{scenario: "kyoto-permits", skip: "needs Kyoto pollution permits (hwpower: internal/judge/permits*, llc_cap booked in the scenario's agent section) wired into the agent: " +
-		"LLC pollution on this 10 MiB L3 does not move the canary probe past its thresholds"},
+		"LLC pollution on this 10 MiB L3 moves the canary's LLC walk to 1.6×, under its 3× threshold"},
 	{scenario: "scale", skipVictim: baselineRatchet},
 }
 
