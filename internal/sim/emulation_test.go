@@ -211,7 +211,7 @@ tenants: [{name: a, role: victim, cpus: "0"}]
 		t.Error("a tenant in a restricted group is not counted as throttled")
 	}
 	// Monitoring data accumulate for the groups that hold the tenant.
-	s.state = steady(s.model, s.levers, 0)
+	s.setState(steady(s.model, s.levers, 0))
 	s.advance(1)
 	if err := s.publish(); err != nil {
 		t.Fatal(err)
@@ -262,7 +262,7 @@ tenants:
 			t.Fatal(err)
 		}
 	}
-	s.state = steady(s.model, s.levers, 0)
+	s.setState(steady(s.model, s.levers, 0))
 	o := perfOpener{s}
 	open := func(dir string, typ uint32, config uint64, cpu int) (sense.PerfFD, error) {
 		f, err := s.h.OpenFile(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)

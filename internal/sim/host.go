@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
@@ -31,7 +32,9 @@ type simHost struct {
 	model   *Model
 	levers  *Levers
 	state   *State
-	now     time.Duration
+	// published is the state the canary probe reads (set with setState).
+	published atomic.Pointer[State]
+	now       time.Duration
 
 	present  []bool
 	byCgroup map[string]int // tenant cgroup (below the cgroup root) → index
@@ -125,6 +128,12 @@ func (s *simHost) close() {
 		f.Close()
 	}
 	s.h.Close()
+}
+
+// setState makes st the current state.
+func (s *simHost) setState(st *State) {
+	s.state = st
+	s.published.Store(st)
 }
 
 // changed is the kernel's note that p was written, made or removed.

@@ -150,6 +150,7 @@ type HostState struct {
 	BWLatency    []float64 // loaded-latency factor per socket
 	CharTime     []float64 // Che characteristic time of the root group's ways, seconds (+Inf: all fits)
 	CPUMHz       []float64 // frequency of each CPU (before clock modulation)
+	CPUDuty      []float64 // clock-modulation duty of each CPU (1: off)
 	CPUBusy      []float64
 	CPUPower     []float64
 	CPUTemp      []float64 // °C, with thermal lag
@@ -379,6 +380,10 @@ func (md *Model) solve(st *State, active []int, lv *Levers, iters int) {
 	h.BWLatency = make([]float64, S)
 	h.CharTime = make([]float64, S)
 	h.CPUMHz = make([]float64, md.ncpu)
+	h.CPUDuty = make([]float64, md.ncpu)
+	for c := range h.CPUDuty {
+		h.CPUDuty[c] = duty(lv.Duty[c])
+	}
 	h.CPUBusy = make([]float64, md.ncpu)
 	h.CPUPower = make([]float64, md.ncpu)
 	h.CPUTemp = make([]float64, md.ncpu)

@@ -285,10 +285,10 @@ tenants:
 		t.Fatal(err)
 	}
 	defer s.close()
-	s.state = s.model.quietState()
+	s.setState(s.model.quietState())
 	pr := newSimProber(s, 2, 0)
 	quiet, _ := pr.MeasureCPU(1, 4)
-	s.state = steady(s.model, s.levers, 0)
+	s.setState(steady(s.model, s.levers, 0))
 	loud, _ := pr.MeasureCPU(1, 4)
 	want := map[string][2]float64{"lock": {1.2, 1.5}, "llc": {5, 8}, "dram": {8, 10}}
 	for k := range quiet {

@@ -100,15 +100,18 @@ func (p *simProber) MeasureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeR
 // little; the LLC walk loses lines to eviction within a walk and waits on
 // bus locks; the DRAM chase pays the socket's loaded latency and bus locks
 // in full.
+//
+// It reads only the published state (the agent may run a probe in a
+// goroutine that outlives its timeout while the simulator steps on).
 func (s *simHost) probeNs(cpu int, kind string, walkSec float64) float64 {
-	h := s.state.Host
+	h := s.published.Load().Host
 	sock := s.model.socket[cpu]
 	ghz := float64(s.m.MaxMHz) / 1000
 	U := h.BusOccupancy
 	stall := 1 / (1 - U)
 	switch kind {
 	case sense.ProbeLock:
-		f := h.CPUMHz[cpu] * duty(s.levers.Duty[cpu])
+		f := h.CPUMHz[cpu] * h.CPUDuty[cpu]
 		return probeLockNs * float64(s.m.MaxMHz) / f * (1 + probeLockBusShare*U)
 	case sense.ProbeLLC:
 		hit := hitCeiling

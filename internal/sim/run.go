@@ -171,7 +171,7 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 		r.ag, r.closeA = a, closeA
 		// Calibrate the probe on the quiet machine before the tenants run,
 		// as the lab does (a restarted agent restores baselines.json instead).
-		s.state = s.model.quietState()
+		s.setState(s.model.quietState())
 		for range 8 {
 			if err := a.Calibrate(ctx, 1); err != nil {
 				return nil, err
@@ -204,7 +204,7 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 		if err := s.readLevers(); err != nil {
 			return nil, err
 		}
-		s.state = s.model.Solve(s.now, s.levers, s.state, step)
+		s.setState(s.model.Solve(s.now, s.levers, s.state, step))
 		s.advance(dt)
 		r.account(dt)
 		if r.ag != nil {
