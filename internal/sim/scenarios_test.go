@@ -88,6 +88,13 @@ func TestScenarioMustHold(t *testing.T) {
 			if len(ct.LeftThrottled) > 0 {
 				t.Errorf("left throttled after the agent stopped: %v", ct.LeftThrottled)
 			}
+			// Every action is on the virtual clock (BuildOptions.Now reaches
+			// the agent's releases and journal too).
+			for _, a := range ct.Actions {
+				if a.T < 0 || a.T > res.Duration {
+					t.Errorf("action %s %s at %.2fs, outside the %.0fs run", a.Kind, a.Tenant, a.T, res.Duration)
+				}
+			}
 			t.Run("victims within 10% of solo", func(t *testing.T) {
 				allowed := modelAllows(t, mh.scenario)
 				if allowed > 1.10 {
