@@ -37,6 +37,7 @@ type simHost struct {
 	now       time.Duration
 
 	present  []bool
+	period   []float64      // CFS period of each tenant's cpu.max, seconds
 	byCgroup map[string]int // tenant cgroup (below the cgroup root) → index
 
 	dirtyQuota   map[int]bool
@@ -102,6 +103,7 @@ func newSimHost(sc *Scenario, dir string) (*simHost, error) {
 	s.model = NewModel(s.m, s.tenants)
 	s.levers = NewLevers(len(s.tenants), s.m.CPUs(), s.m.Sockets)
 	s.present = make([]bool, len(s.tenants))
+	s.period = make([]float64, len(s.tenants))
 	s.cum = make([]tenantCounters, len(s.tenants))
 	s.written = make([]writtenStats, len(s.tenants))
 	for i := range s.cum {
@@ -269,6 +271,7 @@ func (s *simHost) readLevers() error {
 			return err
 		}
 		s.levers.Quota[i] = math.Inf(1)
+		s.period[i] = q.Period.Seconds()
 		if !q.Unlimited() {
 			s.levers.Quota[i] = q.CPUs()
 		}
@@ -495,13 +498,15 @@ func (s *simHost) advance(dt float64) {
 		}
 		r := ts.Rates
 		c.usage += ts.Alloc * dt
-		if ts.Throttled > 0 {
-			c.throttled += ts.Throttled * dt
-			period := 0.1
+		// CFS bandwidth accounting: with a quota, every period counts; a
+		// throttled period adds its throttled time on each CPU (the kernel
+		// sums it over the per-CPU run queues).
+		if period := s.period[i]; period > 0 && !math.IsInf(s.levers.Quota[i], 1) {
 			c.periods += dt / period
-			c.nrThrottled += dt / period
-		} else if !math.IsInf(s.levers.Quota[i], 1) {
-			c.periods += dt / 0.1
+			if ts.Throttled > 0 {
+				c.nrThrottled += dt / period
+				c.throttled += ts.Throttled * float64(s.tenants[i].CPUSet.Len()) * dt
+			}
 		}
 		if ts.Want > 0 && ts.Alloc < ts.Want*0.999 {
 			c.psi += dt
