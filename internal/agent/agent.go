@@ -87,6 +87,9 @@ type Deps struct {
 	// Sleep pauses between per-CPU probes (nil: time.Sleep); the simulator
 	// runs on virtual time.
 	Sleep func(time.Duration)
+	// Now is the clock of actions and journal entries made outside an
+	// interval's own time (nil: time.Now); the simulator's is virtual.
+	Now func() time.Time
 }
 
 // Agent is one running crosstalk agent.
@@ -178,6 +181,9 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	}
 	if d.Sleep == nil {
 		d.Sleep = time.Sleep
+	}
+	if d.Now == nil {
+		d.Now = time.Now
 	}
 	a := &Agent{
 		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(),
@@ -752,7 +758,7 @@ func (a *Agent) releaseLocked(t sense.Tenant, why string) {
 			a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: "restore failed: " + err.Error()})
 		}
 	}
-	a.recordLocked(time.Now(), t, "release", 0, 1, why)
+	a.recordLocked(a.d.Now(), t, "release", 0, 1, why)
 }
 
 // handleWriteErr deals with a failed cgroup write: a vanished tenant is
@@ -767,7 +773,7 @@ func (a *Agent) handleWriteErr(t sense.Tenant, err error) {
 	a.log.Error("cgroup write failed", "tenant", t.ID, "err", err)
 	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
 	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) {
-		a.backoff[t.ID] = a.nextBackoff(t.ID, time.Now())
+		a.backoff[t.ID] = a.nextBackoff(t.ID, a.d.Now())
 	}
 }
 
@@ -791,6 +797,9 @@ func (a *Agent) recordLocked(now time.Time, t sense.Tenant, kind string, quota, 
 }
 
 func (a *Agent) journal(e act.Event) {
+	if e.Time.IsZero() {
+		e.Time = a.d.Now().UTC()
+	}
 	if err := a.d.Journal.Write(e); err != nil {
 		a.log.Warn("journal", "err", err)
 	}

@@ -44,6 +44,10 @@ type BuildOptions struct {
 	Probe Prober
 	// Sleep replaces time.Sleep between per-CPU probes (nil: time.Sleep).
 	Sleep func(time.Duration)
+	// Now replaces time.Now wherever the agent and its sensors timestamp
+	// what they read or do (nil: time.Now): with it and Agent.Tick the
+	// simulator runs the agent on virtual time.
+	Now func() time.Time
 }
 
 // BuildWith is Build with parts replaced (see BuildOptions).
@@ -106,7 +110,7 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 	closers = append(closers, func() { files.Close() })
 	d := Deps{
 		Discoverer: disc,
-		Stats:      sense.CgroupStats{Host: h, Layout: layout, Files: files},
+		Stats:      sense.CgroupStats{Host: h, Layout: layout, Files: files, Now: o.Now},
 		Probe:      probe,
 		Quota:      &act.CPUQuota{Host: h, Layout: layout, State: state, Log: log},
 		Journal:    journal,
@@ -114,6 +118,7 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 		OnAction:   onAction,
 		Version:    version,
 		Sleep:      o.Sleep,
+		Now:        o.Now,
 	}
 	d.Host, _ = h.ReadString("/proc/sys/kernel/hostname")
 	pres := pmu.Detect(h)
@@ -139,6 +144,9 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 		if err != nil {
 			log.Warn("perf counters off", "err", err)
 		} else {
+			if o.Now != nil {
+				pc.SetClock(o.Now)
+			}
 			d.Counters, d.PMU = pc, pres.Hardware
 		}
 	}

@@ -35,6 +35,8 @@ type CgroupStats struct {
 	// Files, when set, keeps the per-tenant files open between reads (the
 	// agent's hot path); nil opens them each time.
 	Files *host.Rereader
+	// Now timestamps each sample (nil: time.Now); the simulator's clock is virtual.
+	Now func() time.Time
 }
 
 func (c CgroupStats) reader() cgroup.StringReader {
@@ -51,7 +53,11 @@ func (c CgroupStats) reader() cgroup.StringReader {
 // then costs one read: an idle tenant can be neither throttled nor stalled,
 // so its other counters have not moved either.
 func (c CgroupStats) Read(t Tenant, prev *TenantStats) (TenantStats, error) {
-	st := TenantStats{At: time.Now()}
+	now := c.Now
+	if now == nil {
+		now = time.Now
+	}
+	st := TenantStats{At: now()}
 	g := cgroup.Open(c.Host, c.Layout, t.Cgroup)
 	cs, err := g.UsageFrom(c.reader())
 	if err != nil {

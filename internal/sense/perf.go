@@ -294,6 +294,14 @@ func NewPerfCounters(h *host.Host, l cgroup.Layout, events []PerfEvent, budget i
 	return p, nil
 }
 
+// SetClock replaces the clock that times rates between Reads (default
+// time.Now); the simulator's is virtual.
+func (p *PerfCounters) SetClock(now func() time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.now = now
+}
+
 // Budget is the most perf descriptors held at once.
 func (p *PerfCounters) Budget() int {
 	p.mu.Lock()

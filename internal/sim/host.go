@@ -1,0 +1,657 @@
+package sim
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/host"
+)
+
+// simHost is one simulated machine for one policy run: the host tree in a
+// temporary directory, its kernel emulation, the model and what the
+// simulator has accumulated (the counters the tree's files show).
+type simHost struct {
+	sc      *Scenario
+	m       Machine
+	tenants []*Tenant
+	root    string
+	h       *host.Host
+	cg      *CgroupFS
+	model   *Model
+	levers  *Levers
+	state   *State
+	// published is the state the canary probe reads (set with setState).
+	published atomic.Pointer[State]
+	now       time.Duration
+
+	present  []bool
+	period   []float64      // CFS period of each tenant's cpu.max, seconds
+	byCgroup map[string]int // tenant cgroup (below the cgroup root) → index
+
+	dirtyQuota   map[int]bool
+	dirtyResctrl bool
+	dirtyFreq    bool
+	msr          []*os.File
+
+	cum      []tenantCounters
+	written  []writtenStats
+	energy   []float64 // µJ per socket
+	groups   map[string]*resctrlGroup
+	noise    *rand.Rand
+	lastFreq []float64
+}
+
+// tenantCounters are a tenant's cumulative counters.
+type tenantCounters struct {
+	usage, throttled, psi, delay                                        float64 // seconds
+	periods, nrThrottled                                                float64
+	cycles, refCycles, instructions, llcRefs, llcMisses, busLocks, ctxs float64
+	traffic                                                             []float64 // bytes per socket
+}
+
+type writtenStats struct {
+	usageUS, thrUS, psiUS, delayNS int64
+}
+
+// resctrlGroup is a resctrl control or monitoring group as last read.
+type resctrlGroup struct {
+	dir     string
+	mon     bool
+	members map[int]float64 // tenant → share of its threads in the group
+	mbm     []float64       // cumulative bytes per socket
+}
+
+// newSimHost builds the tree and the emulation for a scenario.
+func newSimHost(sc *Scenario, dir string) (*simHost, error) {
+	s := &simHost{sc: sc, m: sc.Machine, tenants: sc.tenants, root: filepath.Join(dir, "root"),
+		byCgroup: map[string]int{}, dirtyQuota: map[int]bool{}, groups: map[string]*resctrlGroup{},
+		noise: newRNG(sc.Seed, 0xc0de)}
+	if err := os.MkdirAll(s.root, 0o755); err != nil {
+		return nil, err
+	}
+	if err := writeStatic(s.root, sc); err != nil {
+		return nil, fmt.Errorf("writing the host tree: %w", err)
+	}
+	online := cpuset.Of(seq(s.m.CPUs())...)
+	s.cg = NewCgroupFS(cgroupRoot, online)
+	k := &simKernel{cgroups: s.cg, changed: s.changed}
+	if hasResctrl(s.m) {
+		k.resctrl = NewResctrlKernel(s.m)
+	}
+	h, err := host.Open(s.root, host.WithKernel(k))
+	if err != nil {
+		return nil, err
+	}
+	s.h = h
+	for _, slice := range []string{"/machine.slice", "/system.slice"} {
+		if err := h.Mkdir(cgroupRoot+slice, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	s.model = NewModel(s.m, s.tenants)
+	s.levers = NewLevers(len(s.tenants), s.m.CPUs(), s.m.Sockets)
+	s.present = make([]bool, len(s.tenants))
+	s.period = make([]float64, len(s.tenants))
+	s.cum = make([]tenantCounters, len(s.tenants))
+	s.written = make([]writtenStats, len(s.tenants))
+	for i := range s.cum {
+		s.cum[i].traffic = make([]float64, s.m.Sockets)
+		s.written[i] = writtenStats{-1, -1, -1, -1}
+	}
+	s.energy = make([]float64, s.m.Sockets)
+	s.lastFreq = make([]float64, s.m.CPUs())
+	if on(s.m.Features.MSR) {
+		for c := 0; c < s.m.CPUs(); c++ {
+			f, err := os.Open(filepath.Join(s.root, "dev", "cpu", strconv.Itoa(c), "msr"))
+			if err != nil {
+				return nil, err
+			}
+			s.msr = append(s.msr, f)
+		}
+	}
+	s.dirtyResctrl, s.dirtyFreq = true, true
+	return s, nil
+}
+
+func (s *simHost) close() {
+	for _, f := range s.msr {
+		f.Close()
+	}
+	s.h.Close()
+}
+
+// setState makes st the current state.
+func (s *simHost) setState(st *State) {
+	s.state = st
+	s.published.Store(st)
+}
+
+// changed is the kernel's note that p was written, made or removed.
+func (s *simHost) changed(p string) {
+	switch {
+	case strings.HasPrefix(p, cgroupRoot+"/"):
+		rel := strings.TrimPrefix(p, cgroupRoot)
+		for {
+			if i, ok := s.byCgroup[rel]; ok {
+				s.dirtyQuota[i] = true
+				return
+			}
+			if rel == "/" || rel == "." || rel == "" {
+				return
+			}
+			rel = path.Dir(rel)
+		}
+	case strings.HasPrefix(p, resctrlRoot):
+		s.dirtyResctrl = true
+	case strings.HasPrefix(p, cpufreqRoot):
+		s.dirtyFreq = true
+	}
+}
+
+// appear makes a tenant's cgroups and puts its threads in them, as libvirt
+// or docker would.
+func (s *simHost) appear(i int) error {
+	t := s.tenants[i]
+	cg := t.cgroupPath()
+	dirs := []string{cg}
+	if t.Kind == KindVM {
+		dirs = append(dirs, cg+"/libvirt")
+		for k := range t.VCPUs {
+			dirs = append(dirs, fmt.Sprintf("%s/libvirt/vcpu%d", cg, k))
+		}
+		dirs = append(dirs, cg+"/libvirt/emulator")
+	}
+	for _, d := range dirs {
+		if err := s.h.Mkdir(cgroupRoot+d, 0o755); err != nil {
+			return fmt.Errorf("tenant %s: %w", t.Name, err)
+		}
+	}
+	if err := s.h.WriteFile(cgroupRoot+cg+"/cpuset.cpus", []byte(t.CPUSet.String())); err != nil {
+		return err
+	}
+	if t.Kind == KindVM {
+		for k, c := range t.VCPUs {
+			if err := s.h.WriteFile(fmt.Sprintf("%s%s/libvirt/vcpu%d/cpuset.cpus", cgroupRoot, cg, k), []byte(strconv.Itoa(c))); err != nil {
+				return err
+			}
+		}
+	}
+	for k, sub := range t.threadCgroups() {
+		file := "cgroup.threads"
+		if sub == "" {
+			file = "cgroup.procs"
+		}
+		if err := s.h.WriteFile(cgroupRoot+cg+sub+"/"+file, []byte(strconv.Itoa(t.TID(k)))); err != nil {
+			return err
+		}
+		if err := writeFile(s.root, fmt.Sprintf("proc/%d/schedstat", t.TID(k)), "0 0 0\n"); err != nil {
+			return err
+		}
+	}
+	s.byCgroup[cg] = i
+	s.present[i] = true
+	s.dirtyQuota[i] = true
+	s.written[i] = writtenStats{-1, -1, -1, -1}
+	return nil
+}
+
+// vanish is the tenant's end: its threads exit and its cgroups are removed.
+func (s *simHost) vanish(i int) error {
+	t := s.tenants[i]
+	var tids []int
+	for k := 0; k < t.Threads; k++ {
+		tids = append(tids, t.TID(k))
+	}
+	if err := s.cg.Exit(s.h, tids...); err != nil {
+		return err
+	}
+	s.resctrlExit(tids)
+	cg := t.cgroupPath()
+	var dirs []string
+	if t.Kind == KindVM {
+		for k := range t.VCPUs {
+			dirs = append(dirs, fmt.Sprintf("%s/libvirt/vcpu%d", cg, k))
+		}
+		dirs = append(dirs, cg+"/libvirt/emulator", cg+"/libvirt")
+	}
+	dirs = append(dirs, cg)
+	for _, d := range dirs {
+		if err := s.h.Remove(cgroupRoot + d); err != nil {
+			return fmt.Errorf("tenant %s: %w", t.Name, err)
+		}
+	}
+	for _, tid := range tids {
+		os.RemoveAll(filepath.Join(s.root, "proc", strconv.Itoa(tid)))
+	}
+	delete(s.byCgroup, cg)
+	s.present[i] = false
+	s.levers.Quota[i] = math.Inf(1)
+	return nil
+}
+
+// resctrlExit drops exited tasks from every resctrl group's tasks file, as
+// the kernel does when a task exits.
+func (s *simHost) resctrlExit(tids []int) {
+	if !hasResctrl(s.m) {
+		return
+	}
+	for _, g := range s.resctrlDirs() {
+		editTasks(s.h, g.dir, func(ts []int) []int {
+			return slices.DeleteFunc(ts, func(x int) bool { return slices.Contains(tids, x) })
+		})
+	}
+	s.dirtyResctrl = true
+}
+
+// readLevers refreshes the levers the actuators may have changed.
+func (s *simHost) readLevers() error {
+	for i := range s.dirtyQuota {
+		delete(s.dirtyQuota, i)
+		if !s.present[i] {
+			continue
+		}
+		str, err := s.h.ReadString(cgroupRoot + s.tenants[i].cgroupPath() + "/cpu.max")
+		if err != nil {
+			return err
+		}
+		q, err := cgroup.ParseCPUMax(str)
+		if err != nil {
+			return err
+		}
+		s.levers.Quota[i] = math.Inf(1)
+		s.period[i] = q.Period.Seconds()
+		if !q.Unlimited() {
+			s.levers.Quota[i] = q.CPUs()
+		}
+	}
+	if s.dirtyFreq && on(s.m.Features.CPUFreq) {
+		s.dirtyFreq = false
+		for c := 0; c < s.m.CPUs(); c++ {
+			khz, err := s.h.ReadInt(fmt.Sprintf("%s/policy%d/scaling_max_freq", cpufreqRoot, c))
+			if err != nil {
+				return err
+			}
+			s.levers.MaxMHz[c] = float64(khz) / 1000
+		}
+	}
+	if len(s.msr) > 0 {
+		var b [8]byte
+		for c, f := range s.msr {
+			if _, err := f.ReadAt(b[:], MSRClockModulation); err != nil {
+				return fmt.Errorf("cpu %d msr: %w", c, err)
+			}
+			s.levers.Duty[c] = ClockModulationDuty(binary.LittleEndian.Uint64(b[:]))
+		}
+	}
+	if s.dirtyResctrl && hasResctrl(s.m) {
+		s.dirtyResctrl = false
+		if err := s.readResctrl(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClockModulationDuty decodes IA32_CLOCK_MODULATION: bit 4 enables on-demand
+// clock modulation, bits 3:0 are the duty in 6.25% steps (extended
+// encoding; the legacy 8-step encoding uses bits 3:1, which reads the same
+// with bit 0 clear). Disabled, or a reserved duty of 0, is full speed.
+func ClockModulationDuty(v uint64) float64 {
+	if v&0x10 == 0 || v&0xf == 0 {
+		return 1
+	}
+	return float64(v&0xf) / 16
+}
+
+// resctrlDirs lists the control groups (the root first) and monitoring groups.
+func (s *simHost) resctrlDirs() []*resctrlGroup {
+	var out []*resctrlGroup
+	add := func(dir string, mon bool) {
+		g := s.groups[dir]
+		if g == nil {
+			g = &resctrlGroup{dir: dir, mon: mon, mbm: make([]float64, s.m.Sockets)}
+			s.groups[dir] = g
+		}
+		out = append(out, g)
+	}
+	add(resctrlRoot, false)
+	ents, _ := os.ReadDir(s.h.Path(resctrlRoot))
+	var ctrl []string
+	for _, e := range ents {
+		if e.IsDir() && e.Name() != "info" && e.Name() != "mon_groups" && e.Name() != "mon_data" {
+			ctrl = append(ctrl, resctrlRoot+"/"+e.Name())
+			add(resctrlRoot+"/"+e.Name(), false)
+		}
+	}
+	for _, g := range append([]string{resctrlRoot}, ctrl...) {
+		mons, _ := os.ReadDir(s.h.Path(g + "/mon_groups"))
+		for _, e := range mons {
+			if e.IsDir() {
+				add(g+"/mon_groups/"+e.Name(), true)
+			}
+		}
+	}
+	return out
+}
+
+// readResctrl reads every group's schemata and tasks into the levers and
+// the monitoring membership.
+func (s *simHost) readResctrl() error {
+	dirs := s.resctrlDirs()
+	keep := map[string]bool{}
+	tidOwner := map[int]int{}
+	for i, t := range s.tenants {
+		if s.present[i] {
+			for k := 0; k < t.Threads; k++ {
+				tidOwner[t.TID(k)] = i
+			}
+		}
+	}
+	amd := cpuModels[s.m.CPU].vendor == "AuthenticAMD"
+	ctrlOf := make([]string, len(s.tenants)) // tenant → control group ("" = root)
+	for _, g := range dirs {
+		keep[g.dir] = true
+		b, _ := os.ReadFile(s.h.Path(g.dir + "/tasks"))
+		g.members = map[int]float64{}
+		for _, tid := range parseTasks(string(b)) {
+			if i, ok := tidOwner[tid]; ok {
+				g.members[i] += 1 / float64(s.tenants[i].Threads)
+				if !g.mon && g.dir != resctrlRoot && ctrlOf[i] == "" {
+					ctrlOf[i] = g.dir
+				}
+			}
+		}
+	}
+	for d := range s.groups {
+		if !keep[d] {
+			delete(s.groups, d)
+		}
+	}
+	// The default group holds every task not listed in another control group.
+	root := s.groups[resctrlRoot]
+	listed := map[int]float64{}
+	for _, g := range dirs {
+		if !g.mon && g.dir != resctrlRoot {
+			for i, f := range g.members {
+				listed[i] += f
+			}
+		}
+	}
+	root.members = map[int]float64{}
+	for i := range s.tenants {
+		if s.present[i] && listed[i] < 1 {
+			root.members[i] = 1 - listed[i]
+		}
+	}
+	schemata := map[string]map[string][]string{}
+	for _, g := range dirs {
+		if g.mon {
+			continue
+		}
+		b, err := os.ReadFile(s.h.Path(g.dir + "/schemata"))
+		if err != nil {
+			continue
+		}
+		schemata[g.dir] = parseSchemata(string(b), s.m.Sockets)
+	}
+	for i := range s.tenants {
+		g := ctrlOf[i]
+		if g == "" {
+			g = resctrlRoot
+		}
+		sch := schemata[g]
+		for d := 0; d < s.m.Sockets; d++ {
+			s.levers.Mask[i][d] = 0
+			s.levers.MBA[i][d] = 0
+			s.levers.MBAGroup[i][d] = g
+			if v := sch["L3"]; len(v) > d && v[d] != "" {
+				if m, err := strconv.ParseUint(v[d], 16, 64); err == nil {
+					s.levers.Mask[i][d] = m
+				}
+			}
+			if v := sch["MB"]; len(v) > d && v[d] != "" {
+				if n, err := strconv.ParseFloat(v[d], 64); err == nil {
+					if amd && n >= 2048 {
+						n = 0
+					}
+					s.levers.MBA[i][d] = n
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// parseSchemata reads "RES:dom=val;…" lines into per-domain values.
+func parseSchemata(s string, domains int) map[string][]string {
+	out := map[string][]string{}
+	for _, l := range strings.Split(s, "\n") {
+		res, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok {
+			continue
+		}
+		vals := make([]string, domains)
+		for _, kv := range strings.Split(rest, ";") {
+			k, v, ok := strings.Cut(kv, "=")
+			if d, err := strconv.Atoi(strings.TrimSpace(k)); ok && err == nil && d >= 0 && d < domains {
+				vals[d] = strings.TrimSpace(v)
+			}
+		}
+		out[strings.TrimSpace(res)] = vals
+	}
+	return out
+}
+
+// leverOn reports whether any lever holds tenant i back now.
+func (s *simHost) leverOn(i int) bool {
+	lv := s.levers
+	if !math.IsInf(lv.Quota[i], 1) {
+		return true
+	}
+	full := uint64(1)<<uint(s.m.L3Ways) - 1
+	for d := 0; d < s.m.Sockets; d++ {
+		if m := lv.Mask[i][d] & full; m != 0 && m != full {
+			return true
+		}
+		if v := lv.MBA[i][d]; v > 0 && v < 100 && cpuModels[s.m.CPU].vendor != "AuthenticAMD" {
+			return true
+		}
+		if v := lv.MBA[i][d]; v > 0 && cpuModels[s.m.CPU].vendor == "AuthenticAMD" {
+			return true
+		}
+	}
+	for _, c := range s.model.cpus[i] {
+		if x := lv.MaxMHz[c]; x > 0 && x < float64(s.m.MaxMHz) {
+			return true
+		}
+		if lv.Duty[c] < 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// advance accumulates a step's counters.
+func (s *simHost) advance(dt float64) {
+	st := s.state
+	for i := range s.tenants {
+		ts := &st.Tenants[i]
+		if !ts.Active || !s.present[i] {
+			continue
+		}
+		c := &s.cum[i]
+		n := 1.0
+		if s.sc.Noise > 0 {
+			n = math.Max(0.5, 1+s.sc.Noise*s.noise.NormFloat64())
+		}
+		r := ts.Rates
+		c.usage += ts.Alloc * dt
+		// CFS bandwidth accounting: with a quota, every period counts; a
+		// throttled period adds its throttled time on each CPU (the kernel
+		// sums it over the per-CPU run queues).
+		if period := s.period[i]; period > 0 && !math.IsInf(s.levers.Quota[i], 1) {
+			c.periods += dt / period
+			if ts.Throttled > 0 {
+				c.nrThrottled += dt / period
+				c.throttled += ts.Throttled * float64(s.tenants[i].CPUSet.Len()) * dt
+			}
+		}
+		if ts.Want > 0 && ts.Alloc < ts.Want*0.999 {
+			c.psi += dt
+		}
+		c.delay += ts.Waiting * dt
+		c.cycles += r.Cycles * dt * n
+		c.refCycles += r.RefCycles * dt
+		c.instructions += r.Instructions * dt * n
+		c.llcRefs += r.LLCRefs * dt * n
+		c.llcMisses += r.LLCMisses * dt * n
+		c.busLocks += r.BusLocks * dt * n
+		c.ctxs += r.ContextSw * dt
+		for d := range c.traffic {
+			c.traffic[d] += ts.Traffic[d] * dt
+		}
+	}
+	for d := range s.energy {
+		s.energy[d] += st.Host.SocketPower[d] * dt * 1e6
+	}
+	for _, g := range s.groups {
+		for i, f := range g.members {
+			if i < len(st.Tenants) && st.Tenants[i].Active {
+				for d := range g.mbm {
+					g.mbm[d] += f * st.Tenants[i].Traffic[d] * dt
+				}
+			}
+		}
+	}
+}
+
+// publish writes the sensor files the agent reads.
+func (s *simHost) publish() error {
+	st := s.state
+	var hostPSI float64
+	for i, t := range s.tenants {
+		if !s.present[i] {
+			continue
+		}
+		c := &s.cum[i]
+		hostPSI += c.psi
+		w := writtenStats{int64(c.usage * 1e6), int64(c.throttled * 1e6), int64(c.psi * 1e6), int64(c.delay * 1e9)}
+		old := s.written[i]
+		dir := s.h.Path(cgroupRoot + t.cgroupPath())
+		if w.usageUS != old.usageUS || w.thrUS != old.thrUS {
+			if err := os.WriteFile(dir+"/cpu.stat", []byte(cpuStat(w.usageUS, int64(c.periods), int64(c.nrThrottled), w.thrUS)), 0o644); err != nil {
+				return err
+			}
+		}
+		if w.psiUS != old.psiUS {
+			if err := os.WriteFile(dir+"/cpu.pressure", []byte(pressure(w.psiUS)), 0o644); err != nil {
+				return err
+			}
+		}
+		if w.delayNS != old.delayNS {
+			// Run delay per thread: the vCPUs share it evenly.
+			per := w.delayNS / int64(t.Threads)
+			run := int64(c.usage * 1e9 / float64(t.Threads))
+			for k := 0; k < t.Threads; k++ {
+				if err := os.WriteFile(s.h.Path(fmt.Sprintf("/proc/%d/schedstat", t.TID(k))), []byte(fmt.Sprintf("%d %d %d\n", run, per, int64(c.ctxs)/int64(t.Threads))), 0o644); err != nil {
+					return err
+				}
+			}
+		}
+		s.written[i] = w
+	}
+	if err := os.WriteFile(s.h.Path("/proc/pressure/cpu"), []byte(pressure(int64(hostPSI*1e6))), 0o644); err != nil {
+		return err
+	}
+	if hasResctrl(s.m) && on(s.m.Features.MBM) {
+		for _, g := range s.groups {
+			for d := 0; d < s.m.Sockets; d++ {
+				occ := 0.0
+				for i, f := range g.members {
+					if st.Tenants[i].Active && st.Tenants[i].Occupancy != nil {
+						occ += f * st.Tenants[i].Occupancy[d]
+					}
+				}
+				dir := s.h.Path(fmt.Sprintf("%s/mon_data/mon_L3_%02d", g.dir, d))
+				if _, err := os.Stat(dir); err != nil {
+					continue
+				}
+				// Occupancy is reported in the hardware's units (64 KiB here: max_threshold_occupancy).
+				occB := int64(occ) / 65536 * 65536
+				mbm := int64(g.mbm[d])
+				for name, v := range map[string]int64{"llc_occupancy": occB, "mbm_total_bytes": mbm, "mbm_local_bytes": mbm} {
+					if err := os.WriteFile(dir+"/"+name, []byte(strconv.FormatInt(v, 10)+"\n"), 0o644); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	if on(s.m.Features.RAPL) {
+		for d, e := range s.energy {
+			v := int64(math.Mod(e, energyRange))
+			if err := os.WriteFile(s.h.Path(fmt.Sprintf("%s/intel-rapl:%d/energy_uj", powercapRoot, d)), []byte(strconv.FormatInt(v, 10)+"\n"), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	if on(s.m.Features.Hwmon) {
+		if err := s.publishTemps(); err != nil {
+			return err
+		}
+	}
+	if on(s.m.Features.CPUFreq) {
+		for c, f := range st.Host.CPUMHz {
+			if math.Abs(f-s.lastFreq[c]) < 1 {
+				continue
+			}
+			s.lastFreq[c] = f
+			v := []byte(strconv.Itoa(int(f*1000)) + "\n")
+			for _, name := range []string{"scaling_cur_freq", "cpuinfo_cur_freq"} {
+				if err := os.WriteFile(s.h.Path(fmt.Sprintf("%s/policy%d/%s", cpufreqRoot, c, name)), v, 0o644); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (s *simHost) publishTemps() error {
+	st := s.state
+	amd := cpuModels[s.m.CPU].vendor == "AuthenticAMD"
+	per := s.m.Sockets * s.m.CoresPerSocket
+	for d := 0; d < s.m.Sockets; d++ {
+		dir := s.h.Path(fmt.Sprintf("%s/hwmon%d", hwmonRoot, d))
+		pkg := 0.0
+		for c := 0; c < s.m.CoresPerSocket; c++ {
+			cpu := d*s.m.CoresPerSocket + c
+			t := st.Host.CPUTemp[cpu]
+			if s.m.ThreadsPerCore > 1 {
+				t = max(t, st.Host.CPUTemp[cpu+per])
+			}
+			pkg = max(pkg, t)
+			if !amd {
+				if err := os.WriteFile(fmt.Sprintf("%s/temp%d_input", dir, c+2), []byte(strconv.Itoa(int(t*1000))+"\n"), 0o644); err != nil {
+					return err
+				}
+			}
+		}
+		if err := os.WriteFile(dir+"/temp1_input", []byte(strconv.Itoa(int(pkg*1000))+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
