@@ -83,6 +83,14 @@ README for the configuration file (unknown keys are rejected).`,
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
+			// One agent per state directory: a second one, or a
+			// `crosstalk restore` behind this one's back, would undo
+			// throttles this agent still manages.
+			lock, err := agent.LockStateDir(cfg.StateDir)
+			if err != nil {
+				return err
+			}
+			defer lock.Unlock()
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {
