@@ -41,7 +41,7 @@ func (fullState) Latest() (agent.State, bool) {
 		Probes:       []agent.ProbeState{{Domain: 0, CPU: 1, Kind: "dram", LatencyNs: 250, BaselineNs: 100, Ratio: 2.5}},
 		Proof:        &agent.ProofState{Tenant: "/vm/a", Name: "a", Started: time.Now()},
 		ActionsTotal: map[string]uint64{"throttle": 1}, ProofsTotal: map[string]uint64{"polluter": 1},
-		IntervalCPU:  0.001, PerfFDs: 6,
+		IntervalCPU: 0.001, PerfFDs: 6,
 	}, true
 }
 
