@@ -56,6 +56,7 @@ tarball)
   cp deploy/systemd/crosstalk.service "$root/systemd/"
   cp packaging/modules-load.conf "$root/modules-load.d/crosstalk.conf"
   cp scripts/install.sh "$root/install.sh"
+  cp packaging/Containerfile "$root/Containerfile"
   cp README.md CHANGELOG.md "$root/"
   cp deploy/README.md "$root/deploy-README.md"
   copy_assets "$root"
