@@ -103,6 +103,14 @@ func TestUnitMatchesTheAgent(t *testing.T) {
 	if !slices.Equal(caps, want) {
 		t.Errorf("CapabilityBoundingSet = %v, want %v", caps, want)
 	}
+	// The installed default configuration keeps the listener on localhost.
+	def, err := agent.LoadConfig("../examples/crosstalk.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host, _, _ := strings.Cut(def.Listen, ":"); host != "127.0.0.1" || agent.Defaults().Listen != def.Listen {
+		t.Errorf("default listen %q: the metrics endpoint must stay on localhost unless configured", def.Listen)
+	}
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)

@@ -151,6 +151,27 @@ func RestoreAll(cfg Config, h *host.Host, log *slog.Logger) (RestoreReport, erro
 		return rep, err
 	}
 	defer lock.Unlock()
+	return lock.RestoreAll(cfg, h, log)
+}
+
+// RestoreAll is the package's RestoreAll for a process that already holds
+// the state directory: `crosstalk run` calls it at start, before the agent
+// is built, so what a killed predecessor left — of every actuator kind — is
+// undone in the one place `crosstalk restore` uses too.
+func (l *StateLock) RestoreAll(cfg Config, h *host.Host, log *slog.Logger) (RestoreReport, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = Defaults().StateDir
+	}
+	rep := RestoreReport{StateFile: StatePath(cfg.StateDir), Restored: map[string]int{}}
+	if l == nil || l.f == nil {
+		return rep, errors.New("restore: the state directory is not locked")
+	}
+	if _, err := os.Stat(rep.StateFile); errors.Is(err, fs.ErrNotExist) {
+		return rep, nil
+	}
 	state, err := act.OpenState(rep.StateFile)
 	if err != nil {
 		return rep, err

@@ -110,6 +110,11 @@ README for the configuration file (unknown keys are rejected).`,
 				return err
 			}
 			defer h.Close()
+			// Undo what a killed predecessor left, of every actuator kind,
+			// before anything else (the agent itself re-checks its quotas).
+			if rep, err := lock.RestoreAll(cfg, h, log); err != nil || rep.Total() > 0 {
+				log.Warn("restored what a previous crosstalk left behind", "restored", rep.Restored, "kept", rep.Kept, "err", err)
+			}
 			a, closeFn, err := agent.Build(cfg, h, log, g.build.Version, nil)
 			if err != nil {
 				return err
