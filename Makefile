@@ -34,3 +34,37 @@ fuzz:
 
 clean:
 	rm -f $(BIN)
+
+# --- install, release, deb (issue #7) ----------------------------------------
+# `make install` puts the binary, the systemd unit, the default configuration
+# (the documented example, which is the defaults), a modules-load.d entry for
+# the msr driver and the docs under DESTDIR/PREFIX, and creates the state
+# directory. An existing /etc/crosstalk/crosstalk.yaml is kept (the new one
+# goes beside it as crosstalk.yaml.dist).
+PREFIX         ?= /usr
+SYSCONFDIR     ?= /etc
+LOCALSTATEDIR  ?= /var
+SYSTEMDUNITDIR ?= /lib/systemd/system
+DESTDIR        ?=
+# The version of a release or package: the tag on HEAD (vX.Y.Z), else
+# packaging/VERSION with the commit as a snapshot suffix.
+RELEASE_VERSION ?= $(shell scripts/release-version.sh)
+DIST           ?= dist
+
+.PHONY: install release deb
+
+install: build
+	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" SYSCONFDIR="$(SYSCONFDIR)" LOCALSTATEDIR="$(LOCALSTATEDIR)" \
+	SYSTEMDUNITDIR="$(SYSTEMDUNITDIR)" SRC_BIN="$(BIN)" SRC_UNIT=deploy/systemd/crosstalk.service \
+	SRC_CONFIG=examples/crosstalk.yaml SRC_MODULES=packaging/modules-load.conf \
+	SRC_DOCS="README.md CHANGELOG.md deploy/README.md" scripts/install.sh
+
+# `make release`: dist/crosstalk-VERSION-linux-ARCH.tar.gz with the static
+# binary, the unit, the default configuration, the Kubernetes manifests and
+# Helm chart, the Prometheus rules and Grafana dashboards, and the docs.
+release:
+	scripts/release.sh tarball "$(RELEASE_VERSION)" "$(COMMIT)" "$(DIST)"
+
+# `make deb`: dist/crosstalk_VERSION_ARCH.deb, built with dpkg-deb.
+deb:
+	scripts/release.sh deb "$(RELEASE_VERSION)" "$(COMMIT)" "$(DIST)"

@@ -119,6 +119,18 @@ func (s *StateFile) RecordKeys(kind string) []string {
 	return keys
 }
 
+// RecordKinds lists the actuator kinds that have records, sorted.
+func (s *StateFile) RecordKinds() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kinds := make([]string, 0, len(s.doc.Records))
+	for k := range s.doc.Records {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	return kinds
+}
+
 // ForgetRecord removes the record of kind at key and saves.
 func (s *StateFile) ForgetRecord(kind, key string) error {
 	s.mu.Lock()

@@ -47,6 +47,30 @@ type Config struct {
 	Proof    ProofConfig    `yaml:"proof"`
 	Throttle ThrottleConfig `yaml:"throttle"`
 	Perf     PerfConfig     `yaml:"perf"`
+
+	Kubernetes KubernetesConfig `yaml:"kubernetes"`
+}
+
+// KubernetesConfig publishes the node-level signal (package nodesignal): a
+// node condition, label and optional taint saying the node has an
+// uncontained polluter.
+type KubernetesConfig struct {
+	// NodeSignal turns publishing on (default false; the DaemonSet sets it).
+	NodeSignal bool `yaml:"node_signal"`
+	// NodeName is this node's name (default: $NODE_NAME, from the downward API).
+	NodeName string `yaml:"node_name"`
+	// UncontainedAfter is how long contention must persist, uncontained,
+	// before the node is flagged (default 5m); ClearAfter how long it must
+	// stay away before the flag is lifted (default 2m).
+	UncontainedAfter time.Duration `yaml:"uncontained_after"`
+	ClearAfter       time.Duration `yaml:"clear_after"`
+	// Taint also taints a flagged node: "" (none), PreferNoSchedule or NoSchedule.
+	Taint string `yaml:"taint"`
+	// APIServer, TokenFile and CAFile default to the pod's in-cluster
+	// service account (KUBERNETES_SERVICE_HOST/PORT, /var/run/secrets/...).
+	APIServer string `yaml:"api_server"`
+	TokenFile string `yaml:"token_file"`
+	CAFile    string `yaml:"ca_file"`
 }
 
 // TenantsConfig says which cgroups are tenants.
@@ -147,6 +171,12 @@ func (c *Config) fill() {
 	if c.Perf.FDBudget == 0 {
 		c.Perf.FDBudget = 512
 	}
+	if c.Kubernetes.UncontainedAfter == 0 {
+		c.Kubernetes.UncontainedAfter = 5 * time.Minute
+	}
+	if c.Kubernetes.ClearAfter == 0 {
+		c.Kubernetes.ClearAfter = 2 * time.Minute
+	}
 }
 
 func ptrTo[T any](v T) *T { return &v }
@@ -223,6 +253,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Perf.FDBudget < 0 {
 		bad("perf.fd_budget", "must be >= 0")
+	}
+	if k := c.Kubernetes; k.UncontainedAfter < 10*c.Interval || k.ClearAfter < 10*c.Interval {
+		bad("kubernetes", "uncontained_after and clear_after must be at least 10 intervals")
+	}
+	switch c.Kubernetes.Taint {
+	case "", "PreferNoSchedule", "NoSchedule":
+	default:
+		bad("kubernetes.taint", "%q: want \"\", PreferNoSchedule or NoSchedule", c.Kubernetes.Taint)
 	}
 	if c.Probe.LLCBytes < 0 || c.Probe.CPUsPerDomain < 0 || c.Probe.Chunks < 0 {
 		bad("probe", "sizes must be >= 0")

@@ -3,10 +3,12 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -49,7 +51,7 @@ control, and what in its tuning hurts tenants.`,
 	root.SetErr(errOut)
 	root.PersistentFlags().StringVar(&g.root, "root", "/", "root of the host filesystem to examine: / on the host, /host in a DaemonSet, or a captured tree")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newDoctorCmd(g), newRunCmd(g), newTopCmd(g), newLoadCmd(g), newLabCmd(g), newSimCmd(g), newPlanCmd(g), newTenantExecCmd(), newVersionCmd(g))
+	root.AddCommand(newDoctorCmd(g), newRunCmd(g), newRestoreCmd(g), newTopCmd(g), newLoadCmd(g), newLabCmd(g), newSimCmd(g), newPlanCmd(g), newTenantExecCmd(), newVersionCmd(g))
 	return root
 }
 
@@ -103,13 +105,25 @@ func (g *globals) openHost(opts ...host.Option) (*host.Host, error) {
 }
 
 func newVersionCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version and commit of this binary",
-		Args:  cobra.NoArgs,
+		Long: `version prints the release version and git commit this binary was built from
+(set by the release build, 'make release' / 'make deb'). --json adds the Go
+version and platform, for fleet inventories.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if asJSON {
+				b, _ := json.Marshal(map[string]string{"version": g.build.Version, "commit": g.build.Commit,
+					"go": runtime.Version(), "platform": runtime.GOOS + "/" + runtime.GOARCH})
+				_, err := fmt.Fprintln(g.out, string(b))
+				return err
+			}
 			_, err := fmt.Fprintf(g.out, "crosstalk %s (commit %s)\n", g.build.Version, g.build.Commit)
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print version, commit, Go version and platform as JSON")
+	return cmd
 }

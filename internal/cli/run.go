@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/nodesignal"
 )
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -83,6 +84,14 @@ README for the configuration file (unknown keys are rejected).`,
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
+			// One agent per state directory: a second one, or a
+			// `crosstalk restore` behind this one's back, would undo
+			// throttles this agent still manages.
+			lock, err := agent.LockStateDir(cfg.StateDir)
+			if err != nil {
+				return err
+			}
+			defer lock.Unlock()
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {
@@ -101,17 +110,33 @@ README for the configuration file (unknown keys are rejected).`,
 				return err
 			}
 			defer h.Close()
+			// Undo what a killed predecessor left, of every actuator kind,
+			// before anything else (the agent itself re-checks its quotas).
+			if rep, err := lock.RestoreAll(cfg, h, log); err != nil || rep.Total() > 0 {
+				log.Warn("restored what a previous crosstalk left behind", "restored", rep.Restored, "kept", rep.Kept, "err", err)
+			}
 			a, closeFn, err := agent.Build(cfg, h, log, g.build.Version, nil)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
+			// The node-level signal (uncontained polluter): a gauge always,
+			// the node's condition/label/taint with kubernetes.node_signal.
+			sig, err := nodesignal.FromConfig(cfg, g.build.Version, log)
+			if err != nil {
+				return err
+			}
 
 			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer cancel()
+			sigDone := make(chan struct{})
+			go func() { sig.Run(ctx, a, cfg.Interval); close(sigDone) }()
+			// On the way out the node is marked as no longer watched.
+			defer func() { cancel(); <-sigDone }()
 			errc := make(chan error, 1)
 			if cfg.Listen != "off" {
 				reg := agent.NewRegistry(a, g.build.Version, g.build.Commit)
+				reg.MustRegister(sig)
 				go func() { errc <- agent.Serve(ctx, cfg.Listen, agent.Handler(a, reg), log) }()
 			}
 			log.Info("crosstalk agent running", "interval", cfg.Interval, "dry_run", cfg.DryRun, "listen", cfg.Listen, "state_dir", cfg.StateDir)

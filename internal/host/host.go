@@ -30,6 +30,9 @@ type Host struct {
 	rootFD int // open O_PATH fd of root; -1 when root is "/" or openat2 is unavailable
 	rec    *Recorder
 	kernel Kernel
+	// live: a root other than "/" that holds this machine's own procfs
+	// (a DaemonSet's /host, with host PID).
+	live bool
 }
 
 // Kernel emulates, for a simulated host tree, what a pseudo-filesystem's
@@ -93,8 +96,18 @@ func Open(root string, opts ...Option) (*Host, error) {
 		} else {
 			unix.Close(fd)
 		}
+		h.live = holdsOwnProc(abs)
 	}
 	return h, nil
+}
+
+// holdsOwnProc reports whether root/proc is the procfs of this process's PID
+// namespace — the node's /proc mounted at /host/proc in a DaemonSet with
+// host PID — by its "self" link naming this process. A captured or
+// reconstructed tree cannot do that.
+func holdsOwnProc(root string) bool {
+	target, err := os.Readlink(filepath.Join(root, "proc", "self"))
+	return err == nil && target == strconv.Itoa(os.Getpid())
 }
 
 // Close releases the root directory handle.
@@ -111,8 +124,9 @@ func (h *Host) Close() error {
 func (h *Host) Root() string { return h.root }
 
 // IsLive reports whether the Host is the machine this process runs on, so
-// that live-only probes (perf_event_open, euid) describe it.
-func (h *Host) IsLive() bool { return h.root == "/" }
+// that live-only probes (perf_event_open, euid) describe it: the root "/",
+// or a root holding this machine's own /proc (a DaemonSet's --root /host).
+func (h *Host) IsLive() bool { return h.root == "/" || h.live }
 
 // Path maps a host path ("/sys/fs/resctrl") to where it is on this machine
 // ("/host/sys/fs/resctrl"). Use it for messages; use the methods for access.

@@ -1,0 +1,57 @@
+#!/bin/sh
+# Installs crosstalk on a single host: the static binary, the systemd unit, the
+# default configuration (kept if one exists), the msr modules-load.d entry,
+# the docs, and (unless STATE_DIR_MODE=none) the state directory.
+#
+# Used by `make install` (from the source tree), by the release tarball (run
+# it from the unpacked directory: `sudo ./install.sh`) and by `make deb` to lay
+# out the package. Honours DESTDIR, PREFIX (/usr), SYSCONFDIR (/etc),
+# LOCALSTATEDIR (/var) and SYSTEMDUNITDIR (/lib/systemd/system). The source
+# files default to the tarball's layout; `make install` points them at the tree.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+DESTDIR=${DESTDIR:-}
+PREFIX=${PREFIX:-/usr}
+SYSCONFDIR=${SYSCONFDIR:-/etc}
+LOCALSTATEDIR=${LOCALSTATEDIR:-/var}
+SYSTEMDUNITDIR=${SYSTEMDUNITDIR:-/lib/systemd/system}
+SRC_BIN=${SRC_BIN:-$here/crosstalk}
+SRC_UNIT=${SRC_UNIT:-$here/systemd/crosstalk.service}
+SRC_CONFIG=${SRC_CONFIG:-$here/crosstalk.yaml}
+SRC_MODULES=${SRC_MODULES:-$here/modules-load.d/crosstalk.conf}
+SRC_DOCS=${SRC_DOCS:-$here/README.md $here/CHANGELOG.md $here/deploy-README.md}
+STATE_DIR_MODE=${STATE_DIR_MODE:-0700}
+
+for f in "$SRC_BIN" "$SRC_UNIT" "$SRC_CONFIG" "$SRC_MODULES"; do
+  [ -f "$f" ] || { echo "install.sh: missing $f" >&2; exit 1; }
+done
+
+install -d -m 0755 "$DESTDIR$PREFIX/bin" "$DESTDIR$SYSTEMDUNITDIR" "$DESTDIR$SYSCONFDIR/crosstalk" \
+  "$DESTDIR$PREFIX/share/doc/crosstalk" "$DESTDIR$PREFIX/lib/modules-load.d"
+install -m 0755 "$SRC_BIN" "$DESTDIR$PREFIX/bin/crosstalk"
+# The unit names /usr/bin and /etc: follow PREFIX and SYSCONFDIR.
+sed -e "s#/usr/bin/crosstalk#$PREFIX/bin/crosstalk#g" -e "s#/etc/crosstalk/#$SYSCONFDIR/crosstalk/#g" \
+  "$SRC_UNIT" > "$DESTDIR$SYSTEMDUNITDIR/crosstalk.service"
+chmod 0644 "$DESTDIR$SYSTEMDUNITDIR/crosstalk.service"
+conf=$DESTDIR$SYSCONFDIR/crosstalk/crosstalk.yaml
+if [ -e "$conf" ] && ! cmp -s "$SRC_CONFIG" "$conf"; then
+  install -m 0644 "$SRC_CONFIG" "$conf.dist"
+  echo "kept $conf (yours); the new default is $conf.dist"
+else
+  install -m 0644 "$SRC_CONFIG" "$conf"
+fi
+install -m 0644 "$SRC_MODULES" "$DESTDIR$PREFIX/lib/modules-load.d/crosstalk.conf"
+for d in $SRC_DOCS; do
+  [ -f "$d" ] || continue
+  case $d in
+    *deploy/README.md | *deploy-README.md) name=DEPLOY.md ;;
+    *) name=$(basename "$d") ;;
+  esac
+  install -m 0644 "$d" "$DESTDIR$PREFIX/share/doc/crosstalk/$name"
+done
+if [ "$STATE_DIR_MODE" != none ]; then
+  install -d -m "$STATE_DIR_MODE" "$DESTDIR$LOCALSTATEDIR/lib/crosstalk"
+fi
+if [ -z "$DESTDIR" ]; then
+  echo "installed crosstalk in $PREFIX; start it with: systemctl daemon-reload && systemctl enable --now crosstalk"
+fi
