@@ -11,11 +11,16 @@ import (
 // Event is one line of the journal: a detection, a proof, an action, a
 // release or an error, with the evidence that led to it.
 type Event struct {
-	Time   time.Time `json:"time"`
-	Kind   string    `json:"kind"` // start, stop, detection, proof, throttle, tighten, relax, release, restore, error
-	Tenant string    `json:"tenant,omitempty"`
-	Name   string    `json:"name,omitempty"`
-	Detail string    `json:"detail,omitempty"`
+	Time time.Time `json:"time"`
+	Kind string    `json:"kind"` // start, stop, detection, proof, throttle, tighten, relax, release, isolate, restore, error
+	// Policy that acted (probe, buslocks, permits, power, llc, mba) and the
+	// lever it acted through (cpu_quota, clock_modulation, cpufreq, cat,
+	// mba), for actions.
+	Policy string `json:"policy,omitempty"`
+	Lever  string `json:"lever,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
+	Name   string `json:"name,omitempty"`
+	Detail string `json:"detail,omitempty"`
 	// Quota in CPUs after the event (0 = unlimited), for actions.
 	Quota    *float64 `json:"quota,omitempty"`
 	Evidence any      `json:"evidence,omitempty"`

@@ -90,6 +90,14 @@ type Deps struct {
 	// Now is the clock of actions and journal entries made outside an
 	// interval's own time (nil: time.Now); the simulator's is virtual.
 	Now func() time.Time
+	// Hardware are the hardware-assisted policies (bus-lock budget, power
+	// budget, pollution permits, LLC/MBA isolation) where the host has
+	// what they need; nil runs only the probe policy.
+	Hardware *Hardware
+	// RestoreRecords undoes every hardware lever recorded in the state
+	// file (resctrl classes, clock modulation, cpufreq limits) from the
+	// records alone, at start (what a killed predecessor left) and at stop.
+	RestoreRecords func() (restored int, err error)
 }
 
 // Agent is one running crosstalk agent.
@@ -110,6 +118,7 @@ type Agent struct {
 	prev      map[string]sense.TenantStats
 	throttled map[string]*throttled
 	backoff   map[string]backoff
+	holds     map[string]*tenantHolds // what each policy holds each tenant to
 	proof     *proof
 	pending   map[int]*probeRun // per CPU: a probe that outlived its timeout
 	lastRatio float64
@@ -189,7 +198,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(),
 		cont: judge.NewContention(cfg.Thresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, throttled: map[string]*throttled{},
-		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{},
+		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{}, holds: map[string]*tenantHolds{},
 		pending: map[int]*probeRun{},
 	}
 	for _, pd := range d.Probe.Domains() {
@@ -288,6 +297,12 @@ func (a *Agent) restoreLeftovers() {
 		a.log.Warn("restored quotas a previous crosstalk left behind", "restored", n, "err", err)
 		a.journal(act.Event{Kind: "restore", Detail: fmt.Sprintf("restored %d tenant(s) left throttled by a previous run (err: %v)", n, err)})
 	}
+	if a.d.RestoreRecords != nil {
+		if n, err := a.d.RestoreRecords(); n > 0 || err != nil {
+			a.log.Warn("restored hardware levers a previous crosstalk left behind (resctrl classes, clock modulation, cpufreq)", "restored", n, "err", err)
+			a.journal(act.Event{Kind: "restore", Detail: fmt.Sprintf("restored %d hardware lever(s) left by a previous run (err: %v)", n, err)})
+		}
+	}
 }
 
 // shutdown restores everything the agent changed.
@@ -302,8 +317,24 @@ func (a *Agent) shutdown() {
 		a.releaseLocked(a.proof.tenant, "agent stopping during a proof")
 		a.proof = nil
 	}
+	for id, h := range a.holds {
+		claims := h.claims
+		a.forgetHoldsLocked(id)
+		for _, p := range sortedKeys(claims) {
+			a.recordPolicyLocked(a.d.Now(), h.tenant, p, "release", string(claims[p].lever), 1, "agent stopping")
+		}
+	}
+	if a.d.Hardware != nil {
+		a.d.Hardware.stop(a)
+	}
+	// What the holds could not undo, and anything recorded outside them.
 	if n, err := a.d.Quota.RestoreAll(); err != nil || n > 0 {
 		a.log.Warn("restore on exit", "restored", n, "err", err)
+	}
+	if a.d.RestoreRecords != nil {
+		if n, err := a.d.RestoreRecords(); err != nil || n > 0 {
+			a.log.Warn("restore of hardware levers on exit", "restored", n, "err", err)
+		}
 	}
 	if a.d.Counters != nil {
 		a.d.Counters.Close()
@@ -351,6 +382,13 @@ func (a *Agent) step(now time.Time) {
 		}
 	}
 
+	// The hardware sensors (RAPL, resctrl monitoring) are read now, outside
+	// the lock; their policies decide below, with the rest.
+	var hw *hwObservation
+	if a.d.Hardware != nil {
+		hw = a.d.Hardware.sense(now, samples, a.protected)
+	}
+
 	var readings []sense.ProbeReading
 	var starved []int
 	targets := a.d.Probe.Targets()
@@ -380,13 +418,21 @@ func (a *Agent) step(now time.Time) {
 		a.log.Debug("probe could not run in time on CPUs", "cpus", starved)
 	}
 	if len(readings) == 0 {
-		// No signal this interval: hold every decision rather than read
-		// silence as quiet (which would relax throttled polluters).
+		// No probe signal this interval: hold every probe decision rather
+		// than read silence as quiet (which would relax throttled
+		// polluters). The hardware policies have their own sensors.
 		a.mu.Lock()
+		if a.d.Hardware != nil {
+			a.d.Hardware.actLocked(a, hw)
+		}
 		a.publishLocked(now, judge.Verdict{Ratio: a.lastRatio}, samples, nil, nil, cpuBefore)
 		a.mu.Unlock()
 		return
 	}
+	a.mu.Lock()
+	held := a.heldDomainsLocked()
+	a.mu.Unlock()
+	a.cont.Hold(held)
 	v := a.cont.Update(readings)
 	a.lastRatio = v.Ratio
 	a.recent = append(a.recent, v.Ratio)
@@ -416,11 +462,19 @@ func (a *Agent) step(now time.Time) {
 		present[s.t.ID] = s
 	}
 	a.controlLocked(now, v, present)
+	if a.d.Hardware != nil {
+		a.d.Hardware.actLocked(a, hw)
+	}
 
 	var ranked []judge.Suspect
 	if v.Contended {
 		ranked = a.susp.Rank(v, views, a.domain, func(id string) bool {
 			if _, ok := a.throttled[id]; ok {
+				return true
+			}
+			// Held down by another policy already (a budget, a permit):
+			// proving it now would measure that policy's throttle.
+			if a.heldLocked(id, "") {
 				return true
 			}
 			if a.proof != nil && a.proof.tenant.ID == id {
@@ -531,7 +585,7 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 		s, ok := present[id]
 		if !ok {
 			// The tenant vanished: nothing to restore, forget it.
-			a.d.Quota.Restore(t.tenant.Cgroup)
+			a.forgetHoldsLocked(id)
 			delete(a.throttled, id)
 			a.recordLocked(now, t.tenant, "release", 0, 1, "tenant vanished")
 			continue
@@ -557,7 +611,7 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			delete(a.throttled, id)
 		case act.Tighten, act.Relax:
 			q := a.sp.Quota(t.thr.Step, ncpus)
-			if err := a.apply(t.tenant, q); err != nil {
+			if err := a.apply(t.tenant, q, fmt.Sprintf("duty %d/%d", t.thr.Step, a.sp.Steps), now); err != nil {
 				a.handleWriteErr(t.tenant, err)
 				continue
 			}
@@ -603,7 +657,7 @@ func (a *Agent) maybeProveLocked(now time.Time, v judge.Verdict, ranked []judge.
 	// Capped hard: the kernel's minimum quota (1 ms) per CPU in a 100 ms
 	// period, so the suspect runs in rare 1 ms slots while the probe samples.
 	q := cgroup.Quota{Quota: time.Duration(max(1, s.t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
-	if err := a.apply(s.t, q); err != nil {
+	if err := a.apply(s.t, q, "proof", now); err != nil {
 		a.handleWriteErr(s.t, err)
 		return
 	}
@@ -692,7 +746,7 @@ func (a *Agent) endProofLocked(now time.Time, p *proof, verdict, why string, cap
 	}
 	thr := a.sp.NewThrottle(now, p.before)
 	q := a.sp.Quota(thr.Step, p.tenant.CPUs.Len())
-	if err := a.apply(p.tenant, q); err != nil {
+	if err := a.apply(p.tenant, q, "proven polluter", now); err != nil {
 		a.handleWriteErr(p.tenant, err)
 		return
 	}
@@ -742,21 +796,19 @@ func (a *Agent) nextBackoff(id string, now time.Time) backoff {
 	return b
 }
 
-// apply writes a quota unless in dry-run.
-func (a *Agent) apply(t sense.Tenant, q cgroup.Quota) error {
-	if a.cfg.DryRun {
-		return nil
-	}
-	return a.d.Quota.Apply(t.Cgroup, t.Name, q)
+// apply states the probe policy's CPU-quota claim on a tenant (a proof's
+// cap or a proven polluter's duty); the tenant gets the tightest claim of
+// all policies. In dry-run nothing is written.
+func (a *Agent) apply(t sense.Tenant, q cgroup.Quota, reason string, now time.Time) error {
+	return a.holdQuotaLocked(t, policyProbe, q, reason, now)
 }
 
-// releaseLocked restores a tenant's original quota.
+// releaseLocked drops the probe policy's claim on a tenant: it gets its
+// original quota back unless another policy still holds it.
 func (a *Agent) releaseLocked(t sense.Tenant, why string) {
-	if !a.cfg.DryRun {
-		if err := a.d.Quota.Restore(t.Cgroup); err != nil {
-			a.log.Error("restore quota", "tenant", t.ID, "err", err)
-			a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: "restore failed: " + err.Error()})
-		}
+	if err := a.releaseHoldLocked(t.ID, policyProbe); err != nil {
+		a.log.Error("restore quota", "tenant", t.ID, "err", err)
+		a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: "restore failed: " + err.Error()})
 	}
 	a.recordLocked(a.d.Now(), t, "release", 0, 1, why)
 }
@@ -767,6 +819,7 @@ func (a *Agent) releaseLocked(t sense.Tenant, why string) {
 func (a *Agent) handleWriteErr(t sense.Tenant, err error) {
 	if errors.Is(err, act.ErrGone) {
 		delete(a.throttled, t.ID)
+		a.forgetHoldsLocked(t.ID)
 		a.log.Info("tenant vanished while acting on it", "tenant", t.ID)
 		return
 	}
@@ -777,20 +830,38 @@ func (a *Agent) handleWriteErr(t sense.Tenant, err error) {
 	}
 }
 
-// recordLocked notes an action for the state, the journal and the hook.
+// recordLocked notes an action of the probe policy (through CPU quota).
 func (a *Agent) recordLocked(now time.Time, t sense.Tenant, kind string, quota, duty float64, reason string) {
-	r := ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Quota: quota, Duty: duty, Reason: reason, DryRun: a.cfg.DryRun}
-	if kind != "proof" {
-		a.lastChange = now
+	a.recordActionLocked(ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policyProbe, Lever: string(judge.LeverCPUQuota), Quota: quota, Duty: duty, Reason: reason})
+}
+
+// recordPolicyLocked notes an action of another policy.
+func (a *Agent) recordPolicyLocked(now time.Time, t sense.Tenant, policy, kind, lever string, duty float64, reason string) {
+	var quota float64
+	if h := a.holds[t.ID]; h != nil && h.quota.Period > 0 {
+		quota = h.quota.CPUs()
+	}
+	a.recordActionLocked(ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policy, Lever: lever, Quota: quota, Duty: duty, Reason: reason})
+}
+
+// recordActionLocked notes an action for the state, the journal and the hook.
+func (a *Agent) recordActionLocked(r ActionRecord) {
+	r.DryRun = a.cfg.DryRun
+	// A throttle set or lifted changes what the probes read: the next
+	// proof waits for them to settle. Permits are left out: a tenant at
+	// its booking flips between OVER and UNDER every few intervals by
+	// design, and would otherwise keep every proof waiting.
+	if r.Kind != "proof" && r.Policy != policyPermits {
+		a.lastChange = r.Time
 	}
 	a.actions = append(a.actions, r)
 	if len(a.actions) > 50 {
 		a.actions = a.actions[len(a.actions)-50:]
 	}
-	a.totals[kind]++
-	q := quota
-	a.journal(act.Event{Time: now, Kind: kind, Tenant: t.ID, Name: t.Name, Detail: reason, Quota: &q, DryRun: a.cfg.DryRun})
-	a.log.Info("action", "kind", kind, "tenant", t.Name, "quota_cpus", quota, "reason", reason)
+	a.totals[r.Kind]++
+	q := r.Quota
+	a.journal(act.Event{Time: r.Time, Kind: r.Kind, Policy: r.Policy, Lever: r.Lever, Tenant: r.Tenant, Name: r.Name, Detail: r.Reason, Quota: &q, DryRun: r.DryRun})
+	a.log.Info("action", "kind", r.Kind, "policy", r.Policy, "lever", r.Lever, "tenant", r.Name, "quota_cpus", r.Quota, "duty", r.Duty, "reason", r.Reason)
 	if a.d.OnAction != nil {
 		a.d.OnAction(r)
 	}
@@ -831,9 +902,26 @@ func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, 
 		ts := TenantState{ID: s.t.ID, Kind: s.t.Kind, Name: s.t.Name, Cgroup: s.t.Cgroup, CPUs: s.t.CPUs.String(),
 			CPU: s.usage, ThrottledRatio: s.thrRatio, RunDelay: s.delay, PSI: s.psi, Counters: s.counters,
 			Duty: 1, Protected: a.protected(s.t), Score: scores[s.t.ID]}
-		if t, ok := a.throttled[s.t.ID]; ok {
-			ts.Throttled, ts.Duty = true, a.sp.Duty(t.thr.Step)
-			ts.Quota = a.sp.Quota(t.thr.Step, s.t.CPUs.Len()).CPUs()
+		if h := a.holds[s.t.ID]; h != nil && len(h.claims) > 0 {
+			ts.Throttled, ts.Duty, ts.Holds = true, h.duty(), h.describe()
+			if h.quota.Period > 0 {
+				ts.Quota = h.quota.CPUs()
+			}
+		}
+		if hw := a.d.Hardware; hw != nil {
+			if cl := hw.tenantClasses(s.t.ID); len(cl) > 0 {
+				ts.Throttled, ts.Holds = true, append(ts.Holds, cl...)
+			}
+			if khz := hw.nominalKHz; khz > 0 {
+				ts.Pollution, _ = sense.TenantPollution(s.counters, khz)
+			}
+			ts.Watts = hw.status.TenantWatts[s.t.ID]
+			if u, ok := hw.status.Resctrl[s.t.ID]; ok {
+				for _, d := range u.Domains {
+					ts.LLCOccupancy += d.OccupancyBytes
+					ts.MemBandwidth += d.TotalBytesPerSec
+				}
+			}
 		}
 		st.Tenants = append(st.Tenants, ts)
 	}
@@ -845,6 +933,10 @@ func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, 
 	}
 	if a.d.Counters != nil {
 		st.PerfFDs = a.d.Counters.FDs()
+	}
+	if a.d.Hardware != nil {
+		hs := a.d.Hardware.State()
+		st.Hardware = &hs
 	}
 	st.IntervalCPU = (selfCPU() - cpuBefore).Seconds()
 	a.latest.Store(st)

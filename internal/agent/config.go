@@ -49,6 +49,72 @@ type Config struct {
 	Perf     PerfConfig     `yaml:"perf"`
 
 	Kubernetes KubernetesConfig `yaml:"kubernetes"`
+
+	// The hardware-assisted policies (Alita, Kyoto). Each runs only where
+	// the host has what it needs; the state API and the log say why one is
+	// off.
+	BusLocks judge.BusLockBudgetConfig `yaml:"buslocks"`
+	Permits  judge.PermitsConfig       `yaml:"permits"`
+	Power    judge.PowerBudgetConfig   `yaml:"power"`
+	Levers   LeversConfig              `yaml:"levers"`
+	Resctrl  ResctrlConfig             `yaml:"resctrl"`
+}
+
+// LeversConfig allows or forbids the per-CPU levers the bus-lock and power
+// policies may use for a tenant that owns its CPUs (see judge.ChooseLevers;
+// every other tenant is throttled through its CPU quota).
+type LeversConfig struct {
+	ClockModulation act.ClockModConfig `yaml:"clock_modulation"`
+	CPUFreq         act.CPUFreqConfig  `yaml:"cpufreq"`
+}
+
+// ResctrlConfig is cache and memory-bandwidth monitoring and isolation
+// through resctrl (Intel RDT, AMD PQoS).
+type ResctrlConfig struct {
+	// Enabled monitors tenants' LLC occupancy and memory bandwidth where
+	// resctrl monitoring is mounted (default true).
+	Enabled *bool `yaml:"enabled"`
+	// MaxMonitoringGroups bounds the RMIDs crosstalk takes (0: as many as
+	// the hardware has), to leave some to other tools.
+	MaxMonitoringGroups int `yaml:"max_monitoring_groups"`
+	// LLCIsolation is Alita's bias isolation: only the tenant holding far
+	// more LLC than its share of the CPUs gets a small class of ways.
+	LLCIsolation LLCIsolationConfig `yaml:"llc_isolation"`
+	// MBA is Alita's memory-bandwidth halving of an over-share tenant.
+	MBA MBAConfig `yaml:"mba"`
+}
+
+// LLCIsolationConfig tunes bias LLC isolation (zero values take Alita's,
+// but for busy_fraction).
+type LLCIsolationConfig struct {
+	// Enabled where resctrl has L3 CAT and monitoring (default true).
+	Enabled    *bool   `yaml:"enabled"`
+	ThrottleBC float64 `yaml:"throttle_bc"`
+	RelaxBC    float64 `yaml:"relax_bc"`
+	// BusyFraction: the L3 counts as contended only when its tenants
+	// occupy at least this part of it (default 0.9). Alita uses 0.1, which
+	// makes a tenant that merely uses spare cache — alone on a quiet
+	// domain, above its CPU share — "the abuser" and shrinks it while
+	// nobody is short of cache (the simulator isolated the victim that
+	// way). Until the LLC is full, nobody evicts anybody.
+	BusyFraction  float64       `yaml:"busy_fraction"`
+	RelaxPeriod   time.Duration `yaml:"relax_period"`
+	ReplacePeriod time.Duration `yaml:"replace_period"`
+}
+
+// MBAConfig tunes memory-bandwidth throttling. It is off unless enabled:
+// its threshold is the memory traffic an L3 domain of this host can carry
+// before it hurts, which depends on the platform (Alita's 50 GB/s was one
+// Xeon socket; an AMD L3 domain is one CCD).
+type MBAConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// ThresholdBytesPerSec: a domain moving at least this much is under
+	// pressure (default 50e9).
+	ThresholdBytesPerSec float64 `yaml:"threshold_bytes_per_sec"`
+	// RelaxGuardBytesPerSec: relax only below threshold minus this (default 5e9).
+	RelaxGuardBytesPerSec float64 `yaml:"relax_guard_bytes_per_sec"`
+	// Floor is the lowest rate as a fraction of unthrottled (default 0.2).
+	Floor float64 `yaml:"floor"`
 }
 
 // KubernetesConfig publishes the node-level signal (package nodesignal): a
@@ -171,6 +237,20 @@ func (c *Config) fill() {
 	if c.Perf.FDBudget == 0 {
 		c.Perf.FDBudget = 512
 	}
+	c.BusLocks.Fill()
+	c.Permits.Fill()
+	c.Power.Fill()
+	c.Levers.ClockModulation.Fill()
+	c.Levers.CPUFreq.Fill()
+	if c.Resctrl.Enabled == nil {
+		c.Resctrl.Enabled = ptrTo(true)
+	}
+	if c.Resctrl.LLCIsolation.Enabled == nil {
+		c.Resctrl.LLCIsolation.Enabled = ptrTo(true)
+	}
+	if c.Resctrl.LLCIsolation.BusyFraction == 0 {
+		c.Resctrl.LLCIsolation.BusyFraction = 0.9
+	}
 	if c.Kubernetes.UncontainedAfter == 0 {
 		c.Kubernetes.UncontainedAfter = 5 * time.Minute
 	}
@@ -256,6 +336,25 @@ func (c *Config) Validate() error {
 	}
 	if k := c.Kubernetes; k.UncontainedAfter < 10*c.Interval || k.ClearAfter < 10*c.Interval {
 		bad("kubernetes", "uncontained_after and clear_after must be at least 10 intervals")
+	}
+	for _, err := range []error{c.BusLocks.Validate(), c.Permits.Validate(), c.Power.Validate(),
+		c.Levers.ClockModulation.Validate(), c.Levers.CPUFreq.Validate()} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Resctrl.MaxMonitoringGroups < 0 {
+		bad("resctrl.max_monitoring_groups", "must be >= 0")
+	}
+	if l := c.Resctrl.LLCIsolation; l.ThrottleBC < 0 || l.ThrottleBC > 1 || l.RelaxBC < 0 || l.RelaxBC > 1 || (l.RelaxBC > 0 && l.ThrottleBC > 0 && l.RelaxBC < l.ThrottleBC) {
+		bad("resctrl.llc_isolation", "need 0 <= throttle_bc <= relax_bc <= 1")
+	}
+	if l := c.Resctrl.LLCIsolation; l.BusyFraction < 0 || l.BusyFraction > 1 || l.RelaxPeriod < 0 || l.ReplacePeriod < 0 {
+		bad("resctrl.llc_isolation", "busy_fraction outside 0-1 or a negative period")
+	}
+	if m := c.Resctrl.MBA; m.ThresholdBytesPerSec < 0 || m.RelaxGuardBytesPerSec < 0 || m.Floor < 0 || m.Floor >= 1 ||
+		(m.ThresholdBytesPerSec > 0 && m.RelaxGuardBytesPerSec >= m.ThresholdBytesPerSec) {
+		bad("resctrl.mba", "need threshold > relax_guard >= 0 and 0 <= floor < 1")
 	}
 	switch c.Kubernetes.Taint {
 	case "", "PreferNoSchedule", "NoSchedule":

@@ -16,6 +16,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/resctrl"
 )
 
 // ErrStateLocked says another process (a running agent) holds the state
@@ -121,7 +122,44 @@ type recordRestorer func(rc RestoreContext) (int, error)
 // kind here, so that `crosstalk restore` (and systemd's ExecStopPost) undo it
 // even after the agent was killed with SIGKILL.
 func recordRestorers() map[string]recordRestorer {
-	return map[string]recordRestorer{}
+	return map[string]recordRestorer{
+		act.RecordResctrlClass: func(rc RestoreContext) (int, error) {
+			// Releasing a class needs only its record (mount, group, each
+			// thread's origin); the mount found now also lets RestoreAll
+			// remove crosstalk classes whose records were lost.
+			c := &act.ResctrlClasses{Host: rc.Host, State: rc.State, Log: rc.Log}
+			if mount, _, ok := resctrl.MountPoint(rc.Host); ok {
+				c.Info.Mount = mount
+			}
+			return c.RestoreAll()
+		},
+		act.RecordClockMod: func(rc RestoreContext) (int, error) {
+			return act.RestoreClockModulation(rc.Host, rc.State, rc.Log)
+		},
+		act.RecordCPUFreq: func(rc RestoreContext) (int, error) {
+			return act.RestoreCPUFreq(rc.Host, rc.State, rc.Log)
+		},
+	}
+}
+
+// restoreRecords undoes every record of every kind recordRestorers knows,
+// for an agent that already has its state file open (its own start and
+// stop); `crosstalk restore` goes through RestoreAll instead.
+func restoreRecords(rc RestoreContext) (restored int, err error) {
+	var errs []error
+	restorers := recordRestorers()
+	for _, kind := range rc.State.RecordKinds() {
+		restore, ok := restorers[kind]
+		if !ok {
+			continue
+		}
+		n, err := restore(rc)
+		restored += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", kind, err))
+		}
+	}
+	return restored, errors.Join(errs...)
 }
 
 // RestoreAll undoes everything the state file in cfg.StateDir records —

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -121,6 +122,11 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 		Now:        o.Now,
 	}
 	d.Host, _ = h.ReadString("/proc/sys/kernel/hostname")
+	var id topology.Identity
+	idErr := errors.New("no /proc/cpuinfo")
+	if data, err := h.ReadFile("/proc/cpuinfo"); err == nil {
+		id, idErr = topology.IdentityFromCPUInfo(string(data))
+	}
 	pres := pmu.Detect(h)
 	opener := o.PerfOpener
 	if opener == nil && h.IsLive() {
@@ -134,11 +140,9 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 		log.Info("no hardware PMU: per-tenant perf counters off; the canary probe is the contention signal", "reason", pres.Reason)
 	default:
 		var arch pmu.Microarch
-		known := false
-		if data, err := h.ReadFile("/proc/cpuinfo"); err == nil {
-			if id, err := topology.IdentityFromCPUInfo(string(data)); err == nil {
-				arch, known = pmu.Lookup(id.Vendor, id.Family, id.Model, id.Stepping)
-			}
+		known := idErr == nil
+		if known {
+			arch, known = pmu.Lookup(id.Vendor, id.Family, id.Model, id.Stepping)
 		}
 		pc, err := sense.NewPerfCounters(h, layout, sense.PerfEventsFor(pres, arch, known), cfg.Perf.FDBudget, opener)
 		if err != nil {
@@ -150,6 +154,26 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 			d.Counters, d.PMU = pc, pres.Hardware
 		}
 	}
+	rc := RestoreContext{Host: h, Layout: layout, State: state, Log: log}
+	d.RestoreRecords = func() (int, error) { return restoreRecords(rc) }
+	var events []string
+	if pc, ok := d.Counters.(*sense.PerfCounters); ok {
+		for _, e := range pc.Events() {
+			events = append(events, e.Name)
+		}
+	}
+	hw := NewHardware(cfg, HardwareOptions{Host: h, Topology: topo, Identity: id, State: state, Log: log, Now: o.Now,
+		Events: events, QuotaSteps: cfg.Sparsify().Steps})
+	for _, k := range sortedKeys(hw.Off()) {
+		log.Info("hardware policy off", "policy", k, "why", hw.Off()[k])
+	}
+	// Always attached, even with every policy off: the state API says why.
+	d.Hardware = hw
+	closers = append(closers, func() {
+		if hw.resmon != nil {
+			hw.resmon.Close()
+		}
+	})
 	a, err := New(cfg, d)
 	if err != nil {
 		closeAll()
@@ -198,4 +222,13 @@ func (a *Agent) saveBaselines() {
 	if err := os.WriteFile(tmp, b, 0o600); err == nil {
 		os.Rename(tmp, a.baselinePath)
 	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -32,6 +32,27 @@ type State struct {
 	IntervalCPU float64 `json:"interval_cpu_seconds"`
 	// PerfFDs is the number of perf file descriptors open (bounded by the budget).
 	PerfFDs int `json:"perf_fds"`
+	// Hardware is the state of the hardware-assisted policies (bus-lock
+	// budget, permits, power budget, LLC/MBA isolation) and why those that
+	// do not run here are off.
+	Hardware *HardwareState `json:"hardware,omitempty"`
+}
+
+// HoldState is one policy's hold on a tenant.
+type HoldState struct {
+	Policy string `json:"policy"` // probe, buslocks, permits, power, power:SOCKET, llc, mba
+	Lever  string `json:"lever"`  // cpu_quota, clock_modulation, cpufreq, cat, mba
+	// Duty is the fraction left to the tenant: of its CPU time (quota), of
+	// its clock (clock modulation, cpufreq steps), of the LLC ways or of its
+	// memory bandwidth (the lowest over its restricted domains).
+	Duty float64 `json:"duty"`
+	// Quota in CPUs (cpu_quota); Step of Steps on CPUs (per-CPU levers).
+	Quota  float64   `json:"quota,omitempty"`
+	Step   int       `json:"step,omitempty"`
+	Steps  int       `json:"steps,omitempty"`
+	CPUs   string    `json:"cpus,omitempty"`
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since,omitzero"`
 }
 
 // TenantState is one tenant as the agent sees it this interval.
@@ -62,6 +83,17 @@ type TenantState struct {
 	Protected bool    `json:"protected"`
 	// Score is its suspect score (0 = not suspected).
 	Score float64 `json:"suspect_score"`
+	// Holds lists every policy holding it back now, with the lever.
+	Holds []HoldState `json:"holds,omitempty"`
+	// Pollution is Kyoto's llc_cap_act (LLC misses per ms of unhalted
+	// time), where the PMU counts it.
+	Pollution float64 `json:"llc_cap_act,omitempty"`
+	// Watts is the power attributed to it (RAPL).
+	Watts float64 `json:"watts,omitempty"`
+	// LLCOccupancy (bytes) and MemBandwidth (bytes/s, MBM total), summed
+	// over L3 domains, where resctrl monitors it.
+	LLCOccupancy uint64  `json:"llc_occupancy_bytes,omitempty"`
+	MemBandwidth float64 `json:"mbm_bytes_per_sec,omitempty"`
 }
 
 // ProbeState is one canary probe's latest reading.
@@ -96,7 +128,12 @@ type ActionRecord struct {
 	Time   time.Time `json:"time"`
 	Tenant string    `json:"tenant"`
 	Name   string    `json:"name"`
-	Kind   string    `json:"kind"` // proof, throttle, tighten, relax, release
+	Kind   string    `json:"kind"` // proof, throttle, tighten, relax, release, isolate
+	// Policy is what decided it: probe (the perturbation proof and the duty
+	// controller), buslocks, permits, power, llc or mba; Lever what it
+	// acted through: cpu_quota, clock_modulation, cpufreq, cat or mba.
+	Policy string `json:"policy"`
+	Lever  string `json:"lever,omitempty"`
 	// Quota is the CPU quota after the action, in CPUs (0 = unlimited).
 	Quota  float64 `json:"quota"`
 	Duty   float64 `json:"duty"`

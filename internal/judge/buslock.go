@@ -15,9 +15,9 @@ import (
 // SplitLockIso(true, 0.1, 70000), DIRTY_THRESHOLD 125, FIXLEN 15, period
 // 0.5 s, burst = 3 × threshold, 0.9/1.05 start adaptation).
 type BusLockBudgetConfig struct {
-	// Enabled turns the budget on (default false; it needs a PMU that
-	// counts bus locks, see doctor's bus_lock_event).
-	Enabled bool `yaml:"enabled"`
+	// Enabled turns the budget on where the PMU counts bus locks (default
+	// true; doctor's bus_lock_event says whether this host's does).
+	Enabled *bool `yaml:"enabled"`
 	// BudgetPerSec is the host-wide bus locks per second (default 70000).
 	BudgetPerSec float64 `yaml:"budget_per_sec"`
 	// SharedFraction of the budget is shared among the dirty tenants
@@ -64,6 +64,10 @@ const (
 
 // Fill sets defaults.
 func (c *BusLockBudgetConfig) Fill() {
+	if c.Enabled == nil {
+		t := true
+		c.Enabled = &t
+	}
 	if c.BudgetPerSec == 0 {
 		c.BudgetPerSec = 70000
 	}
@@ -88,7 +92,7 @@ func (c *BusLockBudgetConfig) Fill() {
 	if c.Share == "" {
 		c.Share = "tenant"
 	}
-	if c.Levers == nil {
+	if len(c.Levers) == 0 {
 		c.Levers = []string{string(LeverClockModulation), string(LeverCPUQuota)}
 	}
 }

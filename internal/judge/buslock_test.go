@@ -36,7 +36,7 @@ func blSummary(ds []BusLockDecision) string {
 // 70,000/s budget beside a victim with none and a bystander at 50/s: the
 // polluter's rate follows the duty the judge gives it.
 func TestBusLockBudgetPolluter(t *testing.T) {
-	b := NewBusLockBudget(BusLockBudgetConfig{Enabled: true})
+	b := NewBusLockBudget(BusLockBudgetConfig{})
 	at := time.Unix(0, 0)
 	duty := 1.0
 	var log []string

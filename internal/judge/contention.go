@@ -68,6 +68,7 @@ type Contention struct {
 	above     map[probeKey]int // consecutive readings above Ratio
 	hot       map[int]int      // per domain: the last 3 intervals, a bit each, set when a reading was above Ratio
 	episode   bool
+	held      map[int]bool // domains whose baselines may not rise (see Hold)
 }
 
 type probeKey struct {
@@ -83,6 +84,24 @@ func NewContention(th Thresholds) *Contention {
 
 // Thresholds returns the thresholds in use.
 func (c *Contention) Thresholds() Thresholds { return c.th }
+
+// Hold sets the L3 domains where crosstalk is holding a tenant down now
+// (replacing the previous set). Their readings may lower the quiet
+// baseline but never raise it: while a polluter is duty-cycled, what the
+// probes read there is the polluter's remainder, under the contention
+// threshold but above quiet, and learning it as the new normal would make
+// the duty controller see no contention and relax the polluter back to
+// full speed step by step (the simulator showed a held split-lock
+// polluter climbing back to 11/16 of its CPU within a minute).
+func (c *Contention) Hold(domains []int) {
+	clear(c.held)
+	for _, d := range domains {
+		if c.held == nil {
+			c.held = map[int]bool{}
+		}
+		c.held[d] = true
+	}
+}
 
 // Calibrate feeds readings known to be quiet (taken before tenants start, or
 // persisted from a previous run) straight into the baselines.
@@ -237,7 +256,7 @@ func (c *Contention) Update(rs []sense.ProbeReading) Verdict {
 	for _, r := range v.Readings {
 		b := c.baseline(r.Domain, r.Kind)
 		ratio, _ := c.th.For(r.Kind)
-		b.Observe(r.Ns, c.episode || b.Above(r.Ns, ratio, c.th.Noise))
+		b.Observe(r.Ns, c.episode || c.held[r.Domain] || b.Above(r.Ns, ratio, c.th.Noise))
 	}
 	for _, cr := range perCPU {
 		v.CPUs = append(v.CPUs, *cr)

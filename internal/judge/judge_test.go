@@ -200,3 +200,49 @@ func TestProofOutcome(t *testing.T) {
 		}
 	}
 }
+
+// While a polluter is held down, the probes on its domain read its
+// remainder: under the contention threshold, above quiet. Without Hold the
+// baseline learns it and the remainder vanishes from the ratio (which made
+// the duty controller relax held polluters back to full speed); with Hold
+// the baseline keeps the quiet level, and quieter readings still lower it.
+func TestHoldKeepsBaselineFromRising(t *testing.T) {
+	quiet := map[int][2]float64{0: {75, 350}}
+	remainder := map[int][2]float64{0: {75, 420}} // 1.2×: under the 1.5× threshold
+	run := func(hold bool) (float64, float64) {
+		c := NewContention(Thresholds{})
+		for range 4 {
+			c.Calibrate(readings(0, quiet))
+		}
+		if hold {
+			c.Hold([]int{0})
+		}
+		var v Verdict
+		for range 100 {
+			v = c.Update(readings(0, remainder))
+		}
+		return c.Baselines()["0/dram"].Level, v.Ratio
+	}
+	if level, ratio := run(false); level < 400 || ratio > 1.05 {
+		t.Fatalf("without a hold the baseline should learn the remainder (the defect): level %.0f, ratio %.2f", level, ratio)
+	}
+	level, ratio := run(true)
+	if level > 351 || ratio < 1.19 {
+		t.Errorf("held domain: baseline rose to %.0f ns, ratio %.2f; want 350 ns and 1.2×", level, ratio)
+	}
+	// Quieter readings still teach a held domain, and releasing the hold
+	// lets it learn upwards again.
+	c := NewContention(Thresholds{})
+	c.Calibrate(readings(0, quiet))
+	c.Hold([]int{0})
+	c.Update(readings(0, map[int][2]float64{0: {70, 300}}))
+	if l := c.Baselines()["0/dram"].Level; l >= 350 {
+		t.Errorf("a quieter reading did not lower a held baseline: %.0f", l)
+	}
+	c.Hold(nil)
+	before := c.Baselines()["0/dram"].Level
+	c.Update(readings(0, remainder))
+	if c.Baselines()["0/dram"].Level <= before {
+		t.Error("after the hold was lifted the baseline no longer learns")
+	}
+}

@@ -22,6 +22,36 @@ package judge
 //     relax period (30 s) until it has the whole cache again — then it is
 //     released; a tenant that stops (leaves the input) is released at once.
 //
+// Where miss traffic is measured (resctrl MBM, or PMU LLC misses × 64 B),
+// crosstalk refines who is hurt and who is to blame, because occupancy
+// alone cannot tell the polluter from its victim: a tenant above its
+// share may be using cache nobody else wants, or may have held it first
+// while a streamer ramps up (the smoothed occupancies lag), and the
+// simulator saw Alita's rule isolate the victim both ways. So, when every
+// tenant of the domain has a miss rate:
+//
+//   - shares are among the tenants present in the domain (their CPUs, at
+//     most the domain's): cache that idle CPUs would be entitled to is
+//     theirs to share;
+//   - the domain is contended when the cache is full (busy) and a tenant is
+//     deprived: it holds under DeprivedFraction (75%) of its share and its
+//     misses per CPU reach DeprivedMissBytesPerSec, so it would hit more
+//     with more cache — unless it misses the most of all: a streamer that
+//     has just started is under its share and misses heavily, but lines
+//     without reuse are no loss to it; the top misser is the suspect, not
+//     the victim. This replaces the BC threshold, which is blind to
+//     such cases: a victim holding 4.8 MiB of its 11 MiB share next to two
+//     streamers with 14 MiB each is BC 0.975, "fair", at 1.7× its solo
+//     time. A full cache that nobody below its share misses is spare
+//     capacity in use, not contention;
+//   - the abuser is the tenant above its share (now, and smoothed) that
+//     misses the most (it inserts the most lines, evicting the others'),
+//     not the one with the largest excess;
+//   - isolated tenants relax (one way per RelaxPeriod) while nobody is
+//     deprived.
+//
+// BC is still computed and reported either way.
+//
 // Deviations, on purpose: Alita relaxes when the smoothed BC reaches
 // 0.95 + 0.05 = 1.00, which a BC only reaches at perfect fairness (so its
 // classes would, in practice, never relax); RelaxBC defaults to 0.98.
@@ -47,6 +77,14 @@ type BiasConfig struct {
 	Weights       []float64     // smoothing window, oldest first
 	RelaxPeriod   time.Duration // at least this long between one tenant's relax steps
 	ReplacePeriod time.Duration // a slot's holder this long isolated may make way for a new abuser
+	// DeprivedMissBytesPerSec per CPU: a tenant under its share missing at
+	// least this much wants more cache (used where misses are measured;
+	// default 50 MB/s per CPU, under what a cache-resident tenant squeezed
+	// out of the LLC misses, far over what a compute-bound one does).
+	DeprivedMissBytesPerSec float64
+	// DeprivedFraction: under this part of its share a missing tenant is
+	// deprived (default 0.75).
+	DeprivedFraction float64
 }
 
 // AlitaBias is Alita's configuration (test_mem_contention_iso.cpp:
@@ -67,6 +105,10 @@ type BiasTenant struct {
 	// there (a fraction for a quota-limited tenant is fine).
 	CPUs           float64
 	OccupancyBytes uint64
+	// MissBytesPerSec is the traffic its LLC misses cause (MBM total bytes,
+	// or LLC misses × line size); HasMisses says it was measured.
+	MissBytesPerSec float64
+	HasMisses       bool
 }
 
 // BiasDomain is one L3 domain as seen this interval.
@@ -155,6 +197,12 @@ func NewBiasIsolation(cfg BiasConfig) *BiasIsolation {
 	}
 	if cfg.ReplacePeriod == 0 {
 		cfg.ReplacePeriod = d.ReplacePeriod
+	}
+	if cfg.DeprivedMissBytesPerSec == 0 {
+		cfg.DeprivedMissBytesPerSec = 50e6
+	}
+	if cfg.DeprivedFraction == 0 {
+		cfg.DeprivedFraction = 0.75
 	}
 	return &BiasIsolation{cfg: cfg, domains: map[int]*biasDomain{}}
 }
@@ -264,13 +312,8 @@ func (b *BiasIsolation) Step(in BiasInput) BiasResult {
 			}
 		}
 
-		if v.Busy && v.Smoothed <= b.cfg.ThrottleBC {
-			abuser, excess := "", 0.0
-			for i, t := range d.Tenants {
-				if e := b.smooth(st.usage[t.ID]) - shares[i]; e > excess {
-					abuser, excess = t.ID, e
-				}
-			}
+		contended, calm, abuser := b.judgeDomain(st, d, shares, v)
+		if contended {
 			v.Abuser = abuser
 			if abuser != "" {
 				t := d.Tenants[present[abuser]]
@@ -279,7 +322,7 @@ func (b *BiasIsolation) Step(in BiasInput) BiasResult {
 					res.Actions = append(res.Actions, b.isolate(st, d, abuser, ways, in.Now, v.Smoothed)...)
 				}
 			}
-		} else if v.Smoothed >= b.cfg.RelaxBC {
+		} else if calm {
 			for s, h := range st.slots {
 				if h == nil || in.Now.Sub(h.lastRelax) < b.cfg.RelaxPeriod {
 					continue
@@ -314,6 +357,67 @@ func (b *BiasIsolation) Step(in BiasInput) BiasResult {
 		delete(b.domains, id)
 	}
 	return res
+}
+
+// judgeDomain decides whether the domain is contended (and who the abuser
+// is, "" for none) or calm enough to relax: Alita's BC thresholds and
+// largest excess, or — where every tenant's misses are measured — a
+// deprived tenant and the heaviest misser above its share (see the package
+// comment above).
+func (b *BiasIsolation) judgeDomain(st *biasDomain, d BiasDomain, shares []float64, v BiasVerdict) (contended, calm bool, abuser string) {
+	measured := len(d.Tenants) > 0
+	for _, t := range d.Tenants {
+		measured = measured && t.HasMisses
+	}
+	if !measured {
+		if v.Busy && v.Smoothed <= b.cfg.ThrottleBC {
+			excess := 0.0
+			for i, t := range d.Tenants {
+				if e := b.smooth(st.usage[t.ID]) - shares[i]; e > excess {
+					abuser, excess = t.ID, e
+				}
+			}
+			return true, false, abuser
+		}
+		return false, v.Smoothed >= b.cfg.RelaxBC, ""
+	}
+	var sum float64
+	for _, t := range d.Tenants {
+		sum += t.CPUs
+	}
+	div := math.Min(d.CPUs, sum)
+	if div <= 0 {
+		div = sum
+	}
+	present := make([]float64, len(d.Tenants))
+	top := 0
+	for i, t := range d.Tenants {
+		if div > 0 {
+			present[i] = float64(d.SizeBytes) * t.CPUs / div
+		}
+		if t.MissBytesPerSec > d.Tenants[top].MissBytesPerSec {
+			top = i
+		}
+	}
+	deprived := false
+	for i, t := range d.Tenants {
+		if i != top && b.smooth(st.usage[t.ID]) < b.cfg.DeprivedFraction*present[i] && t.CPUs > 0 && t.MissBytesPerSec/t.CPUs >= b.cfg.DeprivedMissBytesPerSec {
+			deprived = true
+		}
+	}
+	if !v.Busy || !deprived {
+		return false, true, ""
+	}
+	// The abuser holds more than its share now and over the window: the
+	// window alone lags, and would blame the tenant that held the cache
+	// before a streamer took it.
+	misses := 0.0
+	for i, t := range d.Tenants {
+		if b.smooth(st.usage[t.ID]) > present[i] && float64(t.OccupancyBytes) > present[i] && t.MissBytesPerSec > misses {
+			abuser, misses = t.ID, t.MissBytesPerSec
+		}
+	}
+	return true, false, abuser
 }
 
 // isolate puts the abuser in a slot (or resets its class to the small mask

@@ -190,3 +190,70 @@ func TestBiasIsolationReplace(t *testing.T) {
 		t.Fatalf("replace: %+v", acts)
 	}
 }
+
+// With misses measured, the two ways Alita's occupancy rule isolated the
+// victim in the simulator do not happen: a tenant using spare cache that
+// nobody below its share misses is left alone, and while a streamer ramps
+// up the victim that held the cache first is not taken for the abuser.
+func TestBiasIsolationWithMisses(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	dom := func(victimOcc, streamOcc uint64, victimMiss, streamMiss, bystanderMiss float64) BiasDomain {
+		return BiasDomain{ID: 0, SizeBytes: 32 * mb, Ways: 16, CPUs: 12, Tenants: []BiasTenant{
+			{ID: "victim", CPUs: 4, OccupancyBytes: victimOcc, MissBytesPerSec: victimMiss, HasMisses: true},
+			{ID: "streamer", CPUs: 4, OccupancyBytes: streamOcc, MissBytesPerSec: streamMiss, HasMisses: true},
+			{ID: "bystander", CPUs: 4, OccupancyBytes: 1 * mb, MissBytesPerSec: bystanderMiss, HasMisses: true},
+		}}
+	}
+	// A DRAM-bound victim alone fills the cache, far above its share; the
+	// bystander below its share hardly misses: nobody is deprived.
+	b := NewBiasIsolation(BiasConfig{BusyFraction: 0.9})
+	for i := range 10 {
+		r := b.Step(BiasInput{Now: t0.Add(time.Duration(i) * time.Second), Domains: []BiasDomain{dom(30*mb, 0, 4e9, 0, 1e6)}})
+		if len(r.Actions) != 0 {
+			t.Fatalf("spare cache in use: isolated %+v", r.Actions)
+		}
+	}
+	// Without miss data the same domain isolates the victim (Alita's rule):
+	// the refinement is what changes it.
+	a := NewBiasIsolation(BiasConfig{BusyFraction: 0.9})
+	var got []CacheAction
+	for i := range 10 {
+		d := dom(30*mb, 0, 0, 0, 0)
+		for j := range d.Tenants {
+			d.Tenants[j].HasMisses = false
+		}
+		got = append(got, a.Step(BiasInput{Now: t0.Add(time.Duration(i) * time.Second), Domains: []BiasDomain{d}}).Actions...)
+	}
+	if len(got) == 0 || got[0].Tenant != "victim" {
+		t.Fatalf("without misses Alita's rule should pick the victim here: %+v", got)
+	}
+	// A streamer arrives: the victim, cache-resident until now, held the
+	// cache and its smoothed occupancy lags; it is the streamer that misses
+	// most, and the victim, squeezed to 5 MiB of its 10.7 MiB share and
+	// missing, is deprived. While the streamer ramps up (under its share,
+	// missing the most) it is not taken for a deprived tenant.
+	b = NewBiasIsolation(BiasConfig{BusyFraction: 0.9})
+	for i := range 6 {
+		b.Step(BiasInput{Now: t0.Add(time.Duration(i) * time.Second), Domains: []BiasDomain{dom(10*mb, 0, 1e6, 0, 1e6)}})
+	}
+	var acts []CacheAction
+	for i := 6; i < 12; i++ {
+		acts = append(acts, b.Step(BiasInput{Now: t0.Add(time.Duration(i) * time.Second), Domains: []BiasDomain{dom(5*mb, 25*mb, 900e6, 6e9, 1e6)}}).Actions...)
+	}
+	if len(acts) == 0 || acts[0].Tenant != "streamer" {
+		t.Fatalf("want the streamer isolated first, got %+v", acts)
+	}
+	for _, x := range acts {
+		if x.Tenant != "streamer" {
+			t.Errorf("innocent isolated: %+v", x)
+		}
+	}
+	// A streamer that has just started: under its share and missing the
+	// most, but no victim is short of cache: nothing.
+	b = NewBiasIsolation(BiasConfig{BusyFraction: 0.9})
+	for i := range 8 {
+		if r := b.Step(BiasInput{Now: t0.Add(time.Duration(i) * time.Second), Domains: []BiasDomain{dom(28*mb, 2*mb, 4e9, 9e9, 1e6)}}); len(r.Actions) != 0 {
+			t.Fatalf("a ramping streamer counted as deprived: %+v", r.Actions)
+		}
+	}
+}

@@ -60,7 +60,7 @@ func (c *PowerBudgetConfig) Fill() {
 	if c.HotBy == "" {
 		c.HotBy = "auto"
 	}
-	if c.Levers == nil {
+	if len(c.Levers) == 0 {
 		c.Levers = []string{string(LeverCPUFreq), string(LeverClockModulation), string(LeverCPUQuota)}
 	}
 }

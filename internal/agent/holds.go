@@ -1,0 +1,364 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// Policies that hold tenants back. Several may hold the same tenant at once
+// (a proven bus-lock polluter can also be over its pollution permit): each
+// states its own claim, and the tenant gets the tightest of them on each
+// lever — so no policy's release can undo another's throttle, and a
+// tenant is fully restored only when nobody holds it any more.
+const (
+	policyProbe    = "probe"    // perturbation proofs and the duty controller of proven polluters
+	policyBusLocks = "buslocks" // Alita's bus-lock budget (PMU counts)
+	policyPermits  = "permits"  // Kyoto's pollution permits
+	policyPower    = "power"    // Alita's socket power budget
+)
+
+// claim is one policy's hold on one tenant through one lever.
+type claim struct {
+	lever judge.Lever
+	// quota for judge.LeverCPUQuota.
+	quota cgroup.Quota
+	// step of steps on cpus for the per-CPU levers (clock modulation,
+	// cpufreq): step == steps is full speed.
+	step, steps int
+	cpus        cpuset.Set
+	reason      string
+	since       time.Time
+}
+
+func (c claim) duty() float64 {
+	if c.lever == judge.LeverCPUQuota {
+		return -1 // depends on the tenant's CPUs: see tenantHolds.duty
+	}
+	if c.steps <= 0 {
+		return 1
+	}
+	return float64(c.step) / float64(c.steps)
+}
+
+// tenantHolds is everything held on one tenant: the claims, and what the
+// arbiter has written for them.
+type tenantHolds struct {
+	tenant sense.Tenant
+	claims map[string]claim // by policy
+	// What is written now: the CPU quota (zero Period = nothing), and the
+	// step of each CPU on each per-CPU lever.
+	quota   cgroup.Quota
+	perCPU  map[judge.Lever]map[int]int
+	created time.Time
+}
+
+// CPULever is a per-CPU actuator (act.ClockModulation, act.CPUFreq): it
+// sets CPUs to step/Steps for a tenant (step == Steps restores them).
+type CPULever interface {
+	Apply(tenant string, cpus cpuset.Set, step int) error
+	Restore(cpus cpuset.Set) error
+	Steps() int
+}
+
+// holdQuotaLocked states policy's CPU-quota claim on t and enforces the
+// tightest claim.
+func (a *Agent) holdQuotaLocked(t sense.Tenant, policy string, q cgroup.Quota, reason string, now time.Time) error {
+	return a.holdLocked(t, policy, claim{lever: judge.LeverCPUQuota, quota: q, reason: reason, since: now})
+}
+
+// holdLocked states a claim; a policy has one claim per tenant, so a claim
+// through another lever replaces its previous one (the lever chooser
+// moved the tenant to another lever: its CPUs changed).
+func (a *Agent) holdLocked(t sense.Tenant, policy string, c claim) error {
+	h := a.holds[t.ID]
+	if h == nil {
+		h = &tenantHolds{tenant: t, claims: map[string]claim{}, perCPU: map[judge.Lever]map[int]int{}, created: c.since}
+		a.holds[t.ID] = h
+	}
+	h.tenant = t
+	old, had := h.claims[policy]
+	if had && !old.since.IsZero() && old.lever == c.lever {
+		c.since = old.since
+	}
+	h.claims[policy] = c
+	if err := a.enforceLocked(h); err != nil {
+		// What failed to be written is not held: take the claim back, so
+		// a tenant is never counted as held (and skipped) by a throttle
+		// that is not there. A later claim or release writes again.
+		if had {
+			h.claims[policy] = old
+		} else {
+			delete(h.claims, policy)
+		}
+		if len(h.claims) == 0 && h.quota.Period == 0 && len(h.perCPU) == 0 {
+			delete(a.holds, t.ID)
+		}
+		return err
+	}
+	return nil
+}
+
+// releaseHoldLocked drops policy's claim on tenant id; the tenant keeps
+// the other policies' claims, or is restored when none is left.
+func (a *Agent) releaseHoldLocked(id, policy string) error {
+	h := a.holds[id]
+	if h == nil {
+		return nil
+	}
+	if _, ok := h.claims[policy]; !ok {
+		return nil
+	}
+	delete(h.claims, policy)
+	err := a.enforceLocked(h)
+	if len(h.claims) == 0 && h.quota.Period == 0 && len(h.perCPU) == 0 {
+		delete(a.holds, id)
+	}
+	return err
+}
+
+// forgetHoldsLocked drops a vanished tenant's holds: its cgroup is gone,
+// but CPUs it was modulated on must get their clock back.
+func (a *Agent) forgetHoldsLocked(id string) {
+	h := a.holds[id]
+	if h == nil {
+		return
+	}
+	h.claims = map[string]claim{}
+	if err := a.enforceLocked(h); err != nil {
+		a.log.Warn("restoring a vanished tenant's levers", "tenant", id, "err", err)
+	}
+	delete(a.holds, id)
+}
+
+// heldLocked reports whether policy holds tenant id (any policy when
+// policy is "").
+func (a *Agent) heldLocked(id, policy string) bool {
+	h := a.holds[id]
+	if h == nil {
+		return false
+	}
+	if policy == "" {
+		return len(h.claims) > 0
+	}
+	_, ok := h.claims[policy]
+	return ok
+}
+
+// heldByOthersLocked reports whether a policy other than policy holds
+// tenant id.
+func (a *Agent) heldByOthersLocked(id, policy string) bool {
+	h := a.holds[id]
+	if h == nil {
+		return false
+	}
+	for p := range h.claims {
+		if p != policy {
+			return true
+		}
+	}
+	return false
+}
+
+// enforceLocked writes what the claims of h add up to on every lever: the
+// tightest CPU quota (restored when no claim is left), and per CPU the
+// lowest step of each per-CPU lever (restored where no claim covers it).
+// In dry-run nothing is written. Errors are joined; what could be written
+// is.
+func (a *Agent) enforceLocked(h *tenantHolds) error {
+	var errs []error
+	// CPU quota: the fewest CPUs wins; ties keep the earlier policy's
+	// (sorted by name) so the choice is stable.
+	var want cgroup.Quota
+	policies := make([]string, 0, len(h.claims))
+	for p := range h.claims {
+		policies = append(policies, p)
+	}
+	slices.Sort(policies)
+	for _, p := range policies {
+		c := h.claims[p]
+		if c.lever == judge.LeverCPUQuota && (want.Period == 0 || c.quota.CPUs() < want.CPUs()) {
+			want = c.quota
+		}
+	}
+	switch {
+	case want == h.quota:
+	case a.cfg.DryRun:
+		h.quota = want
+	case want.Period == 0:
+		if err := a.d.Quota.Restore(h.tenant.Cgroup); err != nil {
+			errs = append(errs, fmt.Errorf("restore quota of %s: %w", h.tenant.ID, err))
+		} else {
+			h.quota = cgroup.Quota{}
+		}
+	default:
+		if err := a.d.Quota.Apply(h.tenant.Cgroup, h.tenant.Name, want); err != nil {
+			errs = append(errs, err)
+		} else {
+			h.quota = want
+		}
+	}
+	for _, lever := range []judge.Lever{judge.LeverClockModulation, judge.LeverCPUFreq} {
+		if err := a.enforceCPULeverLocked(h, lever, policies); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (a *Agent) enforceCPULeverLocked(h *tenantHolds, lever judge.Lever, policies []string) error {
+	act := a.cpuLever(lever)
+	want := map[int]int{}
+	for _, p := range policies {
+		c := h.claims[p]
+		if c.lever != lever {
+			continue
+		}
+		for _, cpu := range c.cpus.List() {
+			if s, ok := want[cpu]; !ok || c.step < s {
+				want[cpu] = c.step
+			}
+		}
+	}
+	have := h.perCPU[lever]
+	if act == nil {
+		if len(want) > 0 {
+			return fmt.Errorf("%s asked for on %s, but the lever is off here", lever, h.tenant.ID)
+		}
+		return nil
+	}
+	steps := act.Steps()
+	// Group the changes by target step: one actuator call per step, each
+	// on whole cores (claims come in whole cores, and every CPU of a core
+	// gets the same claims).
+	byStep := map[int][]int{}
+	for cpu, s := range want {
+		if have[cpu] != s {
+			byStep[s] = append(byStep[s], cpu)
+		}
+	}
+	var freed []int
+	for cpu := range have {
+		if _, ok := want[cpu]; !ok {
+			freed = append(freed, cpu)
+		}
+	}
+	if a.cfg.DryRun {
+		if len(want) == 0 {
+			delete(h.perCPU, lever)
+		} else {
+			h.perCPU[lever] = want
+		}
+		return nil
+	}
+	var errs []error
+	if len(freed) > 0 {
+		if err := act.Restore(cpuset.Of(freed...)); err != nil {
+			errs = append(errs, fmt.Errorf("restore %s of %s: %w", lever, h.tenant.ID, err))
+		} else {
+			for _, cpu := range freed {
+				delete(have, cpu)
+			}
+		}
+	}
+	order := make([]int, 0, len(byStep))
+	for s := range byStep {
+		order = append(order, s)
+	}
+	slices.Sort(order)
+	for _, s := range order {
+		cpus := cpuset.Of(byStep[s]...)
+		if err := act.Apply(h.tenant.Name, cpus, min(s, steps)); err != nil {
+			errs = append(errs, fmt.Errorf("%s of %s: %w", lever, h.tenant.ID, err))
+			continue
+		}
+		if have == nil {
+			have = map[int]int{}
+		}
+		for _, cpu := range cpus.List() {
+			have[cpu] = s
+		}
+	}
+	if len(have) == 0 {
+		delete(h.perCPU, lever)
+	} else {
+		h.perCPU[lever] = have
+	}
+	return errors.Join(errs...)
+}
+
+// cpuLever returns the per-CPU actuator of a lever, nil when it is off.
+func (a *Agent) cpuLever(l judge.Lever) CPULever {
+	if a.d.Hardware == nil {
+		return nil
+	}
+	return a.d.Hardware.lever(l)
+}
+
+// duty is the lowest fraction of its CPU time or clock any claim leaves
+// the tenant (1 = not held).
+func (h *tenantHolds) duty() float64 {
+	d := 1.0
+	n := float64(max(1, h.tenant.CPUs.Len()))
+	for _, c := range h.claims {
+		x := c.duty()
+		if c.lever == judge.LeverCPUQuota {
+			x = min(1, c.quota.CPUs()/n)
+		}
+		d = min(d, x)
+	}
+	return d
+}
+
+// describe lists the claims for the state, sorted by policy.
+func (h *tenantHolds) describe() []HoldState {
+	out := make([]HoldState, 0, len(h.claims))
+	n := float64(max(1, h.tenant.CPUs.Len()))
+	for p, c := range h.claims {
+		hs := HoldState{Policy: p, Lever: string(c.lever), Reason: c.reason, Since: c.since}
+		switch c.lever {
+		case judge.LeverCPUQuota:
+			hs.Duty = min(1, c.quota.CPUs()/n)
+			hs.Quota = c.quota.CPUs()
+		default:
+			hs.Duty = c.duty()
+			hs.Step, hs.Steps, hs.CPUs = c.step, c.steps, c.cpus.String()
+		}
+		out = append(out, hs)
+	}
+	slices.SortFunc(out, func(a, b HoldState) int { return strings.Compare(a.Policy, b.Policy) })
+	return out
+}
+
+// heldDomainsLocked are the L3 domains where crosstalk holds a tenant down
+// now (any policy, any lever, resctrl classes included): their probe
+// baselines must not learn the held state as quiet.
+func (a *Agent) heldDomainsLocked() []int {
+	set := map[int]bool{}
+	for _, h := range a.holds {
+		if len(h.claims) == 0 {
+			continue
+		}
+		for _, d := range a.domainsOf(h.tenant.CPUs) {
+			set[d] = true
+		}
+	}
+	if a.d.Hardware != nil {
+		for _, d := range a.d.Hardware.classedDomains() {
+			set[d] = true
+		}
+	}
+	out := make([]int, 0, len(set))
+	for d := range set {
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out
+}
