@@ -63,3 +63,13 @@ func cpuModelNames() []string {
 func newRNG(seed, stream uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, stream))
 }
+
+// ExtendedClockModulation says whether the machine's CPU has 16 clock-
+// modulation duty steps (ECMD, CPUID.06H:EAX[5]; every Xeon the simulator
+// models has it) rather than 8; false for AMD, which has no clock
+// modulation. A simulated root is not the machine the agent runs on, so
+// CPUID cannot tell: the agent's configuration must
+// (levers.clock_modulation.extended_duty), and this is its value.
+func (m Machine) ExtendedClockModulation() bool {
+	return cpuModels[m.CPU].vendor == "GenuineIntel"
+}
