@@ -102,12 +102,16 @@ func (c *compHost) discover() {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	byPath := map[string]string{}
+	for i, t := range c.s.tenants {
+		if c.s.present[i] {
+			byPath[t.cgroupPath()] = t.Name
+		}
+	}
 	c.tenants = map[string]sense.Tenant{}
 	for _, st := range ts {
-		for i, t := range c.s.tenants {
-			if c.s.present[i] && st.ID == t.cgroupPath() {
-				c.tenants[t.Name] = st
-			}
+		if n, ok := byPath[st.ID]; ok {
+			c.tenants[n] = st
 		}
 	}
 }
@@ -758,5 +762,57 @@ tenants:
 			}
 			t.Logf("%s (%s, events %d raw): nominal %d kHz from %s; locker %.0f bus locks/s", model, arch.Display, len(raw), nominal, source, rates[c.tenant("locker").ID][sense.EventBusLocks])
 		})
+	}
+}
+
+// On the 1,000-tenant host the RMIDs run out (223 besides the default
+// group's): the monitor gives them to the tenants in the order given and
+// says why the others are not monitored; what it reads is the model's.
+func TestResctrlMonitorRMIDExhaustionAtScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the 1,000-tenant host: not in -short")
+	}
+	c := newCompHost(t, loadScenario(t, "scale"), time.Second)
+	mon, err := sense.NewResctrlMonitor(c.s.h, c.id.HasFlag, c.id.IsAMD(), sense.ResctrlMonitorOptions{Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	var all []sense.Tenant
+	for i, tn := range c.s.tenants {
+		if c.s.present[i] {
+			all = append(all, c.tenant(tn.Name))
+		}
+	}
+	if err := mon.Sync(all); err != nil {
+		t.Fatal(err)
+	}
+	free, _ := c.s.rc.RMIDs()
+	if u := mon.Unmonitored(); len(u) != len(all)-223 || free != 0 {
+		t.Fatalf("%d of %d tenants unmonitored, %d RMIDs free; want %d and 0", len(u), len(all), free, len(all)-223)
+	} else if !strings.Contains(u[0].Reason, "RMID") && !strings.Contains(u[0].Reason, "space") {
+		t.Errorf("unmonitored %s: %q does not say the RMIDs ran out", u[0].ID, u[0].Reason)
+	}
+	mon.Read()
+	c.run(time.Second)
+	c0 := processCPU()
+	if err := mon.Sync(all); err != nil {
+		t.Fatal(err)
+	}
+	c1 := processCPU()
+	usage, err := mon.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("one interval of the monitor with %d tenants: Sync %v, Read %v of CPU (the emulation's side included)", len(all), c1-c0, processCPU()-c1)
+	if len(usage) != 223 {
+		t.Errorf("read %d tenants, want 223", len(usage))
+	}
+	for _, n := range []string{"victim-a", "victim-b"} { // first in the scenario: monitored
+		i := c.index(n)
+		d, ok := usage[c.tenant(n).ID].Domain(c.s.model.Socket(c.s.tenants[i].VCPUs[0]))
+		if !ok || !within(d.TotalBytesPerSec, c.state(n).Traffic[c.s.model.Socket(c.s.tenants[i].VCPUs[0])], 0.01) {
+			t.Errorf("%s: %+v, model traffic %v", n, d, c.state(n).Traffic)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -364,5 +365,71 @@ tenants:
 		t.Errorf("task clock without a PMU: %v", err)
 	} else if v, _, _, _ := fd.Read(); v != 0 {
 		t.Errorf("fresh counter reads %d", v)
+	}
+}
+
+// A monitoring group removed while its lines are in the cache leaves its
+// RMID in limbo (mkdir answers EBUSY when no other is free) until the
+// cache has evicted them.
+func TestRMIDLimbo(t *testing.T) {
+	sc := mustParse(t, `
+name: limbo
+noise_off: true
+machine: {cpu: skylakex, sockets: 1, cores_per_socket: 4, l3_size: 16MiB, l3_ways: 16}
+tenants:
+  - {name: a, role: victim, cpus: "0", phases: [{from: 0s, memory_bound: 0.5, working_set: 8MiB, llc_refs: 1e8}]}
+  - {name: s, role: polluter, cpus: "1", phases: [{from: 0s, memory_bound: 0.9, working_set: 1GiB, llc_refs: 2e8}]}
+`)
+	s, err := newSimHost(sc, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	run := func(d time.Duration) {
+		for end := s.now + d; s.now < end; s.now += sc.Step {
+			if err := s.step(sc.Step); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.publish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(time.Second)
+	if err := s.h.Mkdir("/sys/fs/resctrl/mon_groups/a", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.h.WriteFile("/sys/fs/resctrl/mon_groups/a/tasks", []byte(itoa(s.tenants[0].TID(0)))); err != nil {
+		t.Fatal(err)
+	}
+	run(time.Second)
+	_, rmid, _ := s.rc.GroupIDs("mon_groups/a")
+	if o := s.rmidOcc[rmid]; o == nil || o[0] < 1<<20 {
+		t.Fatalf("the victim's RMID occupies %v", o)
+	}
+	// Take every other RMID, then free the victim's.
+	for n := 0; ; n++ {
+		if err := s.h.Mkdir(fmt.Sprintf("/sys/fs/resctrl/mon_groups/x%d", n), 0o755); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if err := s.h.Remove("/sys/fs/resctrl/mon_groups/a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, limbo := s.rc.RMIDs(); limbo != 1 {
+		t.Fatalf("%d RMIDs in limbo after removing a group whose lines are cached, want 1", limbo)
+	}
+	if err := s.h.Mkdir("/sys/fs/resctrl/mon_groups/b", 0o755); !errors.Is(err, syscall.EBUSY) {
+		t.Errorf("mkdir with the only RMID in limbo: %v, want EBUSY", err)
+	}
+	run(3 * time.Second) // the streamer's misses evict the victim's untouched lines
+	if free, limbo := s.rc.RMIDs(); free != 1 || limbo != 0 {
+		t.Errorf("after the lines were evicted: %d free, %d in limbo; want 1 and 0", free, limbo)
+	}
+	if err := s.h.Mkdir("/sys/fs/resctrl/mon_groups/b", 0o755); err != nil {
+		t.Errorf("mkdir once the RMID left limbo: %v", err)
 	}
 }

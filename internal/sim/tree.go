@@ -449,13 +449,19 @@ func seq(n int) []int {
 	return out
 }
 
-// cgroupPath is where a tenant's cgroup lives below the cgroup2 root.
+// cgroupPath is where a tenant's cgroup lives below the cgroup2 root
+// (computed once: a container's name is hashed).
 func (t *Tenant) cgroupPath() string {
-	if t.Kind == KindContainer {
-		return "/system.slice/docker-" + containerID(t.Name) + ".scope"
+	if t.cgroup != "" {
+		return t.cgroup
 	}
-	// libvirt with systemd-machined: machine-qemu\x2d<id>\x2d<name>.scope
-	return fmt.Sprintf(`/machine.slice/machine-qemu\x2d%d\x2d%s.scope`, t.Index+1, strings.ReplaceAll(t.Name, "-", `\x2d`))
+	if t.Kind == KindContainer {
+		t.cgroup = "/system.slice/docker-" + containerID(t.Name) + ".scope"
+	} else {
+		// libvirt with systemd-machined: machine-qemu\x2d<id>\x2d<name>.scope
+		t.cgroup = fmt.Sprintf(`/machine.slice/machine-qemu\x2d%d\x2d%s.scope`, t.Index+1, strings.ReplaceAll(t.Name, "-", `\x2d`))
+	}
+	return t.cgroup
 }
 
 // containerID is a stable 64-hex container ID for a name.
