@@ -37,13 +37,7 @@ type compHost struct {
 func newCompHost(t *testing.T, sc *Scenario, at time.Duration) *compHost {
 	t.Helper()
 	sc.Noise = 0
-	// In memory where there is /dev/shm, as the simulator's runs: a host
-	// tree is thousands of files.
-	dir, err := os.MkdirTemp(tempDir(""), "crosstalk-sim-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := simTestDir(t)
 	s, err := newSimHost(sc, dir)
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +53,18 @@ func newCompHost(t *testing.T, sc *Scenario, at time.Duration) *compHost {
 	}
 	c.run(at)
 	return c
+}
+
+// simTestDir is a test's directory for a host tree: in memory where there
+// is /dev/shm, as the simulator's runs (a tree is thousands of files).
+func simTestDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(tempDir(""), "crosstalk-sim-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 func loadScenario(t *testing.T, name string) *Scenario {

@@ -380,7 +380,7 @@ tenants:
   - {name: a, role: victim, cpus: "0", phases: [{from: 0s, memory_bound: 0.5, working_set: 8MiB, llc_refs: 1e8}]}
   - {name: s, role: polluter, cpus: "1", phases: [{from: 0s, memory_bound: 0.9, working_set: 1GiB, llc_refs: 2e8}]}
 `)
-	s, err := newSimHost(sc, t.TempDir())
+	s, err := newSimHost(sc, simTestDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
