@@ -652,9 +652,20 @@ tenants:
 	if got := readTree(t, c.s.root, "sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq"); got != "2500000\n" || c.state("virus").MHz != 2500 {
 		t.Errorf("scaling_max_freq %q, virus at %.0f MHz; want the 2.5 GHz P-state", got, c.state("virus").MHz)
 	}
-	// A limit between P-states runs the one below it.
-	if err := c.s.h.WriteFile("/sys/devices/system/cpu/cpufreq/policy4/scaling_max_freq", []byte("3000000")); err != nil {
-		t.Fatal(err)
+	// A limit between P-states is resolved to the one below it (a minimum
+	// to the one above), and the victim runs it.
+	pol := "/sys/devices/system/cpu/cpufreq/policy4/"
+	for _, w := range []struct{ file, data, max, min string }{
+		{"scaling_max_freq", "3000000", "2500000\n", "1500000\n"},
+		{"scaling_min_freq", "1600000", "2500000\n", "2500000\n"},
+		{"scaling_min_freq", "0", "2500000\n", "1500000\n"},
+	} {
+		if err := c.s.h.WriteFile(pol+w.file, []byte(w.data)); err != nil {
+			t.Fatal(err)
+		}
+		if mx, mn := readTree(t, c.s.root, pol[1:]+"scaling_max_freq"), readTree(t, c.s.root, pol[1:]+"scaling_min_freq"); mx != w.max || mn != w.min {
+			t.Errorf("after %s=%s: max %q min %q, want %q %q", w.file, w.data, mx, mn, w.max, w.min)
+		}
 	}
 	c.run(time.Second)
 	if f := c.state("victim").MHz; f != 2500 {

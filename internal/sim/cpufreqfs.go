@@ -14,18 +14,19 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/host"
 )
 
-// cpufreqFS is the cpufreq core's side of the policy files, as Linux 5.3+
-// (frequency QoS) handles them: a write to scaling_max_freq or
-// scaling_min_freq is a request, parsed with sscanf("%u") (EINVAL when it
-// is not a number); the policy's limits are then resolved as
-// cpufreq_set_policy does — max clamped to [cpuinfo_min_freq,
-// cpuinfo_max_freq], min to [cpuinfo_min_freq, max] (a max below the min
-// request wins) — and the files show the resolved limits. Attributes
-// without a store method (cpuinfo_*, scaling_cur_freq, related_cpus, …)
-// refuse writes with EACCES, as kernfs does; scaling_governor is written
-// as a plain file. The frequency the driver then picks under the limit
-// (acpi-cpufreq: the highest P-state at or below it) is the simulator's
-// business (readLevers), not the files'.
+// cpufreqFS is the cpufreq core's side of the policy files, as Linux 6.8
+// (the tree's kernel; frequency QoS since 5.3) handles them: a write to
+// scaling_max_freq or scaling_min_freq is a request, parsed with
+// sscanf("%u") (EINVAL when it is not a number); the policy's limits are
+// then resolved as cpufreq_set_policy does — the driver's verify clamps
+// max to [cpuinfo_min_freq, cpuinfo_max_freq] and min to
+// [cpuinfo_min_freq, max] (a max below the min request wins), and
+// __resolve_freq snaps them to the driver's frequency table where it has
+// one (acpi-cpufreq's P-states: max to the highest at or below it, min to
+// the lowest at or above it); the files show the resolved limits.
+// Attributes without a store method (cpuinfo_*, scaling_cur_freq,
+// related_cpus, …) refuse writes with EACCES, as kernfs does;
+// scaling_governor is written as a plain file.
 type cpufreqFS struct {
 	mu  sync.Mutex
 	req map[string][2]int64 // policy dir → min and max request (kHz)
@@ -87,6 +88,10 @@ func (c *cpufreqFS) Write(h *host.Host, p string, data []byte) (bool, error) {
 	c.req[dir] = r
 	maxF := min(max(r[1], hwMin), hwMax)
 	minF := min(max(r[0], hwMin), maxF)
+	if table := freqTable(h, dir); len(table) > 0 {
+		maxF = resolveFreq(table, maxF, false)
+		minF = min(resolveFreq(table, minF, true), maxF)
+	}
 	for name, val := range map[string]int64{"scaling_max_freq": maxF, "scaling_min_freq": minF} {
 		if err := os.WriteFile(h.Path(dir+"/"+name), []byte(strconv.FormatInt(val, 10)+"\n"), 0o644); err != nil {
 			return true, err
@@ -108,4 +113,42 @@ func scanUint(s string) (uint64, bool) {
 	}
 	v, err := strconv.ParseUint(s[:n], 10, 64)
 	return v, err == nil
+}
+
+// freqTable is the driver's frequency table as scaling_available_frequencies
+// lists it (none under intel_pstate).
+func freqTable(h *host.Host, dir string) []int64 {
+	str, err := h.ReadString(dir + "/scaling_available_frequencies")
+	if err != nil {
+		return nil
+	}
+	var out []int64
+	for _, f := range strings.Fields(str) {
+		if v, err := strconv.ParseInt(f, 10, 64); err == nil {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// resolveFreq is cpufreq_frequency_table_target: with low the lowest table
+// frequency at or above target (CPUFREQ_RELATION_L), else the highest at
+// or below it (CPUFREQ_RELATION_H); when there is none on that side, the
+// nearest on the other.
+func resolveFreq(table []int64, target int64, low bool) int64 {
+	best, found := int64(0), false
+	for _, f := range table {
+		if (low && f >= target && (!found || f < best)) || (!low && f <= target && (!found || f > best)) {
+			best, found = f, true
+		}
+	}
+	if found {
+		return best
+	}
+	for _, f := range table {
+		if !found || (low && f > best) || (!low && f < best) {
+			best, found = f, true
+		}
+	}
+	return best
 }
