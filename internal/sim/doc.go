@@ -11,20 +11,33 @@
 // (machine.slice/machine-qemu\x2dN\x2dNAME.scope/libvirt/vcpuK) and docker
 // (system.slice/docker-ID.scope) put them, and, where the machine has them,
 // resctrl, powercap RAPL zones, cpufreq policies, coretemp hwmon and
-// /dev/cpu/N/msr. A host.Kernel (simKernel) makes the tree behave like the
-// kernel: CgroupFS for cgroupfs, NewResctrlKernel for resctrl (minimal, to be
-// replaced by the hwcache emulation), EIO for a plain write to an MSR device.
+// /dev/cpu/N/msr. A host.Kernel (simKernel) routes each mkdir, rmdir and
+// write by path to the emulation of what is mounted there: CgroupFS for
+// cgroupfs, internal/resctrl/resctrlfs for resctrl (the emulation the
+// resctrl actuator and sensor tests use: CLOSIDs, RMIDs and limbo, the
+// kernel's schemata validation and layout), cpufreqFS for the cpufreq
+// policies (requests resolved as cpufreq_set_policy does), and EIO for a
+// plain write to an MSR device (the real lever is a pwrite at 0x19A).
 //
 // The agent is built with agent.BuildWith over that tree, with the
 // simulator's PerfOpener (perfOpener: the cgroup directory the agent opens is
 // mapped back to its tenant; events are recognised by the encodings of the
 // declared CPU model), its canary probe (simProber: readings from the model)
 // and a virtual clock, and driven by Agent.Tick. Each step the simulator
-// reads the levers the actuators wrote (cpu.max, resctrl schemata and tasks,
-// scaling_max_freq, the 8 bytes of MSR 0x19A), solves the model, accumulates
-// the counters, and before each agent interval writes what the sensors read
-// (cpu.stat, cpu.pressure, /proc/TID/schedstat, resctrl mon_data,
-// energy_uj, hwmon temperatures, scaling_cur_freq).
+// reads the levers the actuators wrote (cpu.max; from the resctrl
+// emulation, the CLOSID and RMID of each tenant thread and each CLOSID's
+// cache mask and MB value; scaling_max_freq; the 8 bytes of MSR 0x19A),
+// solves the model, accumulates the counters, and before each agent
+// interval writes what the sensors read (cpu.stat, cpu.pressure,
+// /proc/TID/schedstat, /proc/stat, energy_uj, hwmon temperatures,
+// scaling_cur_freq) and hands the resctrl emulation each RMID's occupancy
+// and memory traffic (resctrlfs.FS.Account), which renders mon_data.
+//
+// components_test.go is the contract with issue #5's hardware components:
+// each production sensor and actuator (sense.ResctrlMonitor,
+// act.ResctrlClasses, sense.PowerSensor, act.ClockModulation, act.CPUFreq,
+// sense.PerfCounters with sense.PerfEventsFor's events) driven directly on
+// a scenario's host reads what the model computed and moves the model.
 //
 // # The contention model
 //

@@ -2,9 +2,12 @@ package sim
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -155,11 +158,18 @@ func TestCPUQuotaActuatorOnEmulation(t *testing.T) {
 	}
 }
 
-func TestMinimalResctrl(t *testing.T) {
+// The simulated host's resctrl is internal/resctrl/resctrlfs: its files
+// are the kernel's (padded schemata of a 6.8 kernel, merged per domain,
+// validated), the levers the model uses come from its groups (where a
+// tenant's threads are, the class's mask and MB value), and its mon_data
+// shows what the model computed, summed per control group as the kernel
+// does.
+func TestResctrlOnSimHost(t *testing.T) {
 	sc := mustParse(t, `
 name: rc
+noise_off: true
 machine: {cpu: skylakex, sockets: 2, cores_per_socket: 4, l3_ways: 11}
-tenants: [{name: a, role: victim, cpus: "0"}]
+tenants: [{name: a, role: victim, cpus: "0", phases: [{from: 0s, memory_bound: 0.5, working_set: 4MiB, llc_refs: 1e8}]}]
 `)
 	s, err := newSimHost(sc, t.TempDir())
 	if err != nil {
@@ -170,54 +180,78 @@ tenants: [{name: a, role: victim, cpus: "0"}]
 	if err := s.appear(0); err != nil {
 		t.Fatal(err)
 	}
+	if got := readTree(t, s.root, "sys/fs/resctrl/schemata"); got != "L3:0=7ff;1=7ff\nMB:0=100;1=100\n" {
+		t.Errorf("default group schemata = %q", got)
+	}
 	if err := h.Mkdir("/sys/fs/resctrl/abuser", 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if got := readTree(t, s.root, "sys/fs/resctrl/abuser/schemata"); got != "L3:0=7ff;1=7ff\nMB:0=100;1=100\n" {
 		t.Errorf("new group schemata = %q", got)
 	}
-	if err := h.WriteFile("/sys/fs/resctrl/abuser/schemata", []byte("L3:1=3\n")); err != nil {
-		t.Fatal(err)
+	for _, w := range []string{"L3:0=3\n", "MB:0=50\n"} {
+		if err := h.WriteFile("/sys/fs/resctrl/abuser/schemata", []byte(w)); err != nil {
+			t.Fatalf("schemata %q: %v", w, err)
+		}
 	}
-	if err := h.WriteFile("/sys/fs/resctrl/abuser/schemata", []byte("MB:0=50")); err != nil {
-		t.Fatal(err)
-	}
-	if got := readTree(t, s.root, "sys/fs/resctrl/abuser/schemata"); got != "L3:0=7ff;1=3\nMB:0=50;1=100\n" {
+	if got := readTree(t, s.root, "sys/fs/resctrl/abuser/schemata"); got != "L3:0=003;1=7ff\nMB:0= 50;1=100\n" {
 		t.Errorf("merged schemata = %q", got)
 	}
-	for _, bad := range []string{"L3:0=5", "L3:0=0", "L3:0=fff", "L3:2=3", "MB:0=5", "XX:0=1"} {
+	for _, bad := range []string{"L3:0=5\n", "L3:0=0\n", "L3:0=fff\n", "L3:2=3\n", "MB:0=5\n", "XX:0=1\n", "L3:0=3"} {
 		if err := h.WriteFile("/sys/fs/resctrl/abuser/schemata", []byte(bad)); !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("schemata %q: %v, want EINVAL", bad, err)
 		}
 	}
-	// The tenant's vCPU thread moves to the group; the simulator sees its mask.
+	// The tenant's vCPU thread moves to the class, then into a monitoring
+	// group there; the simulator sees the class's mask and MB value.
 	tid := s.tenants[0].TID(0)
 	if err := h.WriteFile("/sys/fs/resctrl/abuser/tasks", []byte(itoa(tid))); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Mkdir("/sys/fs/resctrl/mon_groups/a", 0o755); err != nil {
+	if err := h.Mkdir("/sys/fs/resctrl/abuser/mon_groups/a", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.WriteFile("/sys/fs/resctrl/mon_groups/a/tasks", []byte(itoa(tid))); err != nil {
+	if err := h.WriteFile("/sys/fs/resctrl/abuser/mon_groups/a/tasks", []byte(itoa(tid))); err != nil {
 		t.Fatal(err)
+	}
+	if err := h.WriteFile("/sys/fs/resctrl/mon_groups/x/tasks", []byte(itoa(tid))); err == nil {
+		t.Error("write to a monitoring group that does not exist succeeded")
 	}
 	if err := s.readLevers(); err != nil {
 		t.Fatal(err)
 	}
-	if s.levers.Mask[0][1] != 3 || s.levers.Mask[0][0] != 0x7ff || s.levers.MBA[0][0] != 50 {
+	if s.levers.Mask[0][0] != 3 || s.levers.MBA[0][0] != 50 {
 		t.Errorf("levers: mask %v MBA %v", s.levers.Mask[0], s.levers.MBA[0])
 	}
 	if !s.leverOn(0) {
 		t.Error("a tenant in a restricted group is not counted as throttled")
 	}
-	// Monitoring data accumulate for the groups that hold the tenant.
-	s.setState(steady(s.model, s.levers, 0))
-	s.advance(1)
+	// Monitoring data: the model's occupancy and traffic of the tenant's
+	// vCPU (its emulator thread, still in the default group, does no work).
+	for range 20 {
+		if err := s.step(sc.Step); err != nil {
+			t.Fatal(err)
+		}
+		s.now += sc.Step
+	}
 	if err := s.publish(); err != nil {
 		t.Fatal(err)
 	}
-	if got := readTree(t, s.root, "sys/fs/resctrl/mon_groups/a/mon_data/mon_L3_00/mbm_total_bytes"); got == "0\n" {
-		t.Errorf("monitoring group of a running tenant counts no traffic: %q", got)
+	ts := s.state.Tenants[0]
+	mon := "sys/fs/resctrl/abuser/mon_groups/a/mon_data/mon_L3_00/"
+	occ, _ := strconv.ParseFloat(strings.TrimSpace(readTree(t, s.root, mon+"llc_occupancy")), 64)
+	if want := ts.Occupancy[0]; occ > want || occ < want-occupancyUnit || want < 1<<20 {
+		t.Errorf("llc_occupancy %v, model %v", occ, want)
+	}
+	mbm, _ := strconv.ParseFloat(strings.TrimSpace(readTree(t, s.root, mon+"mbm_total_bytes")), 64)
+	if want := ts.Traffic[0] * 1.0; want <= 0 || math.Abs(mbm-want)/want > 0.01 {
+		t.Errorf("mbm_total_bytes %v after 1 s, model %v B/s", mbm, want)
+	}
+	if got := readTree(t, s.root, "sys/fs/resctrl/abuser/mon_data/mon_L3_00/mbm_total_bytes"); got != readTree(t, s.root, mon+"mbm_total_bytes") {
+		t.Errorf("control group's mbm_total_bytes %q is not its monitoring group's sum", got)
+	}
+	if got := readTree(t, s.root, "sys/fs/resctrl/mon_data/mon_L3_00/mbm_total_bytes"); got != "0\n" {
+		t.Errorf("default group counts traffic no thread of it made: %q", got)
 	}
 	// rmdir sends the tasks back to the default group.
 	if err := h.Remove("/sys/fs/resctrl/abuser"); err != nil {
@@ -228,6 +262,13 @@ tenants: [{name: a, role: victim, cpus: "0"}]
 	}
 	if s.leverOn(0) {
 		t.Error("tenant still restricted after its group was removed")
+	}
+	// A tenant that ends takes its threads out of resctrl.
+	if err := s.vanish(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.WriteFile("/sys/fs/resctrl/tasks", []byte(itoa(tid))); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("moving an exited thread: %v, want ESRCH", err)
 	}
 }
 
@@ -324,5 +365,71 @@ tenants:
 		t.Errorf("task clock without a PMU: %v", err)
 	} else if v, _, _, _ := fd.Read(); v != 0 {
 		t.Errorf("fresh counter reads %d", v)
+	}
+}
+
+// A monitoring group removed while its lines are in the cache leaves its
+// RMID in limbo (mkdir answers EBUSY when no other is free) until the
+// cache has evicted them.
+func TestRMIDLimbo(t *testing.T) {
+	sc := mustParse(t, `
+name: limbo
+noise_off: true
+machine: {cpu: skylakex, sockets: 1, cores_per_socket: 4, l3_size: 16MiB, l3_ways: 16}
+tenants:
+  - {name: a, role: victim, cpus: "0", phases: [{from: 0s, memory_bound: 0.5, working_set: 8MiB, llc_refs: 1e8}]}
+  - {name: s, role: polluter, cpus: "1", phases: [{from: 0s, memory_bound: 0.9, working_set: 1GiB, llc_refs: 2e8}]}
+`)
+	s, err := newSimHost(sc, simTestDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	run := func(d time.Duration) {
+		for end := s.now + d; s.now < end; s.now += sc.Step {
+			if err := s.step(sc.Step); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.publish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(time.Second)
+	if err := s.h.Mkdir("/sys/fs/resctrl/mon_groups/a", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.h.WriteFile("/sys/fs/resctrl/mon_groups/a/tasks", []byte(itoa(s.tenants[0].TID(0)))); err != nil {
+		t.Fatal(err)
+	}
+	run(time.Second)
+	_, rmid, _ := s.rc.GroupIDs("mon_groups/a")
+	if o := s.rmidOcc[rmid]; o == nil || o[0] < 1<<20 {
+		t.Fatalf("the victim's RMID occupies %v", o)
+	}
+	// Take every other RMID, then free the victim's.
+	for n := 0; ; n++ {
+		if err := s.h.Mkdir(fmt.Sprintf("/sys/fs/resctrl/mon_groups/x%d", n), 0o755); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if err := s.h.Remove("/sys/fs/resctrl/mon_groups/a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, limbo := s.rc.RMIDs(); limbo != 1 {
+		t.Fatalf("%d RMIDs in limbo after removing a group whose lines are cached, want 1", limbo)
+	}
+	if err := s.h.Mkdir("/sys/fs/resctrl/mon_groups/b", 0o755); !errors.Is(err, syscall.EBUSY) {
+		t.Errorf("mkdir with the only RMID in limbo: %v, want EBUSY", err)
+	}
+	run(3 * time.Second) // the streamer's misses evict the victim's untouched lines
+	if free, limbo := s.rc.RMIDs(); free != 1 || limbo != 0 {
+		t.Errorf("after the lines were evicted: %d free, %d in limbo; want 1 and 0", free, limbo)
+	}
+	if err := s.h.Mkdir("/sys/fs/resctrl/mon_groups/b", 0o755); err != nil {
+		t.Errorf("mkdir once the RMID left limbo: %v", err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/resctrl/resctrlfs"
 )
 
 // simHost is one simulated machine for one policy run: the host tree in a
@@ -48,9 +48,23 @@ type simHost struct {
 	cum      []tenantCounters
 	written  []writtenStats
 	energy   []float64 // µJ per socket
-	groups   map[string]*resctrlGroup
 	noise    *rand.Rand
 	lastFreq []float64
+	// busy is each CPU's busy time so far (seconds), for /proc/stat.
+	busy []float64
+	// lastPublish is when the sensor files were last written.
+	lastPublish time.Duration
+
+	// rc is the resctrl emulation (nil without resctrl); place is where
+	// each tenant's threads are in it, mbmPending the bytes each RMID moved
+	// per socket since the last publish, rmidOcc each RMID's occupancy as
+	// last published.
+	rc *resctrlfs.FS
+	// raw are the raw perf configs the CPU model counts (perfOpener).
+	raw        map[uint64]counterKind
+	place      []placement
+	mbmPending map[int][]float64
+	rmidOcc    map[int][]float64
 }
 
 // tenantCounters are a tenant's cumulative counters.
@@ -65,19 +79,11 @@ type writtenStats struct {
 	usageUS, thrUS, psiUS, delayNS int64
 }
 
-// resctrlGroup is a resctrl control or monitoring group as last read.
-type resctrlGroup struct {
-	dir     string
-	mon     bool
-	members map[int]float64 // tenant → share of its threads in the group
-	mbm     []float64       // cumulative bytes per socket
-}
-
 // newSimHost builds the tree and the emulation for a scenario.
 func newSimHost(sc *Scenario, dir string) (*simHost, error) {
 	s := &simHost{sc: sc, m: sc.Machine, tenants: sc.tenants, root: filepath.Join(dir, "root"),
-		byCgroup: map[string]int{}, dirtyQuota: map[int]bool{}, groups: map[string]*resctrlGroup{},
-		noise: newRNG(sc.Seed, 0xc0de)}
+		byCgroup: map[string]int{}, dirtyQuota: map[int]bool{}, noise: newRNG(sc.Seed, 0xc0de),
+		mbmPending: map[int][]float64{}, rmidOcc: map[int][]float64{}}
 	if err := os.MkdirAll(s.root, 0o755); err != nil {
 		return nil, err
 	}
@@ -87,20 +93,32 @@ func newSimHost(sc *Scenario, dir string) (*simHost, error) {
 	online := cpuset.Of(seq(s.m.CPUs())...)
 	s.cg = NewCgroupFS(cgroupRoot, online)
 	k := &simKernel{cgroups: s.cg, changed: s.changed}
+	if on(s.m.Features.CPUFreq) {
+		k.cpufreq = newCpufreqFS()
+	}
 	if hasResctrl(s.m) {
-		k.resctrl = NewResctrlKernel(s.m)
+		s.rc = s.newResctrl()
+		k.resctrl = s.rc
 	}
 	h, err := host.Open(s.root, host.WithKernel(k))
 	if err != nil {
 		return nil, err
 	}
 	s.h = h
+	// The model exists before resctrl is mounted: its threads' weights
+	// need the CPU layout.
+	s.model = NewModel(s.m, s.tenants)
+	if s.rc != nil {
+		if err := s.rc.Mount(h); err != nil {
+			h.Close()
+			return nil, err
+		}
+	}
 	for _, slice := range []string{"/machine.slice", "/system.slice"} {
 		if err := h.Mkdir(cgroupRoot+slice, 0o755); err != nil {
 			return nil, err
 		}
 	}
-	s.model = NewModel(s.m, s.tenants)
 	s.levers = NewLevers(len(s.tenants), s.m.CPUs(), s.m.Sockets)
 	s.present = make([]bool, len(s.tenants))
 	s.period = make([]float64, len(s.tenants))
@@ -112,6 +130,8 @@ func newSimHost(sc *Scenario, dir string) (*simHost, error) {
 	}
 	s.energy = make([]float64, s.m.Sockets)
 	s.lastFreq = make([]float64, s.m.CPUs())
+	s.busy = make([]float64, s.m.CPUs())
+	s.place = make([]placement, len(s.tenants))
 	if on(s.m.Features.MSR) {
 		for c := 0; c < s.m.CPUs(); c++ {
 			f, err := os.Open(filepath.Join(s.root, "dev", "cpu", strconv.Itoa(c), "msr"))
@@ -241,18 +261,28 @@ func (s *simHost) vanish(i int) error {
 	return nil
 }
 
-// resctrlExit drops exited tasks from every resctrl group's tasks file, as
-// the kernel does when a task exits.
-func (s *simHost) resctrlExit(tids []int) {
-	if !hasResctrl(s.m) {
-		return
+// step runs the host for one model step at s.now: tenants come and go,
+// the levers the actuators wrote are read, the model is solved and its
+// counters accumulated. The caller advances s.now.
+func (s *simHost) step(step time.Duration) error {
+	for i, t := range s.tenants {
+		switch act := t.Active(s.now); {
+		case act && !s.present[i]:
+			if err := s.appear(i); err != nil {
+				return err
+			}
+		case !act && s.present[i]:
+			if err := s.vanish(i); err != nil {
+				return err
+			}
+		}
 	}
-	for _, g := range s.resctrlDirs() {
-		editTasks(s.h, g.dir, func(ts []int) []int {
-			return slices.DeleteFunc(ts, func(x int) bool { return slices.Contains(tids, x) })
-		})
+	if err := s.readLevers(); err != nil {
+		return err
 	}
-	s.dirtyResctrl = true
+	s.setState(s.model.Solve(s.now, s.levers, s.state, step))
+	s.advance(step.Seconds())
+	return nil
 }
 
 // readLevers refreshes the levers the actuators may have changed.
@@ -278,12 +308,28 @@ func (s *simHost) readLevers() error {
 	}
 	if s.dirtyFreq && on(s.m.Features.CPUFreq) {
 		s.dirtyFreq = false
+		// acpi-cpufreq runs the highest P-state at or under the limit;
+		// intel_pstate any ratio (100 MHz) under it.
+		var pstates []int
+		if cpuModels[s.m.CPU].vendor == "AuthenticAMD" {
+			pstates = s.m.pStates()
+		}
 		for c := 0; c < s.m.CPUs(); c++ {
 			khz, err := s.h.ReadInt(fmt.Sprintf("%s/policy%d/scaling_max_freq", cpufreqRoot, c))
 			if err != nil {
 				return err
 			}
-			s.levers.MaxMHz[c] = float64(khz) / 1000
+			mhz := float64(khz) / 1000
+			if pstates != nil {
+				pick := float64(pstates[len(pstates)-1])
+				for _, p := range pstates {
+					if float64(p) <= mhz {
+						pick = max(pick, float64(p))
+					}
+				}
+				mhz = pick
+			}
+			s.levers.MaxMHz[c] = mhz
 		}
 	}
 	if len(s.msr) > 0 {
@@ -295,11 +341,9 @@ func (s *simHost) readLevers() error {
 			s.levers.Duty[c] = ClockModulationDuty(binary.LittleEndian.Uint64(b[:]))
 		}
 	}
-	if s.dirtyResctrl && hasResctrl(s.m) {
+	if s.dirtyResctrl && s.rc != nil {
 		s.dirtyResctrl = false
-		if err := s.readResctrl(); err != nil {
-			return err
-		}
+		s.readResctrl()
 	}
 	return nil
 }
@@ -313,145 +357,6 @@ func ClockModulationDuty(v uint64) float64 {
 		return 1
 	}
 	return float64(v&0xf) / 16
-}
-
-// resctrlDirs lists the control groups (the root first) and monitoring groups.
-func (s *simHost) resctrlDirs() []*resctrlGroup {
-	var out []*resctrlGroup
-	add := func(dir string, mon bool) {
-		g := s.groups[dir]
-		if g == nil {
-			g = &resctrlGroup{dir: dir, mon: mon, mbm: make([]float64, s.m.Sockets)}
-			s.groups[dir] = g
-		}
-		out = append(out, g)
-	}
-	add(resctrlRoot, false)
-	ents, _ := os.ReadDir(s.h.Path(resctrlRoot))
-	var ctrl []string
-	for _, e := range ents {
-		if e.IsDir() && e.Name() != "info" && e.Name() != "mon_groups" && e.Name() != "mon_data" {
-			ctrl = append(ctrl, resctrlRoot+"/"+e.Name())
-			add(resctrlRoot+"/"+e.Name(), false)
-		}
-	}
-	for _, g := range append([]string{resctrlRoot}, ctrl...) {
-		mons, _ := os.ReadDir(s.h.Path(g + "/mon_groups"))
-		for _, e := range mons {
-			if e.IsDir() {
-				add(g+"/mon_groups/"+e.Name(), true)
-			}
-		}
-	}
-	return out
-}
-
-// readResctrl reads every group's schemata and tasks into the levers and
-// the monitoring membership.
-func (s *simHost) readResctrl() error {
-	dirs := s.resctrlDirs()
-	keep := map[string]bool{}
-	tidOwner := map[int]int{}
-	for i, t := range s.tenants {
-		if s.present[i] {
-			for k := 0; k < t.Threads; k++ {
-				tidOwner[t.TID(k)] = i
-			}
-		}
-	}
-	amd := cpuModels[s.m.CPU].vendor == "AuthenticAMD"
-	ctrlOf := make([]string, len(s.tenants)) // tenant → control group ("" = root)
-	for _, g := range dirs {
-		keep[g.dir] = true
-		b, _ := os.ReadFile(s.h.Path(g.dir + "/tasks"))
-		g.members = map[int]float64{}
-		for _, tid := range parseTasks(string(b)) {
-			if i, ok := tidOwner[tid]; ok {
-				g.members[i] += 1 / float64(s.tenants[i].Threads)
-				if !g.mon && g.dir != resctrlRoot && ctrlOf[i] == "" {
-					ctrlOf[i] = g.dir
-				}
-			}
-		}
-	}
-	for d := range s.groups {
-		if !keep[d] {
-			delete(s.groups, d)
-		}
-	}
-	// The default group holds every task not listed in another control group.
-	root := s.groups[resctrlRoot]
-	listed := map[int]float64{}
-	for _, g := range dirs {
-		if !g.mon && g.dir != resctrlRoot {
-			for i, f := range g.members {
-				listed[i] += f
-			}
-		}
-	}
-	root.members = map[int]float64{}
-	for i := range s.tenants {
-		if s.present[i] && listed[i] < 1 {
-			root.members[i] = 1 - listed[i]
-		}
-	}
-	schemata := map[string]map[string][]string{}
-	for _, g := range dirs {
-		if g.mon {
-			continue
-		}
-		b, err := os.ReadFile(s.h.Path(g.dir + "/schemata"))
-		if err != nil {
-			continue
-		}
-		schemata[g.dir] = parseSchemata(string(b), s.m.Sockets)
-	}
-	for i := range s.tenants {
-		g := ctrlOf[i]
-		if g == "" {
-			g = resctrlRoot
-		}
-		sch := schemata[g]
-		for d := 0; d < s.m.Sockets; d++ {
-			s.levers.Mask[i][d] = 0
-			s.levers.MBA[i][d] = 0
-			s.levers.MBAGroup[i][d] = g
-			if v := sch["L3"]; len(v) > d && v[d] != "" {
-				if m, err := strconv.ParseUint(v[d], 16, 64); err == nil {
-					s.levers.Mask[i][d] = m
-				}
-			}
-			if v := sch["MB"]; len(v) > d && v[d] != "" {
-				if n, err := strconv.ParseFloat(v[d], 64); err == nil {
-					if amd && n >= 2048 {
-						n = 0
-					}
-					s.levers.MBA[i][d] = n
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// parseSchemata reads "RES:dom=val;…" lines into per-domain values.
-func parseSchemata(s string, domains int) map[string][]string {
-	out := map[string][]string{}
-	for _, l := range strings.Split(s, "\n") {
-		res, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
-		if !ok {
-			continue
-		}
-		vals := make([]string, domains)
-		for _, kv := range strings.Split(rest, ";") {
-			k, v, ok := strings.Cut(kv, "=")
-			if d, err := strconv.Atoi(strings.TrimSpace(k)); ok && err == nil && d >= 0 && d < domains {
-				vals[d] = strings.TrimSpace(v)
-			}
-		}
-		out[strings.TrimSpace(res)] = vals
-	}
-	return out
 }
 
 // leverOn reports whether any lever holds tenant i back now.
@@ -526,14 +431,11 @@ func (s *simHost) advance(dt float64) {
 	for d := range s.energy {
 		s.energy[d] += st.Host.SocketPower[d] * dt * 1e6
 	}
-	for _, g := range s.groups {
-		for i, f := range g.members {
-			if i < len(st.Tenants) && st.Tenants[i].Active {
-				for d := range g.mbm {
-					g.mbm[d] += f * st.Tenants[i].Traffic[d] * dt
-				}
-			}
-		}
+	for c, b := range st.Host.CPUBusy {
+		s.busy[c] += b * dt
+	}
+	if s.rc != nil && on(s.m.Features.MBM) {
+		s.accountMBM(dt)
 	}
 }
 
@@ -575,29 +477,15 @@ func (s *simHost) publish() error {
 	if err := os.WriteFile(s.h.Path("/proc/pressure/cpu"), []byte(pressure(int64(hostPSI*1e6))), 0o644); err != nil {
 		return err
 	}
-	if hasResctrl(s.m) && on(s.m.Features.MBM) {
-		for _, g := range s.groups {
-			for d := 0; d < s.m.Sockets; d++ {
-				occ := 0.0
-				for i, f := range g.members {
-					if st.Tenants[i].Active && st.Tenants[i].Occupancy != nil {
-						occ += f * st.Tenants[i].Occupancy[d]
-					}
-				}
-				dir := s.h.Path(fmt.Sprintf("%s/mon_data/mon_L3_%02d", g.dir, d))
-				if _, err := os.Stat(dir); err != nil {
-					continue
-				}
-				// Occupancy is reported in the hardware's units (64 KiB here: max_threshold_occupancy).
-				occB := int64(occ) / 65536 * 65536
-				mbm := int64(g.mbm[d])
-				for name, v := range map[string]int64{"llc_occupancy": occB, "mbm_total_bytes": mbm, "mbm_local_bytes": mbm} {
-					if err := os.WriteFile(dir+"/"+name, []byte(strconv.FormatInt(v, 10)+"\n"), 0o644); err != nil {
-						return err
-					}
-				}
-			}
+	since := (s.now - s.lastPublish).Seconds()
+	s.lastPublish = s.now
+	if s.rc != nil && on(s.m.Features.MBM) {
+		if err := s.publishResctrl(since); err != nil {
+			return err
 		}
+	}
+	if err := s.publishProcStat(); err != nil {
+		return err
 	}
 	if on(s.m.Features.RAPL) {
 		for d, e := range s.energy {
@@ -654,4 +542,34 @@ func (s *simHost) publishTemps() error {
 		}
 	}
 	return nil
+}
+
+// userHZ is the unit of /proc/stat's CPU times (USER_HZ).
+const userHZ = 100
+
+// procStat renders /proc/stat for CPUs busy busy[c] seconds of elapsed:
+// the busy time as user time (a VM's guest time is user time to the host
+// kernel too; the guest columns are left 0), the rest idle.
+func procStat(busy []float64, elapsed float64) string {
+	var b strings.Builder
+	lines := make([]string, len(busy))
+	var user, idle int64
+	for c, x := range busy {
+		u := int64(x * userHZ)
+		i := max(int64(elapsed*userHZ)-u, 0)
+		user += u
+		idle += i
+		lines[c] = fmt.Sprintf("cpu%d %d 0 0 %d 0 0 0 0 0 0\n", c, u, i)
+	}
+	fmt.Fprintf(&b, "cpu  %d 0 0 %d 0 0 0 0 0 0\n", user, idle)
+	for _, l := range lines {
+		b.WriteString(l)
+	}
+	fmt.Fprintf(&b, "intr 0\nctxt 0\nbtime %d\nprocesses 1\nprocs_running 1\nprocs_blocked 0\nsoftirq 0 0 0 0 0 0 0 0 0 0 0\n", Epoch.Unix())
+	return b.String()
+}
+
+// publishProcStat writes /proc/stat: the power sensor's per-CPU busy time.
+func (s *simHost) publishProcStat() error {
+	return os.WriteFile(s.h.Path("/proc/stat"), []byte(procStat(s.busy, s.now.Seconds())), 0o644)
 }

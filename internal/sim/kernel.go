@@ -8,14 +8,16 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/host"
 )
 
-// simKernel is the simulated host's kernel side (host.Kernel): it routes
-// each mkdir, rmdir and write to the emulation of the filesystem it falls
-// in — cgroupfs (CgroupFS) and resctrl (NewResctrlKernel, swappable for
-// the hwcache emulation) — refuses writes an MSR device would refuse, and
-// tells the simulator what changed so it re-reads only that lever.
+// simKernel is the simulated host's kernel side (host.Kernel), one for
+// the whole tree: it routes each mkdir, rmdir and write by path to the
+// emulation of the filesystem mounted there — cgroupfs (CgroupFS), resctrl
+// (internal/resctrl/resctrlfs), the cpufreq policy files (cpufreqFS) —
+// refuses writes an MSR device would refuse, and tells the simulator what
+// changed so it re-reads only that lever. Everything else is a plain file.
 type simKernel struct {
 	cgroups *CgroupFS
 	resctrl host.Kernel // nil on a machine without resctrl
+	cpufreq *cpufreqFS  // nil on a machine without cpufreq
 	changed func(p string)
 }
 
@@ -25,6 +27,8 @@ func (k *simKernel) route(p string) host.Kernel {
 		return k.cgroups
 	case k.resctrl != nil && (p == resctrlRoot || strings.HasPrefix(p, resctrlRoot+"/")):
 		return k.resctrl
+	case k.cpufreq != nil && k.cpufreq.Owns(p):
+		return k.cpufreq
 	}
 	return nil
 }

@@ -139,6 +139,10 @@ type TenantState struct {
 	Power               float64   // watts of its CPUs
 	MHz                 float64   // mean effective frequency over its CPU time (clock modulation included)
 	Rates               Rates
+	// dramLimit per socket is how much longer its DRAM accesses take
+	// because MBA throttles it (≥ 1), carried from step to step: the
+	// factor at which its bandwidth is the MBA cap.
+	dramLimit []float64
 }
 
 // HostState is the host's modelled state during a step.
@@ -227,6 +231,9 @@ func (md *Model) Solve(at time.Duration, lv *Levers, prev *State, dt time.Durati
 			continue
 		}
 		ts.Phase = t.PhaseAt(at)
+		if prev != nil && prev.Tenants[i].Active && prev.Tenants[i].dramLimit != nil {
+			ts.dramLimit = append([]float64(nil), prev.Tenants[i].dramLimit...)
+		}
 		ts.Solo = md.soloProgress(i, ts.Phase)
 		ts.Rel = 1
 		if ts.Solo == 0 {
@@ -572,7 +579,13 @@ func (md *Model) solve(st *State, active []int, lv *Levers, iters int) {
 		hit[i] = make([]float64, S)
 		occ[i] = make([]float64, S)
 		traffic[i] = make([]float64, S)
-		limit[i] = make([]float64, S)
+		if st.Tenants[i].dramLimit == nil {
+			st.Tenants[i].dramLimit = make([]float64, S)
+			for s := range st.Tenants[i].dramLimit {
+				st.Tenants[i].dramLimit[s] = 1
+			}
+		}
+		limit[i] = st.Tenants[i].dramLimit
 	}
 	capFactor := make([]float64, S)
 	var us []cheUser
@@ -630,7 +643,6 @@ func (md *Model) solve(st *State, active []int, lv *Levers, iters int) {
 				if md.frac[i][s] == 0 {
 					continue
 				}
-				limit[i][s] = 1
 				v := lv.MBA[i][s]
 				var capBW float64
 				switch {
@@ -644,9 +656,17 @@ func (md *Model) solve(st *State, active []int, lv *Levers, iters int) {
 					capBW = v / 100 * coreBandwidth * n
 				}
 				got := traffic[i][s]
-				if capBW > 0 && got > capBW {
-					limit[i][s] = got / capBW
-					got = capBW
+				switch {
+				case capBW <= 0:
+					limit[i][s] = 1
+				case got > 0:
+					// MBA delays its requests until it moves no more than
+					// the cap: the factor on its DRAM time grows while its
+					// bandwidth (which falls as it slows) is over the cap,
+					// and shrinks back while it is under. Half-gain steps
+					// keep the fixed point stable.
+					limit[i][s] = max(1, limit[i][s]*math.Sqrt(got/capBW))
+					got = min(got, capBW)
 				}
 				total += got
 			}

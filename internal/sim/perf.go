@@ -28,17 +28,22 @@ const (
 	cntZero // counted but always 0 (migrations, faults)
 )
 
-// eventKind maps a perf_event_attr to what the simulator counts for it, the
-// way the kernel and the CPU would: the generic hardware events; the raw
-// encodings of the scenario's CPU model (the bus-lock event from
-// internal/pmu's table, and the architectural Intel / AMD core events a PMU
-// table may use instead of the generic ones); software events. Anything
-// else is refused as the kernel refuses an event the PMU does not know
-// (ENOENT without a hardware PMU, EINVAL for an unknown raw code).
+// eventKind maps a perf_event_attr to what the simulator counts for it:
+// the generic hardware events; the raw encodings internal/pmu gives the
+// scenario's CPU model (pmu.Lookup by its cpuinfo identity: cycles,
+// instructions, LLC misses and references, bus locks — exactly what
+// sense.PerfEventsFor opens there, so a new entry in the PMU table is
+// counted here with no change); software events. Anything else is refused:
+// ENOENT for a hardware event without a core PMU, as the kernel answers,
+// and EINVAL for a raw code the table does not give this model (a real
+// core PMU would count whatever that code means; refusing it keeps a
+// mismatch between the agent and the table loud).
 //
-// This is the one place to extend when the PMU table (hwcache) encodes more
-// events per model: add their raw configs here.
-func eventKind(m Machine, attr *unix.PerfEventAttr) (counterKind, error) {
+// What a role counts is the model's figure whatever the vendor's event
+// measures: on Zen 2-5 the table's LLC events are L1 data-cache fills from
+// beyond / from the L3, and Zen 1's llc_references is its L2 misses; the
+// simulator gives them the model's L3 references and misses.
+func eventKind(m Machine, raw map[uint64]counterKind, attr *unix.PerfEventAttr) (counterKind, error) {
 	switch attr.Type {
 	case unix.PERF_TYPE_SOFTWARE:
 		switch attr.Config {
@@ -72,37 +77,38 @@ func eventKind(m Machine, attr *unix.PerfEventAttr) (counterKind, error) {
 		}
 		return 0, unix.ENOENT
 	}
-	cm := cpuModels[m.CPU]
-	cfg := attr.Config & 0xf0000ffff // event select (with AMD's bits 32-35) and umask
-	if arch, ok := pmu.Lookup(cm.vendor, cm.family, cm.model, cm.stepping); ok && arch.BusLock.Name != "" && cfg == arch.BusLockConfig() {
-		return cntBusLocks, nil
-	}
-	if cm.vendor == "GenuineIntel" {
-		switch cfg {
-		case 0x003c: // CPU_CLK_UNHALTED.THREAD_P
-			return cntCycles, nil
-		case 0x013c: // CPU_CLK_UNHALTED.REF_XCLK (counted here at the TSC rate)
-			return cntRefCycles, nil
-		case 0x00c0: // INST_RETIRED.ANY_P
-			return cntInstructions, nil
-		case 0x4f2e: // LONGEST_LAT_CACHE.REFERENCE
-			return cntLLCRefs, nil
-		case 0x412e: // LONGEST_LAT_CACHE.MISS
-			return cntLLCMisses, nil
-		}
-	} else {
-		switch cfg {
-		case 0x0076: // ls_not_halted_cyc
-			return cntCycles, nil
-		case 0x00c0: // ex_ret_instr
-			return cntInstructions, nil
-		case 0xff60: // l2_request_g1.all (what the kernel's cache-references is on Zen)
-			return cntLLCRefs, nil
-		case 0x0964: // l2_cache_req_stat.ic_dc_miss_in_l2 (cache-misses on Zen)
-			return cntLLCMisses, nil
-		}
+	if k, ok := raw[attr.Config]; ok {
+		return k, nil
 	}
 	return 0, unix.EINVAL
+}
+
+// roleKinds maps the PMU table's role names (pmu.NamedEvent.Role, the
+// names sense.PerfEventsFor gives its events) to what the model counts.
+var roleKinds = map[string]counterKind{
+	sense.EventCycles:        cntCycles,
+	sense.EventInstructions:  cntInstructions,
+	sense.EventLLCMisses:     cntLLCMisses,
+	sense.EventLLCReferences: cntLLCRefs,
+	sense.EventBusLocks:      cntBusLocks,
+}
+
+// rawEvents are the raw configs the scenario's CPU model counts, from the
+// PMU table (never nil); none for a model the table does not know (the agent then
+// opens the generic events).
+func rawEvents(m Machine) map[uint64]counterKind {
+	cm := cpuModels[m.CPU]
+	arch, ok := pmu.Lookup(cm.vendor, cm.family, cm.model, cm.stepping)
+	out := map[uint64]counterKind{}
+	if !ok {
+		return out
+	}
+	for _, e := range arch.Events() {
+		if k, ok := roleKinds[e.Role]; ok {
+			out[arch.Config(e.Event)] = k
+		}
+	}
+	return out
 }
 
 // perfOpener is the simulator's sense.PerfOpener: a cgroup-mode event maps
@@ -111,7 +117,10 @@ func eventKind(m Machine, attr *unix.PerfEventAttr) (counterKind, error) {
 type perfOpener struct{ s *simHost }
 
 func (o perfOpener) Open(attr *unix.PerfEventAttr, pid, cpu, groupFD int, flags int) (sense.PerfFD, error) {
-	kind, err := eventKind(o.s.m, attr)
+	if o.s.raw == nil {
+		o.s.raw = rawEvents(o.s.m)
+	}
+	kind, err := eventKind(o.s.m, o.s.raw, attr)
 	if err != nil {
 		return nil, err
 	}

@@ -1,328 +1,252 @@
 package sim
 
-// The simulator's resctrl kernel side: deliberately minimal, and the only
-// file that knows it. The hwcache work (issue #5a) brings a full resctrl
-// emulation as a host.Kernel (CLOSID/RMID exhaustion, CDP, bit_usage,
-// last_cmd_status, …); when it is merged, NewResctrlKernel is the one place
-// to return it instead. The simulator itself reads resctrl only through
-// the files (schemata, tasks) and writes only mon_data counters, so either
-// kernel serves it.
+// The simulator's resctrl. The kernel side is internal/resctrl/resctrlfs,
+// the same emulation the resctrl actuator and sensor tests run against:
+// CLOSID and RMID allocation (ENOSPC, RMIDs in limbo while their lines
+// occupy the cache), the kernel's schemata validation and layout, one-task
+// moves, rmdir handing tasks back. The simulator talks to it only through
+// its simulator-side API, never by parsing the files the agent reads:
+//
+//   - the levers: which control group (CLOSID) and monitoring group (RMID)
+//     each tenant thread is in (FS.Task), and the cache mask and MB value
+//     of each CLOSID (FS.Value);
+//   - the monitoring data: what the model says each RMID occupies and moves
+//     to memory in each L3 domain (FS.Account), which the emulation renders
+//     into mon_data the way the kernel sums a control group and its
+//     monitoring groups.
 
 import (
 	"fmt"
-	"io/fs"
-	"os"
-	"path"
+	"math"
 	"slices"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 
-	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/resctrl/resctrlfs"
 )
 
-// NewResctrlKernel returns the kernel emulation of the resctrl mount of m.
-func NewResctrlKernel(m Machine) host.Kernel {
-	return &minimalResctrl{m: m}
+// occupancyUnit is the granularity of llc_occupancy: the hardware counts
+// lines and the kernel multiplies by CPUID.0xF.1:EBX's conversion factor
+// (64 KiB on the Xeon SP parts; the tree's max_threshold_occupancy).
+const occupancyUnit = 65536
+
+// orphanDecayMax bounds the time constant with which the lines of an RMID
+// that no thread uses any more leave the cache: untouched lines survive
+// about the characteristic time T of the socket's cache, and even when
+// every working set fits, the host's own processes and the kernel evict
+// them within about a second.
+const orphanDecayMax = 1.0
+
+// rmidShare is the part of a tenant's activity on a socket its threads in
+// one monitoring group (RMID) carry.
+type rmidShare struct {
+	rmid int
+	w    float64
 }
 
-// minimalResctrl handles: mkdir of a control group (root level) or a
-// monitoring group (mon_groups/NAME at the root or in a control group),
-// populating tasks, cpus, cpus_list, mode, schemata (control groups: the
-// default, all ways and 100%) and mon_data; writes to tasks (one task moved
-// out of every other group of its kind); writes to schemata (lines merged
-// per resource and domain; a CBM must be non-empty, contiguous and inside
-// cbm_mask, else EINVAL); rmdir (its tasks go back to the parent). It does
-// not enforce CLOSID or RMID limits.
-type minimalResctrl struct {
-	m  Machine
-	mu sync.Mutex
+// placement is where a tenant's threads are in resctrl, per socket: the
+// control group (CLOSID) most of its work there runs in, and its RMIDs.
+type placement struct {
+	closid []int
+	rmids  [][]rmidShare
 }
 
-func (r *minimalResctrl) Mkdir(h *host.Host, p string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rel := strings.TrimPrefix(p, resctrlRoot+"/")
-	parts := strings.Split(rel, "/")
-	mon := len(parts) >= 2 && parts[len(parts)-2] == "mon_groups"
-	if !mon && len(parts) != 1 {
-		os.Remove(h.Path(p))
-		return pathErr("mkdir", h, p, syscall.EPERM)
-	}
-	files := map[string]string{"tasks": "", "cpus": cpuMask(nil, r.m.CPUs()) + "\n", "cpus_list": "\n"}
-	if !mon {
-		files["mode"] = "shareable\n"
-		files["schemata"] = r.defaultSchemata()
-		if err := os.MkdirAll(h.Path(p+"/mon_groups"), 0o755); err != nil {
-			return err
-		}
-		files["mon_groups/"+host.KeepName] = ""
-	}
-	if on(r.m.Features.MBM) {
-		for s := 0; s < r.m.Sockets; s++ {
-			d := fmt.Sprintf("mon_data/mon_L3_%02d/", s)
-			files[d+"llc_occupancy"] = "0\n"
-			files[d+"mbm_total_bytes"] = "0\n"
-			files[d+"mbm_local_bytes"] = "0\n"
-		}
-	}
-	for name, content := range files {
-		dst := h.Path(path.Join(p, name))
-		if err := os.MkdirAll(path.Dir(dst), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(dst, []byte(content), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
+// newResctrl returns the resctrl emulation for the host tree, mounted by
+// newSimHost once the Host is open. A tenant's threads exist while the
+// tenant is present; when it vanishes they exit (resctrlExit).
+func (s *simHost) newResctrl() *resctrlfs.FS {
+	return resctrlfs.New(resctrlfs.Options{Mount: resctrlRoot, TaskExists: s.taskExists})
 }
 
-func (r *minimalResctrl) defaultSchemata() string {
-	var lines []string
-	if on(r.m.Features.CAT) {
-		lines = append(lines, "L3:"+domainList(r.m.Sockets, strconv.FormatUint(1<<uint(r.m.L3Ways)-1, 16)))
+// taskExists says whether a thread ID is a live thread of a present tenant.
+func (s *simHost) taskExists(tid int) bool {
+	if tid < tidBase {
+		return false
 	}
-	if on(r.m.Features.MBA) {
-		v := "100"
-		if cpuModels[r.m.CPU].vendor == "AuthenticAMD" {
-			v = "2048"
-		}
-		lines = append(lines, "MB:"+domainList(r.m.Sockets, v))
-	}
-	return strings.Join(lines, "\n") + "\n"
+	i, k := (tid-tidBase)/tidStride, (tid-tidBase)%tidStride
+	return i < len(s.tenants) && k < s.tenants[i].Threads && s.present[i]
 }
 
-func (r *minimalResctrl) Write(h *host.Host, p string, data []byte) (bool, error) {
-	switch path.Base(p) {
-	case "tasks":
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		for _, f := range strings.FieldsFunc(string(data), func(c rune) bool { return c == ',' || c == '\n' || c == ' ' }) {
-			tid, err := strconv.Atoi(f)
-			if err != nil || tid <= 0 {
-				return true, pathErr("write", h, p, syscall.EINVAL)
-			}
-			if err := r.moveLocked(h, tid, path.Dir(p)); err != nil {
-				return true, err
-			}
-		}
-		return true, nil
-	case "schemata":
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		cur, err := os.ReadFile(h.Path(p))
-		if err != nil {
-			return false, nil
-		}
-		merged, err := r.mergeSchemata(string(cur), string(data))
-		if err != nil {
-			os.WriteFile(h.Path(resctrlRoot+"/info/last_cmd_status"), []byte(err.Error()+"\n"), 0o644)
-			return true, pathErr("write", h, p, syscall.EINVAL)
-		}
-		os.WriteFile(h.Path(resctrlRoot+"/info/last_cmd_status"), []byte("ok\n"), 0o644)
-		return true, os.WriteFile(h.Path(p), []byte(merged), 0o644)
+// resctrlExit ends tenant threads in resctrl: they leave every group, as
+// the kernel's exit path does.
+func (s *simHost) resctrlExit(tids []int) {
+	if s.rc == nil {
+		return
 	}
-	return false, nil
+	s.rc.Exit(tids...)
+	s.dirtyResctrl = true
 }
 
-// mergeSchemata applies "RES:dom=val;dom=val" lines to the current schemata.
-func (r *minimalResctrl) mergeSchemata(cur, upd string) (string, error) {
-	type line struct {
-		res  string
-		vals map[int]string
+// threadWeight is thread k's share of tenant t's work on socket d: a VM's
+// vCPU k runs on its pinned CPU, its emulator thread does next to nothing;
+// a container's threads run anywhere in its cpuset.
+func (s *simHost) threadWeight(t *Tenant, k, d int) float64 {
+	if t.Kind == KindVM {
+		if k < len(t.VCPUs) && s.model.Socket(t.VCPUs[k]) == d {
+			return 1
+		}
+		return 0
 	}
-	var lines []*line
-	parse := func(s string, create bool) error {
-		for _, l := range strings.Split(s, "\n") {
-			l = strings.TrimSpace(l)
-			if l == "" {
+	return s.model.frac[t.Index][d]
+}
+
+// readResctrl reads each present tenant's placement and the cache mask and
+// MB value of the class it runs in into the levers.
+func (s *simHost) readResctrl() {
+	S := s.m.Sockets
+	amd := cpuModels[s.m.CPU].vendor == "AuthenticAMD"
+	for i, t := range s.tenants {
+		pl := &s.place[i]
+		if pl.closid == nil {
+			pl.closid = make([]int, S)
+			pl.rmids = make([][]rmidShare, S)
+		}
+		for d := 0; d < S; d++ {
+			pl.closid[d] = 0
+			pl.rmids[d] = pl.rmids[d][:0]
+			s.levers.Mask[i][d], s.levers.MBA[i][d], s.levers.MBAGroup[i][d] = 0, 0, ""
+			if !s.present[i] {
 				continue
 			}
-			res, rest, ok := strings.Cut(l, ":")
-			if !ok {
-				return fmt.Errorf("Missing ':' in %q", l)
+			var byClos map[int]float64
+			var total float64
+			for k := 0; k < t.Threads; k++ {
+				w := s.threadWeight(t, k, d)
+				if w == 0 {
+					continue
+				}
+				ti, ok := s.rc.Task(t.TID(k))
+				if !ok {
+					continue
+				}
+				if byClos == nil {
+					byClos = map[int]float64{}
+				}
+				byClos[ti.CLOSID] += w
+				total += w
+				j := slices.IndexFunc(pl.rmids[d], func(r rmidShare) bool { return r.rmid == ti.RMID })
+				if j < 0 {
+					pl.rmids[d] = append(pl.rmids[d], rmidShare{rmid: ti.RMID})
+					j = len(pl.rmids[d]) - 1
+				}
+				pl.rmids[d][j].w += w
 			}
-			res = strings.TrimSpace(res)
-			var ln *line
-			for _, x := range lines {
-				if x.res == res {
-					ln = x
+			if total == 0 {
+				continue
+			}
+			for j := range pl.rmids[d] {
+				pl.rmids[d][j].w /= total
+			}
+			// The model gives a tenant one class per socket: the one most of
+			// its work there runs in (a tenant half moved is a transient).
+			best, bw := 0, -1.0
+			for c, w := range byClos {
+				if w > bw || (w == bw && c < best) {
+					best, bw = c, w
 				}
 			}
-			if ln == nil {
-				if !create {
-					return fmt.Errorf("Unknown or unsupported resource name '%s'", res)
-				}
-				ln = &line{res: res, vals: map[int]string{}}
-				lines = append(lines, ln)
+			pl.closid[d] = best
+			if m, ok := s.rc.Value(best, "L3", d); ok {
+				s.levers.Mask[i][d] = m
 			}
-			for _, kv := range strings.Split(rest, ";") {
-				k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-				d, err := strconv.Atoi(k)
-				if !ok || err != nil || d < 0 || d >= r.m.Sockets {
-					return fmt.Errorf("Unknown domain ID in %q", kv)
+			if v, ok := s.rc.Value(best, "MB", d); ok {
+				if amd && v >= 2048 {
+					v = 0 // AMD's 2048 is "unlimited"
 				}
-				if !create {
-					if err := r.checkValue(res, v); err != nil {
-						return err
-					}
-				}
-				ln.vals[d] = strings.TrimSpace(v)
+				s.levers.MBA[i][d] = float64(v)
 			}
+			s.levers.MBAGroup[i][d] = fmt.Sprintf("closid %d", best)
 		}
-		return nil
 	}
-	if err := parse(cur, true); err != nil {
-		return "", err
-	}
-	if err := parse(upd, false); err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	for _, l := range lines {
-		var parts []string
-		var doms []int
-		for d := range l.vals {
-			doms = append(doms, d)
-		}
-		slices.Sort(doms)
-		for _, d := range doms {
-			parts = append(parts, fmt.Sprintf("%d=%s", d, l.vals[d]))
-		}
-		b.WriteString(l.res + ":" + strings.Join(parts, ";") + "\n")
-	}
-	return b.String(), nil
 }
 
-func (r *minimalResctrl) checkValue(res, v string) error {
-	switch res {
-	case "L3":
-		m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-		full := uint64(1)<<uint(r.m.L3Ways) - 1
-		if err != nil || m == 0 || m&^full != 0 {
-			return fmt.Errorf("Mask out of range %q", v)
-		}
-		// Contiguous: shifting out the trailing zeros leaves 2^n-1.
-		for m&1 == 0 {
-			m >>= 1
-		}
-		if m&(m+1) != 0 {
-			return fmt.Errorf("Non-contiguous CBM %q", v)
-		}
-	case "MB":
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		hi := 100
-		lo := 10
-		if cpuModels[r.m.CPU].vendor == "AuthenticAMD" {
-			hi, lo = 2048, 0
-		}
-		if err != nil || n < lo || n > hi {
-			return fmt.Errorf("MB value %q out of range %d-%d", v, lo, hi)
-		}
-	}
-	return nil
-}
-
-// moveLocked puts tid in group g: out of every other control group (and
-// their monitoring groups) for a control group; out of the sibling
-// monitoring groups for a monitoring group.
-func (r *minimalResctrl) moveLocked(h *host.Host, tid int, g string) error {
-	mon := path.Base(path.Dir(g)) == "mon_groups"
-	var groups []string
-	if mon {
-		parent := path.Dir(path.Dir(g))
-		groups = r.monGroups(h, parent)
-	} else {
-		groups = append([]string{resctrlRoot}, r.ctrlGroups(h)...)
-		for _, cg := range slices.Clone(groups) {
-			groups = append(groups, r.monGroups(h, cg)...)
-		}
-	}
-	for _, o := range groups {
-		if o == g {
+// accountMBM adds a step's memory traffic to the RMIDs that carried it.
+func (s *simHost) accountMBM(dt float64) {
+	st := s.state
+	for i := range s.tenants {
+		ts := &st.Tenants[i]
+		if !ts.Active || !s.present[i] || s.place[i].rmids == nil {
 			continue
 		}
-		if err := editTasks(h, o, func(ts []int) []int { return slices.DeleteFunc(ts, func(x int) bool { return x == tid }) }); err != nil {
-			return err
+		for d, rs := range s.place[i].rmids {
+			for _, r := range rs {
+				b := s.mbmPending[r.rmid]
+				if b == nil {
+					b = make([]float64, s.m.Sockets)
+					s.mbmPending[r.rmid] = b
+				}
+				b[d] += r.w * ts.Traffic[d] * dt
+			}
 		}
 	}
-	return editTasks(h, g, func(ts []int) []int {
-		if !slices.Contains(ts, tid) {
-			ts = append(ts, tid)
-		}
-		return ts
-	})
 }
 
-func (r *minimalResctrl) ctrlGroups(h *host.Host) []string {
-	ents, _ := os.ReadDir(h.Path(resctrlRoot))
-	var out []string
-	for _, e := range ents {
-		if e.IsDir() && e.Name() != "info" && e.Name() != "mon_groups" && e.Name() != "mon_data" {
-			out = append(out, resctrlRoot+"/"+e.Name())
+// publishResctrl hands the emulation each RMID's occupancy now and the
+// bytes it moved since the last publish: the tenants' occupancy split by
+// where their threads are; an RMID nobody uses any more keeps its lines
+// until they are evicted (which is what holds a freed RMID in limbo).
+func (s *simHost) publishResctrl(since float64) error {
+	st := s.state
+	S := s.m.Sockets
+	occ := map[int][]float64{}
+	for i := range s.tenants {
+		ts := &st.Tenants[i]
+		if !ts.Active || !s.present[i] || ts.Occupancy == nil || s.place[i].rmids == nil {
+			continue
+		}
+		for d, rs := range s.place[i].rmids {
+			for _, r := range rs {
+				o := occ[r.rmid]
+				if o == nil {
+					o = make([]float64, S)
+					occ[r.rmid] = o
+				}
+				o[d] += r.w * ts.Occupancy[d]
+			}
 		}
 	}
-	return out
-}
-
-func (r *minimalResctrl) monGroups(h *host.Host, g string) []string {
-	ents, _ := os.ReadDir(h.Path(g + "/mon_groups"))
-	var out []string
-	for _, e := range ents {
-		if e.IsDir() {
-			out = append(out, g+"/mon_groups/"+e.Name())
+	for rmid, prev := range s.rmidOcc {
+		if _, used := occ[rmid]; used {
+			continue
+		}
+		o := make([]float64, S)
+		for d := range o {
+			tau := orphanDecayMax
+			if T := st.Host.CharTime[d]; T > 0 && T < tau {
+				tau = T
+			}
+			if o[d] = prev[d] * math.Exp(-since/tau); o[d] < occupancyUnit {
+				o[d] = 0
+			}
+		}
+		occ[rmid] = o
+	}
+	for rmid := range s.mbmPending {
+		if occ[rmid] == nil {
+			occ[rmid] = make([]float64, S)
 		}
 	}
-	return out
-}
-
-func editTasks(h *host.Host, g string, f func([]int) []int) error {
-	b, err := os.ReadFile(h.Path(g + "/tasks"))
-	if err != nil {
-		return nil
+	rmids := make([]int, 0, len(occ))
+	for r := range occ {
+		rmids = append(rmids, r)
 	}
-	ts := parseTasks(string(b))
-	ts = f(ts)
-	var sb strings.Builder
-	for _, t := range ts {
-		sb.WriteString(strconv.Itoa(t) + "\n")
-	}
-	return os.WriteFile(h.Path(g+"/tasks"), []byte(sb.String()), 0o644)
-}
-
-func parseTasks(s string) []int {
-	var out []int
-	for _, f := range strings.Fields(s) {
-		if n, err := strconv.Atoi(f); err == nil {
-			out = append(out, n)
+	slices.Sort(rmids)
+	samples := make([]resctrlfs.Sample, 0, len(rmids)*S)
+	for _, r := range rmids {
+		o := occ[r]
+		if slices.ContainsFunc(o, func(x float64) bool { return x > 0 }) {
+			s.rmidOcc[r] = o
+		} else {
+			delete(s.rmidOcc, r)
+		}
+		for d := 0; d < S; d++ {
+			var b uint64
+			if p := s.mbmPending[r]; p != nil {
+				b = uint64(p[d])
+			}
+			occB := uint64(o[d]) / occupancyUnit * occupancyUnit
+			// The model has no remote memory: every byte is local.
+			samples = append(samples, resctrlfs.Sample{RMID: r, Domain: d, OccupancyBytes: occB, TotalBytes: b, LocalBytes: b})
 		}
 	}
-	return out
-}
-
-// Remove is rmdir of a group: its tasks return to the parent group.
-func (r *minimalResctrl) Remove(h *host.Host, p string) (bool, error) {
-	st, err := os.Stat(h.Path(p))
-	if err != nil {
-		return false, nil
-	}
-	if !st.IsDir() || p == resctrlRoot || strings.HasPrefix(p, resctrlRoot+"/info") {
-		return true, &fs.PathError{Op: "remove", Path: h.Path(p), Err: syscall.EPERM}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	b, _ := os.ReadFile(h.Path(p + "/tasks"))
-	parent := resctrlRoot
-	if path.Base(path.Dir(p)) == "mon_groups" {
-		parent = path.Dir(path.Dir(p))
-	}
-	if ts := parseTasks(string(b)); len(ts) > 0 && parent == resctrlRoot && path.Base(path.Dir(p)) != "mon_groups" {
-		// A control group's tasks go back to the default group.
-		if err := editTasks(h, resctrlRoot, func(cur []int) []int { return append(cur, ts...) }); err != nil {
-			return true, err
-		}
-	}
-	return true, os.RemoveAll(h.Path(p))
+	clear(s.mbmPending)
+	return s.rc.Account(samples...)
 }

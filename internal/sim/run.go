@@ -189,23 +189,9 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 				return nil, err
 			}
 		}
-		for i, t := range sc.tenants {
-			switch act := t.Active(s.now); {
-			case act && !s.present[i]:
-				if err := s.appear(i); err != nil {
-					return nil, err
-				}
-			case !act && s.present[i]:
-				if err := s.vanish(i); err != nil {
-					return nil, err
-				}
-			}
-		}
-		if err := s.readLevers(); err != nil {
+		if err := s.step(step); err != nil {
 			return nil, err
 		}
-		s.setState(s.model.Solve(s.now, s.levers, s.state, step))
-		s.advance(dt)
 		r.account(dt)
 		if r.ag != nil {
 			now := vclock()

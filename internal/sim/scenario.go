@@ -178,6 +178,8 @@ type Tenant struct {
 	// Threads is the number of threads (one per vCPU, plus an emulator
 	// thread for VMs).
 	Threads int
+
+	cgroup string // cgroupPath, once computed
 }
 
 // Active reports whether the tenant exists at t.

@@ -174,7 +174,9 @@ func writeStatic(root string, sc *Scenario) error {
 		flags = append(flags, "ht")
 	}
 	if cm.vendor == "GenuineIntel" {
-		flags = append(flags, "vmx", "ept", "vpid", "dtherm", "ida", "pln", "pts")
+		// dts and acpi: thermal monitor and software-controlled clock
+		// modulation (CPUID.01H:EDX[22]), which act.ClockModSupport checks.
+		flags = append(flags, "dts", "acpi", "vmx", "ept", "vpid", "dtherm", "ida", "pln", "pts")
 		if on(f.PMU) {
 			flags = append(flags, "arch_perfmon", "pebs", "bts")
 		}
@@ -244,6 +246,7 @@ func writeStatic(root string, sc *Scenario) error {
 	t.line("proc/sys/kernel/nmi_watchdog", 0)
 	t.line("proc/sys/kernel/numa_balancing", 0)
 	t.line("proc/sys/kernel/split_lock_mitigate", 1)
+	t.put("proc/stat", procStat(make([]float64, m.CPUs()), 0))
 	t.put("proc/pressure/cpu", "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
 	t.line("sys/kernel/mm/ksm/run", 0)
 	t.line("sys/kernel/mm/ksm/pages_shared", 0)
@@ -277,12 +280,16 @@ func writeStatic(root string, sc *Scenario) error {
 		t.line("sys/bus/event_source/devices/power/type", 49)
 	}
 
-	// cpufreq: one policy per CPU, as intel_pstate and acpi-cpufreq with per-CPU _PSD.
+	// cpufreq: one policy per CPU, as intel_pstate and acpi-cpufreq with
+	// per-CPU _PSD. intel_pstate with HWP (Skylake and later) shows the
+	// nominal frequency as base_frequency and lists no frequencies;
+	// acpi-cpufreq lists its P-states, P0 (the top, cpuinfo_max_freq) first.
 	if on(f.CPUFreq) {
 		driver, gov := "intel_pstate", "performance"
 		if cm.vendor == "AuthenticAMD" {
 			driver = "acpi-cpufreq"
 		}
+		pstates := m.pStates()
 		for _, c := range lay {
 			p := fmt.Sprintf("%s/policy%d/", strings.TrimPrefix(cpufreqRoot, "/"), c.id)
 			t.line(p+"scaling_driver", driver)
@@ -296,6 +303,16 @@ func writeStatic(root string, sc *Scenario) error {
 			t.line(p+"cpuinfo_cur_freq", m.MaxMHz*1000)
 			t.line(p+"affected_cpus", c.id)
 			t.line(p+"related_cpus", c.id)
+			switch {
+			case driver == "acpi-cpufreq":
+				var ps []string
+				for _, k := range pstates {
+					ps = append(ps, strconv.Itoa(k*1000))
+				}
+				t.line(p+"scaling_available_frequencies", strings.Join(ps, " "))
+			case cm.hwp:
+				t.line(p+"base_frequency", min(cm.nominalMHz, m.MaxMHz)*1000)
+			}
 		}
 	}
 
@@ -337,8 +354,10 @@ func writeStatic(root string, sc *Scenario) error {
 		}
 	}
 
-	// MSR devices: regular files holding MSRs at their offsets.
+	// MSR devices: regular files holding MSRs at their offsets; the msr
+	// module's write policy at its default.
 	if on(f.MSR) {
+		t.line("sys/module/msr/parameters/allow_writes", "default")
 		for _, c := range lay {
 			p := filepath.Join(root, "dev", "cpu", strconv.Itoa(c.id), "msr")
 			if t.err == nil {
@@ -373,7 +392,10 @@ func hasResctrl(m Machine) bool {
 	return on(m.Features.CAT) || on(m.Features.MBA) || on(m.Features.MBM)
 }
 
-// writeResctrlStatic writes resctrl's info directory and root group.
+// writeResctrlStatic writes what the kernel finds at mount time: the info
+// directory (resources, limits, monitoring) and the root group's schemata.
+// The emulation (resctrlfs) renders the rest when it mounts: the root
+// group's tasks, cpus, mode, size, mon_data, bit_usage and last_cmd_status.
 func writeResctrlStatic(t *treeWriter, m Machine, cm cpuModel) {
 	rc := strings.TrimPrefix(resctrlRoot, "/") + "/"
 	amd := cm.vendor == "AuthenticAMD"
@@ -384,7 +406,6 @@ func writeResctrlStatic(t *treeWriter, m Machine, cm cpuModel) {
 		t.line(rc+"info/L3/cbm_mask", full)
 		t.line(rc+"info/L3/min_cbm_bits", 1)
 		t.line(rc+"info/L3/shareable_bits", 0)
-		t.line(rc+"info/L3/bit_usage", domainList(m.Sockets, strings.Repeat("X", m.L3Ways)))
 		schemata = append(schemata, "L3:"+domainList(m.Sockets, full))
 	}
 	if on(m.Features.MBA) {
@@ -406,40 +427,10 @@ func writeResctrlStatic(t *treeWriter, m Machine, cm cpuModel) {
 	if on(m.Features.MBM) {
 		t.line(rc+"info/L3_MON/num_rmids", 224)
 		t.put(rc+"info/L3_MON/mon_features", "llc_occupancy\nmbm_total_bytes\nmbm_local_bytes\n")
-		t.line(rc+"info/L3_MON/max_threshold_occupancy", 65536)
-		for s := 0; s < m.Sockets; s++ {
-			d := fmt.Sprintf("%smon_data/mon_L3_%02d/", rc, s)
-			t.line(d+"llc_occupancy", 0)
-			t.line(d+"mbm_total_bytes", 0)
-			t.line(d+"mbm_local_bytes", 0)
-		}
-		t.put(rc+"mon_groups/.crosstalk-keep", "")
+		t.line(rc+"info/L3_MON/max_threshold_occupancy", occupancyUnit)
 	}
 	t.line(rc+"info/last_cmd_status", "ok")
 	t.put(rc+"schemata", strings.Join(schemata, "\n")+"\n")
-	t.line(rc+"cpus_list", cpulist(seq(m.CPUs())))
-	t.line(rc+"cpus", cpuMask(seq(m.CPUs()), m.CPUs()))
-	t.line(rc+"mode", "shareable")
-	t.put(rc+"tasks", "")
-}
-
-// cpuMask renders CPUs as the kernel's %*pb bitmap: hex words of 32 bits,
-// most significant first, separated by commas.
-func cpuMask(ids []int, ncpu int) string {
-	words := make([]uint32, (ncpu+31)/32)
-	for _, c := range ids {
-		words[c/32] |= 1 << uint(c%32)
-	}
-	parts := make([]string, len(words))
-	for i := range words {
-		parts[len(words)-1-i] = fmt.Sprintf("%08x", words[i])
-	}
-	s := strings.Join(parts, ",")
-	// The first word is printed without leading zeros beyond the CPUs there are.
-	if n := (ncpu%32 + 3) / 4; ncpu%32 != 0 {
-		s = s[8-n:]
-	}
-	return s
 }
 
 func domainList(n int, v string) string {
@@ -458,13 +449,19 @@ func seq(n int) []int {
 	return out
 }
 
-// cgroupPath is where a tenant's cgroup lives below the cgroup2 root.
+// cgroupPath is where a tenant's cgroup lives below the cgroup2 root
+// (computed once: a container's name is hashed).
 func (t *Tenant) cgroupPath() string {
-	if t.Kind == KindContainer {
-		return "/system.slice/docker-" + containerID(t.Name) + ".scope"
+	if t.cgroup != "" {
+		return t.cgroup
 	}
-	// libvirt with systemd-machined: machine-qemu\x2d<id>\x2d<name>.scope
-	return fmt.Sprintf(`/machine.slice/machine-qemu\x2d%d\x2d%s.scope`, t.Index+1, strings.ReplaceAll(t.Name, "-", `\x2d`))
+	if t.Kind == KindContainer {
+		t.cgroup = "/system.slice/docker-" + containerID(t.Name) + ".scope"
+	} else {
+		// libvirt with systemd-machined: machine-qemu\x2d<id>\x2d<name>.scope
+		t.cgroup = fmt.Sprintf(`/machine.slice/machine-qemu\x2d%d\x2d%s.scope`, t.Index+1, strings.ReplaceAll(t.Name, "-", `\x2d`))
+	}
+	return t.cgroup
 }
 
 // containerID is a stable 64-hex container ID for a name.
