@@ -38,6 +38,12 @@ type PowerBudgetConfig struct {
 	// Levers, in order of preference (default cpufreq, clock_modulation,
 	// cpu_quota: DVFS saves the most power per unit of speed lost).
 	Levers []string `yaml:"levers"`
+	// MinShare: a noise tenant draws at least this fraction of its
+	// socket's power (default 0.1). Throttling a tenant that draws 3% of
+	// the package cannot bring the socket under its budget; it only hurts
+	// that tenant (the simulator's one-core victim next to a 44-thread
+	// virus was "noise" by temperature alone).
+	MinShare float64 `yaml:"min_share"`
 }
 
 // Fill sets defaults.
@@ -63,6 +69,9 @@ func (c *PowerBudgetConfig) Fill() {
 	if len(c.Levers) == 0 {
 		c.Levers = []string{string(LeverCPUFreq), string(LeverClockModulation), string(LeverCPUQuota)}
 	}
+	if c.MinShare == 0 {
+		c.MinShare = 0.1
+	}
 }
 
 // Validate names the offending field.
@@ -85,6 +94,9 @@ func (c *PowerBudgetConfig) Validate() error {
 	}
 	if c.BusyCPUs <= 0 || c.BusyCPUs > 1 {
 		bad("busy_cpus", "%g outside (0, 1]", c.BusyCPUs)
+	}
+	if c.MinShare < 0 || c.MinShare >= 1 {
+		bad("min_share", "%g outside [0, 1)", c.MinShare)
 	}
 	switch c.HotBy {
 	case "auto", "temperature", "power":
@@ -308,37 +320,24 @@ func (p *PowerBudget) decide() []PowerDecision {
 		switch {
 		case watts >= budget:
 			st.State = "over"
-			avgTemp, byTemp := 0.0, false
-			if so.HasTemp && (p.cfg.HotBy == "temperature" || p.cfg.HotBy == "auto" && so.PerCoreTemps) {
-				avgTemp, byTemp = so.AvgTemp/p.sockW[id], true
+			byTemp := so.HasTemp && (p.cfg.HotBy == "temperature" || p.cfg.HotBy == "auto" && so.PerCoreTemps)
+			// "Hotter than the socket average" is judged against the busy
+			// tenants of the socket (weighted by their busy CPUs), not the
+			// whole package: Alita's sockets were full of VMs, and idle
+			// cores in the average make any busy core look hot.
+			type cand struct {
+				k           powerKey
+				temp, watts float64 // mean temperature; watts per CPU
+				nbusy, n    int
 			}
-			perCPU := 0.0
-			if n := so.CPUs.Len(); n > 0 {
-				perCPU = watts / float64(n)
-			}
+			var cands []cand
+			var sumT, sumTW, sumW, sumWW float64
 			for _, k := range p.keysOn(id) {
 				acc := p.tenants[k]
 				t := acc.last
 				n := t.CPUs.Len()
-				if t.Protected || n == 0 || t.Lever == "" || t.Steps < 2 {
+				if n == 0 {
 					continue
-				}
-				var hot string
-				switch {
-				case byTemp && acc.tempW > 0:
-					temp := acc.temp / acc.tempW
-					if temp < avgTemp {
-						continue
-					}
-					hot = fmt.Sprintf("%.1f °C >= socket average %.1f °C", temp, avgTemp)
-				case byTemp:
-					continue // no temperature for it: not shown hotter
-				default:
-					tw := acc.watts / acc.w / float64(n)
-					if tw < perCPU {
-						continue
-					}
-					hot = fmt.Sprintf("%.1f W per CPU >= socket average %.1f W per CPU", tw, perCPU)
 				}
 				nbusy := 0
 				for _, cpu := range t.CPUs.List() {
@@ -348,6 +347,49 @@ func (p *PowerBudget) decide() []PowerDecision {
 				}
 				if float64(nbusy) < p.cfg.BusyCPUs*float64(n) {
 					continue
+				}
+				c := cand{k: k, watts: acc.watts / acc.w / float64(n), nbusy: nbusy, n: n}
+				if acc.tempW > 0 {
+					c.temp = acc.temp / acc.tempW
+					sumT += c.temp * float64(nbusy)
+					sumTW += float64(nbusy)
+				}
+				sumW += c.watts * float64(nbusy)
+				sumWW += float64(nbusy)
+				cands = append(cands, c)
+			}
+			avgTemp, perCPU := 0.0, 0.0
+			if sumTW > 0 {
+				avgTemp = sumT / sumTW
+			}
+			if sumWW > 0 {
+				perCPU = sumW / sumWW
+			}
+			for _, c := range cands {
+				k := c.k
+				acc := p.tenants[k]
+				t := acc.last
+				n, nbusy := c.n, c.nbusy
+				if t.Protected || t.Lever == "" || t.Steps < 2 {
+					continue
+				}
+				if share := acc.watts / acc.w; share < p.cfg.MinShare*watts {
+					continue
+				}
+				var hot string
+				switch {
+				case byTemp && acc.tempW > 0:
+					if c.temp < avgTemp {
+						continue
+					}
+					hot = fmt.Sprintf("%.1f °C >= busy tenants' average %.1f °C", c.temp, avgTemp)
+				case byTemp:
+					continue // no temperature for it: not shown hotter
+				default:
+					if c.watts < perCPU {
+						continue
+					}
+					hot = fmt.Sprintf("%.1f W per CPU >= busy tenants' average %.1f W per CPU", c.watts, perCPU)
 				}
 				st.Noise = append(st.Noise, t.ID)
 				th := p.throttle(k, t)

@@ -117,22 +117,33 @@ func TestPowerBudgetReason(t *testing.T) {
 	p := NewPowerBudget(PowerBudgetConfig{})
 	at := time.Unix(0, 0)
 	d := period(p, &at, alitaHost{165, 90, 75})
-	if len(d) != 1 || d[0].Reason != "socket 0 at 165.0 W >= budget 150 W; 75.0 °C >= socket average 71.7 °C; 20/20 CPUs over 50% busy" || d[0].Duty != 15.0/16 {
+	if len(d) != 1 || d[0].Reason != "socket 0 at 165.0 W >= budget 150 W; 75.0 °C >= busy tenants' average 75.0 °C; 20/20 CPUs over 50% busy" || d[0].Duty != 15.0/16 {
 		t.Errorf("decision %+v", d)
 	}
 }
 
-// noiseCase is one over-budget socket with one candidate tenant.
+// noiseCase is one over-budget socket with one candidate tenant on CPUs
+// 0-3 and a busy neighbour on CPUs 4-7 drawing 40 W (10 W per CPU) at
+// 60 °C: "hotter than average" is judged against the busy tenants.
 func noiseCase(t *testing.T, cfg PowerBudgetConfig, so PowerSocket, ten PowerTenant, busy map[int]float64) bool {
 	t.Helper()
 	p := NewPowerBudget(cfg)
 	ten.Lever, ten.Steps = LeverCPUQuota, 16
-	d := p.Observe(PowerSample{At: time.Unix(100, 0), Duration: p.cfg.Period, Sockets: []PowerSocket{so}, CPUBusy: busy, Tenants: []PowerTenant{ten}})
-	return len(d) == 1 && d[0].Action == PowerTighten
+	ref := PowerTenant{ID: "ref", CPUs: cpuset.Range(4, 7), Watts: 40, Temp: 60, HasTemp: so.HasTemp, Lever: LeverCPUQuota, Steps: 16}
+	for c := 4; c < 8; c++ {
+		busy[c] = 0.9
+	}
+	d := p.Observe(PowerSample{At: time.Unix(100, 0), Duration: p.cfg.Period, Sockets: []PowerSocket{so}, CPUBusy: busy, Tenants: []PowerTenant{ten, ref}})
+	for _, x := range d {
+		if x.Tenant == ten.ID && x.Action == PowerTighten {
+			return true
+		}
+	}
+	return false
 }
 
 func TestPowerBudgetNoise(t *testing.T) {
-	sock := PowerSocket{ID: 0, Watts: 160, CPUs: cpuset.Range(0, 15)} // 10 W per CPU
+	sock := PowerSocket{ID: 0, Watts: 160, CPUs: cpuset.Range(0, 15)}
 	four := cpuset.Range(0, 3)
 	busyN := func(n int) map[int]float64 {
 		b := map[int]float64{}
@@ -145,6 +156,9 @@ func TestPowerBudgetNoise(t *testing.T) {
 		}
 		return b
 	}
+	temps := PowerSocket{ID: 0, Watts: 160, CPUs: cpuset.Range(0, 15), AvgTemp: 50, HasTemp: true}
+	perCore := temps
+	perCore.PerCoreTemps = true
 	for _, c := range []struct {
 		name string
 		cfg  PowerBudgetConfig
@@ -160,13 +174,19 @@ func TestPowerBudgetNoise(t *testing.T) {
 		{"cooler than average", PowerBudgetConfig{}, sock, PowerTenant{ID: "a", CPUs: four, Watts: 39}, busyN(4), false},
 		{"under budget", PowerBudgetConfig{}, PowerSocket{ID: 0, Watts: 149.9, CPUs: cpuset.Range(0, 15)}, PowerTenant{ID: "a", CPUs: four, Watts: 100}, busyN(4), false},
 		{"protected", PowerBudgetConfig{}, sock, PowerTenant{ID: "a", CPUs: four, Watts: 50, Protected: true}, busyN(4), false},
+		// Idle CPUs do not lower the average: on a 64-CPU socket (2.5 W per
+		// CPU over the package) a tenant at 9.75 W per CPU is still cooler
+		// than its busy neighbour's 10 W, so it is not noise.
+		{"idle CPUs are not in the average", PowerBudgetConfig{}, PowerSocket{ID: 0, Watts: 160, CPUs: cpuset.Range(0, 63)}, PowerTenant{ID: "a", CPUs: four, Watts: 39}, busyN(4), false},
+		// A tenant drawing under min_share of the socket is never noise,
+		// however hot its one core runs.
+		{"a small share of the socket is not noise", PowerBudgetConfig{}, sock, PowerTenant{ID: "a", CPUs: cpuset.Of(0), Watts: 15}, map[int]float64{0: 1}, false},
+		{"min_share configurable", PowerBudgetConfig{MinShare: 0.05}, sock, PowerTenant{ID: "a", CPUs: cpuset.Of(0), Watts: 15}, map[int]float64{0: 1}, true},
 		// AMD: temperatures per socket only, so auto judges by power.
-		{"auto without per-core temps uses power", PowerBudgetConfig{}, PowerSocket{ID: 0, Watts: 160, CPUs: cpuset.Range(0, 15), AvgTemp: 70, HasTemp: true},
-			PowerTenant{ID: "a", CPUs: four, Watts: 20, Temp: 70, HasTemp: true}, busyN(4), false},
-		{"auto with per-core temps uses temperature", PowerBudgetConfig{}, PowerSocket{ID: 0, Watts: 160, CPUs: cpuset.Range(0, 15), AvgTemp: 60, HasTemp: true, PerCoreTemps: true},
-			PowerTenant{ID: "a", CPUs: four, Watts: 20, Temp: 70, HasTemp: true}, busyN(4), true},
-		{"hot_by power ignores temperature", PowerBudgetConfig{HotBy: "power"}, PowerSocket{ID: 0, Watts: 160, CPUs: cpuset.Range(0, 15), AvgTemp: 60, HasTemp: true, PerCoreTemps: true},
-			PowerTenant{ID: "a", CPUs: four, Watts: 20, Temp: 70, HasTemp: true}, busyN(4), false},
+		{"auto without per-core temps uses power", PowerBudgetConfig{}, temps, PowerTenant{ID: "a", CPUs: four, Watts: 20, Temp: 70, HasTemp: true}, busyN(4), false},
+		{"auto with per-core temps uses temperature", PowerBudgetConfig{}, perCore, PowerTenant{ID: "a", CPUs: four, Watts: 20, Temp: 70, HasTemp: true}, busyN(4), true},
+		{"cooler by temperature", PowerBudgetConfig{}, perCore, PowerTenant{ID: "a", CPUs: four, Watts: 60, Temp: 55, HasTemp: true}, busyN(4), false},
+		{"hot_by power ignores temperature", PowerBudgetConfig{HotBy: "power"}, perCore, PowerTenant{ID: "a", CPUs: four, Watts: 20, Temp: 70, HasTemp: true}, busyN(4), false},
 		{"busy threshold configurable", PowerBudgetConfig{BusyThreshold: 0.9}, sock, PowerTenant{ID: "a", CPUs: four, Watts: 50}, busyN(4), false},
 	} {
 		if got := noiseCase(t, c.cfg, c.so, c.ten, c.busy); got != c.want {

@@ -265,6 +265,11 @@ func (m *ResctrlMonitor) Sync(tenants []Tenant) error {
 	for _, t := range tenants {
 		byID[t.ID] = t
 	}
+	// full is set once a group could not be made with nobody of lower
+	// priority to give up theirs: every later tenant (lower still) would
+	// fail the same way, so they are not tried (a thousand tenants would
+	// otherwise cost a failing mkdir each, every interval).
+	var full error
 	for _, mt := range order {
 		t := byID[mt.id]
 		if len(t.Threads) == 0 {
@@ -311,7 +316,14 @@ func (m *ResctrlMonitor) Sync(tenants []Tenant) error {
 				s = &monSource{group: g, written: map[int]bool{}}
 			}
 			if !ours[g] {
-				if err := m.create(g, mt, order, ours); err != nil {
+				err := full
+				if err == nil {
+					err = m.create(g, mt, order, ours)
+					if errors.Is(err, errNoRMIDLeft) {
+						full = err
+					}
+				}
+				if err != nil {
 					m.setUnmonitored(mt.id, err.Error())
 					delete(mt.sources, key)
 					continue
@@ -400,7 +412,7 @@ func (m *ResctrlMonitor) create(g resctrl.Group, mt *monTenant, order []*monTena
 	for {
 		var err error
 		if m.maxGroups > 0 && len(ours) >= m.maxGroups {
-			err = fmt.Errorf("not monitored: crosstalk's limit of %d monitoring groups is reached", m.maxGroups)
+			err = fmt.Errorf("crosstalk's limit of %d monitoring groups is reached", m.maxGroups)
 		} else if err = resctrl.Create(m.h, g); err == nil {
 			return nil
 		}
@@ -422,9 +434,9 @@ func (m *ResctrlMonitor) create(g resctrl.Group, mt *monTenant, order []*monTena
 		}
 		if victim == nil {
 			if ns != nil {
-				return fmt.Errorf("not monitored: %v, and every monitoring group belongs to a tenant of higher priority or to another tool", ns)
+				return fmt.Errorf("%w: %v, and every monitoring group belongs to a tenant of higher priority or to another tool", errNoRMIDLeft, ns)
 			}
-			return err
+			return fmt.Errorf("%w: %v", errNoRMIDLeft, err)
 		}
 		for c, s := range victim.sources {
 			if s.foreign {
@@ -439,6 +451,10 @@ func (m *ResctrlMonitor) create(g resctrl.Group, mt *monTenant, order []*monTena
 		m.setUnmonitored(victim.id, "monitoring group given to higher-priority tenant "+mt.id)
 	}
 }
+
+// errNoRMIDLeft says a monitoring group cannot be had by this tenant nor by
+// any of lower priority.
+var errNoRMIDLeft = errors.New("not monitored")
 
 // setUnmonitored records why a tenant is not monitored (the latest reason).
 func (m *ResctrlMonitor) setUnmonitored(id, reason string) {

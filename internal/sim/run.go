@@ -156,6 +156,13 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 		cfg.StateDir = filepath.Join(dir, "state")
 		cfg.Listen = "off"
 		cfg.DryRun = false
+		// The simulated root is not this machine, so CPUID cannot say
+		// whether its clock modulation has 16 duty steps: the scenario's
+		// CPU model does, unless the scenario says otherwise.
+		if cfg.Levers.ClockModulation.ExtendedDuty == nil && on(sc.Machine.Features.MSR) {
+			ext := sc.Machine.ExtendedClockModulation()
+			cfg.Levers.ClockModulation.ExtendedDuty = &ext
+		}
 		if o.Agent != nil {
 			o.Agent(&cfg)
 		}
