@@ -201,7 +201,16 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 		hw.off[policyMBA] = hw.off[policyLLC]
 		return hw
 	}
-	mon, err := sense.NewResctrlMonitor(h, o.Identity.HasFlag, o.Identity.IsAMD(), sense.ResctrlMonitorOptions{MaxGroups: rc.MaxMonitoringGroups, Now: hw.now})
+	// Counters are read only in the L3 domains a tenant's cpuset covers,
+	// and only the events the policies use (each read is a cross-CPU call).
+	domCPUs := map[int]cpuset.Set{}
+	if o.Topology != nil {
+		for _, c := range o.Topology.CacheLevel(3) {
+			domCPUs[c.ID] = c.CPUs
+		}
+	}
+	mon, err := sense.NewResctrlMonitor(h, o.Identity.HasFlag, o.Identity.IsAMD(), sense.ResctrlMonitorOptions{
+		MaxGroups: rc.MaxMonitoringGroups, Now: hw.now, DomainCPUs: domCPUs, SkipLocal: true})
 	if err != nil {
 		hw.off[policyLLC] = err.Error()
 		hw.off[policyMBA] = err.Error()

@@ -36,6 +36,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
 	"github.com/crosstalk-project/crosstalk/internal/resctrl"
 )
@@ -52,6 +53,13 @@ type ResctrlMonitorOptions struct {
 	// added, so a Sync costs one read per foreign control group and the
 	// writes of new threads.
 	VerifyEvery int
+	// DomainCPUs maps each L3 domain to its CPUs: a tenant's counters are
+	// then read only in the domains its cpuset covers (a VM pinned to one
+	// socket has nothing in the other's). Nil reads every domain.
+	DomainCPUs map[int]cpuset.Set
+	// SkipLocal leaves mbm_local_bytes unread (LocalBytesPerSec stays 0):
+	// reads are cross-CPU calls, and only NUMA placement needs it.
+	SkipLocal bool
 }
 
 // L3Usage is a tenant's use of one L3 domain.
@@ -102,6 +110,8 @@ type ResctrlMonitor struct {
 	domains     []int
 	maxGroups   int
 	now         func() time.Time
+	domainCPUs  map[int]cpuset.Set
+	events      []string
 	verifyEvery int
 	seq         int
 
@@ -112,6 +122,8 @@ type ResctrlMonitor struct {
 type monTenant struct {
 	id, name string
 	prio     int
+	// domains are the L3 domains its counters are read in.
+	domains []int
 	sources  map[string]*monSource // by control group ("" = default)
 	partial  string
 }
@@ -148,7 +160,11 @@ func NewResctrlMonitor(h *host.Host, hasFlag func(string) bool, amd bool, o Resc
 	m := &ResctrlMonitor{
 		h: h, info: in, mount: in.Mount, domains: doms,
 		maxGroups: o.MaxGroups, now: o.Now, verifyEvery: o.VerifyEvery,
-		tenants: map[string]*monTenant{},
+		tenants: map[string]*monTenant{}, domainCPUs: o.DomainCPUs,
+		events: []string{resctrl.LLCOccupancy, resctrl.MBMTotalBytes, resctrl.MBMLocalBytes},
+	}
+	if o.SkipLocal {
+		m.events = m.events[:2]
 	}
 	if m.now == nil {
 		m.now = time.Now
@@ -247,6 +263,7 @@ func (m *ResctrlMonitor) Sync(tenants []Tenant) error {
 			m.tenants[t.ID] = mt
 		}
 		mt.name, mt.prio, mt.partial = t.Name, i, ""
+		mt.domains = m.domainsFor(t.CPUs)
 		order = append(order, mt)
 	}
 	for id, mt := range m.tenants {
@@ -471,8 +488,27 @@ func hasOwnSource(mt *monTenant) bool {
 	return false
 }
 
-// Read returns each monitored tenant's occupancy per L3 domain and its
-// memory bandwidth since the previous Read. Tenants whose groups vanished
+// domainsFor lists the monitoring domains a cpuset covers (every domain
+// without DomainCPUs, or for an unconfined or empty cpuset).
+func (m *ResctrlMonitor) domainsFor(cpus cpuset.Set) []int {
+	if m.domainCPUs == nil || cpus.IsEmpty() {
+		return m.domains
+	}
+	var out []int
+	for _, d := range m.domains {
+		dc, ok := m.domainCPUs[d]
+		if !ok || !dc.Intersect(cpus).IsEmpty() {
+			out = append(out, d)
+		}
+	}
+	if len(out) == 0 {
+		return m.domains
+	}
+	return out
+}
+
+// Read returns each monitored tenant's occupancy in the L3 domains its
+// cpuset covers and its memory bandwidth since the previous Read. Tenants whose groups vanished
 // are left out until the next Sync; the error joins read failures.
 func (m *ResctrlMonitor) Read() (map[string]ResctrlUsage, error) {
 	m.mu.Lock()
@@ -485,13 +521,17 @@ func (m *ResctrlMonitor) Read() (map[string]ResctrlUsage, error) {
 			continue
 		}
 		u := ResctrlUsage{Tenant: id, Partial: mt.partial}
-		sum := make([]L3Usage, len(m.domains))
-		for i, d := range m.domains {
+		doms := mt.domains
+		if doms == nil {
+			doms = m.domains
+		}
+		sum := make([]L3Usage, len(doms))
+		for i, d := range doms {
 			sum[i] = L3Usage{Domain: d, OccupancyOK: true, BandwidthOK: true}
 		}
 		ok := true
 		for _, s := range mt.sources {
-			cur, err := resctrl.ReadMonData(m.h, s.group, m.domains)
+			cur, err := resctrl.ReadMonEvents(m.h, s.group, doms, m.events...)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("tenant %s: %w", id, err))
 				ok = false
@@ -503,9 +543,12 @@ func (m *ResctrlMonitor) Read() (map[string]ResctrlUsage, error) {
 				sum[i].OccupancyOK = sum[i].OccupancyOK && r.Occupancy.OK
 				var tot, loc uint64
 				okT, okL := false, false
-				if s.prev != nil && dt > 0 {
+				if s.prev != nil && len(s.prev) == len(cur) && s.prev[i].Domain == r.Domain && dt > 0 {
 					tot, okT = r.Total.Since(s.prev[i].Total)
 					loc, okL = r.Local.Since(s.prev[i].Local)
+					if r.Local.Status == "not read" {
+						okL = true // not wanted: no reason to distrust the total
+					}
 				}
 				sum[i].BandwidthOK = sum[i].BandwidthOK && okT && okL
 				if okT && okL {

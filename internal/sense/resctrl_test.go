@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
 	"github.com/crosstalk-project/crosstalk/internal/resctrl"
 	"github.com/crosstalk-project/crosstalk/internal/resctrl/resctrlfs"
@@ -301,5 +302,47 @@ func TestResctrlUsageDomain(t *testing.T) {
 	}
 	if _, ok := u.Domain(0); ok {
 		t.Error("Domain(0)")
+	}
+}
+
+// With DomainCPUs a tenant pinned to one socket is read in that socket's
+// L3 domain only, an unconfined one in every domain; SkipLocal leaves
+// mbm_local_bytes unread without costing the total its bandwidth.
+func TestResctrlMonitorReadsOnlyItsDomains(t *testing.T) {
+	h, k := resctrlTree(t, "intel-skx-2s")
+	clk := &fakeClock{time.Unix(1000, 0)}
+	m := newMonitor(t, h, ResctrlMonitorOptions{Now: clk.now, SkipLocal: true,
+		DomainCPUs: map[int]cpuset.Set{0: cpuset.MustParse("0-7,16-23"), 1: cpuset.MustParse("8-15,24-31")}})
+	pinned, free := tenantT("pinned", 100), tenantT("free", 200)
+	pinned.CPUs = cpuset.MustParse("8-9")
+	if err := m.Sync([]Tenant{pinned, free}); err != nil {
+		t.Fatal(err)
+	}
+	rp, rf := rmidOf(t, k, monOf(pinned, "")), rmidOf(t, k, monOf(free, ""))
+	account := func(total uint64) { // bytes moved since the last account
+		k.Account(resctrlfs.Sample{RMID: rp, Domain: 1, OccupancyBytes: 3 << 20, TotalBytes: total, LocalBytes: total / 2},
+			resctrlfs.Sample{RMID: rf, Domain: 0, OccupancyBytes: 1 << 20, TotalBytes: total},
+			resctrlfs.Sample{RMID: rf, Domain: 1, OccupancyBytes: 2 << 20, TotalBytes: total})
+	}
+	account(1e9)
+	m.Read()
+	clk.add(time.Second)
+	account(3e9)
+	u, err := m.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds := u[pinned.ID].Domains; len(ds) != 1 || ds[0].Domain != 1 || ds[0].OccupancyBytes != 3<<20 || !ds[0].BandwidthOK || ds[0].TotalBytesPerSec != 3e9 || ds[0].LocalBytesPerSec != 0 {
+		t.Errorf("pinned to socket 1: %+v", ds)
+	}
+	if ds := u[free.ID].Domains; len(ds) != 2 || ds[0].OccupancyBytes != 1<<20 || ds[1].OccupancyBytes != 2<<20 || !ds[1].BandwidthOK {
+		t.Errorf("unconfined: %+v", ds)
+	}
+	// The tenant moves to the other socket: read there from now on.
+	pinned.CPUs = cpuset.MustParse("0-1")
+	m.Sync([]Tenant{pinned, free})
+	u, _ = m.Read()
+	if ds := u[pinned.ID].Domains; len(ds) != 1 || ds[0].Domain != 0 || ds[0].BandwidthOK {
+		t.Errorf("after moving (no previous reading there yet): %+v", ds)
 	}
 }
