@@ -92,6 +92,25 @@ func (r *Rereader) ReadString(p string) (string, error) {
 	return trimSpace(s), nil
 }
 
+// ReadOnce reads a file without keeping it open (a thread's
+// /proc/TID/schedstat, read now and then), in one read into the Rereader's
+// buffer: open, pread, close, where Host.ReadString also reads to end of
+// file and allocates a buffer.
+func (r *Rereader) ReadOnce(p string) (string, error) {
+	fd, err := r.h.openFD(p, unix.O_RDONLY)
+	if err != nil {
+		return "", &fs.PathError{Op: "open", Path: r.h.Path(p), Err: err}
+	}
+	defer unix.Close(fd)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, err := r.preadLocked(fd)
+	if err != nil {
+		return "", readErr(r.h, p, err)
+	}
+	return trimSpace(s), nil
+}
+
 func readErr(h *Host, p string, err error) error {
 	if errors.Is(err, unix.ENODEV) {
 		err = fs.ErrNotExist

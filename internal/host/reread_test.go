@@ -38,6 +38,18 @@ func TestRereader(t *testing.T) {
 	if _, err := r.ReadString("/missing"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing: %v", err)
 	}
+	if s, err := r.ReadOnce("/b/cpu.stat"); err != nil || s != "usage_usec 20" {
+		t.Errorf("ReadOnce: %q %v", s, err)
+	}
+	if s, err := r.ReadOnce("/a/cpu.stat"); err != nil || s != big {
+		t.Errorf("ReadOnce of a large file: %d bytes, %v", len(s), err)
+	}
+	if _, err := r.ReadOnce("/missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadOnce missing: %v", err)
+	}
+	if r.Open() != 1 {
+		t.Errorf("ReadOnce kept a descriptor: %d open", r.Open())
+	}
 	r.Forget("/a")
 	if r.Open() != 0 {
 		t.Errorf("after Forget: %d open", r.Open())
