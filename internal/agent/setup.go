@@ -83,9 +83,12 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 		return nil, nil, fmt.Errorf("tenants.globs: %w", err)
 	}
 	disc.Builtin = *cfg.Tenants.Builtin
-	// Threads and cpusets change rarely: re-read them about every 30 s (new
-	// tenants are read at once).
+	// Threads and cpusets change rarely: re-read them about every 30 s, each
+	// tenant in its own turn (new tenants are read at once). Starting on a
+	// host with a thousand tenants, the first reads spread over a few
+	// intervals, 100 tenants each, instead of one interval reading them all.
 	disc.DetailEvery = max(1, int(30*time.Second/cfg.Interval))
+	disc.MaxNew = 100
 
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("state_dir: %w", err)
@@ -109,9 +112,13 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 	// them open, within a bound.
 	files := h.NewRereader(4096)
 	closers = append(closers, func() { files.Close() })
+	// Run delay is one file per thread: each tenant's threads are read in
+	// its turn, about once every 5 s, and not at all while its cgroup2 PSI
+	// shows that nothing waited (sense.CgroupStats.RunDelayEvery).
+	stats := sense.CgroupStats{Host: h, Layout: layout, Files: files, Now: o.Now, RunDelayEvery: 5 * time.Second}
 	d := Deps{
 		Discoverer: disc,
-		Stats:      sense.CgroupStats{Host: h, Layout: layout, Files: files, Now: o.Now},
+		Stats:      stats,
 		Probe:      probe,
 		Quota:      &act.CPUQuota{Host: h, Layout: layout, State: state, Log: log},
 		Journal:    journal,

@@ -12,22 +12,31 @@ import (
 // and cpu.pressure, every interval) through descriptors it keeps open,
 // re-reading each with pread at offset 0 — one syscall instead of open, read
 // and close, as top does with /proc/stat. Kernfs regenerates a file's content
-// on every read from offset 0. It holds at most Max descriptors, dropping the
-// least recently used, so descriptors cannot grow with the tenant count
-// beyond that bound. Safe for concurrent use.
+// on every read from offset 0.
+//
+// It holds at most Max descriptors, so descriptors cannot grow with the
+// tenant count beyond that bound. When the files read in turn outnumber the
+// bound, it keeps the ones it holds and reads the others through a descriptor
+// opened for that read, rather than evicting on every miss (a least-recently-
+// used cache read in a cycle larger than itself misses every time); a held
+// file not read for a long while (4 × Max reads: its tenant is gone) gives its
+// place to the next new one. Every step is O(1). Safe for concurrent use.
 type Rereader struct {
 	h   *Host
 	max int
 
 	mu    sync.Mutex
 	fds   map[string]*rrEntry
+	lru   rrEntry // sentinel of the recency list: lru.next is the least recently read
 	clock uint64
 	buf   []byte
 }
 
 type rrEntry struct {
-	fd   int
-	used uint64
+	path       string
+	fd         int
+	used       uint64
+	prev, next *rrEntry
 }
 
 // NewRereader keeps up to max descriptors open (max <= 0: 256).
@@ -35,7 +44,9 @@ func (h *Host) NewRereader(max int) *Rereader {
 	if max <= 0 {
 		max = 256
 	}
-	return &Rereader{h: h, max: max, fds: map[string]*rrEntry{}, buf: make([]byte, 4096)}
+	r := &Rereader{h: h, max: max, fds: map[string]*rrEntry{}, buf: make([]byte, 4096)}
+	r.lru.prev, r.lru.next = &r.lru, &r.lru
+	return r
 }
 
 // ReadString reads a host file, trimmed like Host.ReadString.
@@ -50,24 +61,69 @@ func (r *Rereader) ReadString(p string) (string, error) {
 			return "", &fs.PathError{Op: "open", Path: r.h.Path(p), Err: err}
 		}
 		if len(r.fds) >= r.max {
-			r.evictLocked()
+			if old := r.lru.next; r.clock-old.used > 4*uint64(r.max) {
+				r.dropLocked(old)
+			} else {
+				// Full of files still read: read this one and let it go.
+				s, err := r.preadLocked(fd)
+				unix.Close(fd)
+				if err != nil {
+					return "", readErr(r.h, p, err)
+				}
+				return trimSpace(s), nil
+			}
 		}
-		e = &rrEntry{fd: fd}
+		e = &rrEntry{path: p, fd: fd}
 		r.fds[p] = e
+	} else {
+		e.prev.next, e.next.prev = e.next, e.prev // unlink; relinked as most recent below
 	}
 	e.used = r.clock
+	e.prev, e.next = r.lru.prev, &r.lru
+	r.lru.prev.next = e
+	r.lru.prev = e
 	s, err := r.preadLocked(e.fd)
 	if err != nil {
 		// A removed cgroup answers ENODEV on its open files: drop the
 		// descriptor, and report it as gone.
-		unix.Close(e.fd)
-		delete(r.fds, p)
-		if errors.Is(err, unix.ENODEV) {
-			err = fs.ErrNotExist
-		}
-		return "", &fs.PathError{Op: "read", Path: r.h.Path(p), Err: err}
+		r.dropLocked(e)
+		return "", readErr(r.h, p, err)
 	}
 	return trimSpace(s), nil
+}
+
+// ReadOnce reads a file without keeping it open (a thread's
+// /proc/TID/schedstat, read now and then), in one read into the Rereader's
+// buffer: open, pread, close, where Host.ReadString also reads to end of
+// file and allocates a buffer.
+func (r *Rereader) ReadOnce(p string) (string, error) {
+	fd, err := r.h.openFD(p, unix.O_RDONLY)
+	if err != nil {
+		return "", &fs.PathError{Op: "open", Path: r.h.Path(p), Err: err}
+	}
+	defer unix.Close(fd)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, err := r.preadLocked(fd)
+	if err != nil {
+		return "", readErr(r.h, p, err)
+	}
+	return trimSpace(s), nil
+}
+
+func readErr(h *Host, p string, err error) error {
+	if errors.Is(err, unix.ENODEV) {
+		err = fs.ErrNotExist
+	}
+	return &fs.PathError{Op: "read", Path: h.Path(p), Err: err}
+}
+
+// dropLocked closes a held descriptor and forgets it.
+func (r *Rereader) dropLocked(e *rrEntry) {
+	unix.Close(e.fd)
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+	delete(r.fds, e.path)
 }
 
 func (r *Rereader) preadLocked(fd int) (string, error) {
@@ -99,20 +155,6 @@ func (r *Rereader) preadLocked(fd int) (string, error) {
 	}
 }
 
-func (r *Rereader) evictLocked() {
-	var oldest string
-	var min uint64
-	for p, e := range r.fds {
-		if oldest == "" || e.used < min {
-			oldest, min = p, e.used
-		}
-	}
-	if e := r.fds[oldest]; e != nil {
-		unix.Close(e.fd)
-		delete(r.fds, oldest)
-	}
-}
-
 // Forget closes the descriptors of files under a directory prefix (a tenant
 // that went away).
 func (r *Rereader) Forget(prefix string) {
@@ -120,8 +162,7 @@ func (r *Rereader) Forget(prefix string) {
 	defer r.mu.Unlock()
 	for p, e := range r.fds {
 		if len(p) >= len(prefix) && p[:len(prefix)] == prefix {
-			unix.Close(e.fd)
-			delete(r.fds, p)
+			r.dropLocked(e)
 		}
 	}
 }
@@ -137,9 +178,8 @@ func (r *Rereader) Open() int {
 func (r *Rereader) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for p, e := range r.fds {
-		unix.Close(e.fd)
-		delete(r.fds, p)
+	for _, e := range r.fds {
+		r.dropLocked(e)
 	}
 	return nil
 }

@@ -61,3 +61,53 @@ func TestCgroupStatsRead(t *testing.T) {
 		t.Error("bad total accepted")
 	}
 }
+
+// On pure cgroup2 the hot path parses cpu.stat itself; it must read what
+// cgroup.Group.CPUStatFrom reads from the same file.
+func TestCgroupStatsV2MatchesCgroupPackage(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "cg2/ct"), 0o755)
+	os.WriteFile(filepath.Join(root, "cg2/ct/cpu.stat"), []byte("usage_usec 7000123\nuser_usec 5000000\nsystem_usec 2000123\n"+
+		"core_sched.force_idle_usec 0\nnr_periods 420\nnr_throttled 17\nthrottled_usec 123456\nnr_bursts 0\nburst_usec 0\n"), 0o644)
+	h, err := host.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l := cgroup.Layout{Mode: cgroup.ModeV2, V2: "/cg2", V2Controllers: []string{"cpu"}}
+	want, err := cgroup.Open(h, l, "/ct").CPUStatFrom(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cg := range []string{"/ct", "ct", "/ct/", "//ct"} {
+		got, err := (CgroupStats{Host: h, Layout: l}).cpuStatV2(cg)
+		if err != nil || got != want {
+			t.Errorf("cpuStatV2(%q) = %+v, %v; cgroup package reads %+v", cg, got, err, want)
+		}
+	}
+	os.WriteFile(filepath.Join(root, "cg2/ct/cpu.stat"), []byte("user_usec 5\n"), 0o644)
+	if _, err := (CgroupStats{Host: h, Layout: l}).cpuStatV2("/ct"); err == nil {
+		t.Error("cpu.stat without usage_usec accepted")
+	}
+}
+
+func TestPSITotal(t *testing.T) {
+	for _, tc := range []struct {
+		in, which string
+		want      time.Duration
+		ok        bool
+	}{
+		{"some avg10=0.00 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=99\n", "some", 1234 * time.Microsecond, true},
+		{"some avg10=0.00 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=99\n", "full", 99 * time.Microsecond, true},
+		{"some avg10=0.00 total=5", "some", 5 * time.Microsecond, true},
+		{"something total=5\nsome total=6\n", "some", 6 * time.Microsecond, true},
+		{"full total=5\n", "some", 0, false},
+		{"some avg10=0.00\n", "some", 0, false},
+		{"some total=-1\n", "some", 0, false},
+		{"", "some", 0, false},
+	} {
+		if got, ok := PSITotal(tc.in, tc.which); got != tc.want || ok != tc.ok {
+			t.Errorf("PSITotal(%q, %q) = %v %v, want %v %v", tc.in, tc.which, got, ok, tc.want, tc.ok)
+		}
+	}
+}

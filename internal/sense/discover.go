@@ -52,11 +52,21 @@ type CgroupDiscoverer struct {
 	MaxDepth int
 
 	// DetailEvery makes Discover re-read a known tenant's threads and CPUs
-	// only every DetailEvery calls (new tenants are always read in full).
-	// The walk that finds tenants coming and going runs every call; threads
-	// and cpusets change far less often, and reading them is most of the
-	// cost with hundreds of tenants. 0 or 1 reads them every call.
+	// only once every DetailEvery calls (new tenants are read at once, within
+	// MaxNew). The walk that finds tenants coming and going runs every call;
+	// threads and cpusets change far less often, and reading them is most of
+	// the cost with hundreds of tenants. Each tenant has its own turn in the
+	// cycle (by a hash of its ID), so a call re-reads about 1/DetailEvery of
+	// the tenants rather than all of them every DetailEvery calls. 0 or 1
+	// reads them every call.
 	DetailEvery int
+	// MaxNew bounds how many tenants not seen before a call reads (their
+	// threads and CPUs); the others are left out of that call's result and
+	// read by the next calls, in the walk's order. A tenant that appears is
+	// read at once unless a thousand appear together, as when the agent
+	// starts on a full host: then the first reads spread over a few
+	// intervals instead of making one interval cost them all. 0: no bound.
+	MaxNew int
 
 	// listed, when set (tests only), is called after each successful
 	// directory listing with the host path listed, so a test can remove a
@@ -66,6 +76,17 @@ type CgroupDiscoverer struct {
 	mu    sync.Mutex
 	calls int
 	cache map[string]cachedDetail
+	buf   []byte // getdents scratch, reused between listings
+	// deferred is how many new tenants the last call left for later (MaxNew).
+	deferred int
+}
+
+// Deferred is how many tenants the last Discover call found but left for a
+// later call, MaxNew new ones having been read already.
+func (d *CgroupDiscoverer) Deferred() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.deferred
 }
 
 // cachedDetail is a tenant's threads and CPUs as last read.
@@ -166,18 +187,19 @@ func (d *CgroupDiscoverer) Discover() ([]Tenant, error) {
 			live[i] = i
 		}
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	ents, err := w.list("")
 	if err != nil {
 		// The root itself is no tenant that came and went: always an error.
 		return nil, fmt.Errorf("cgroup discovery: %w", err)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.calls++
 	if d.cache == nil {
 		d.cache = map[string]cachedDetail{}
 	}
 	w.walk("", nil, ents, live)
+	d.deferred = w.deferred
 	slices.SortFunc(w.tenants, func(a, b Tenant) int { return strings.Compare(a.ID, b.ID) })
 	// Forget tenants that are gone.
 	seen := make(map[string]bool, len(w.tenants))
@@ -209,30 +231,32 @@ type cgroupWalk struct {
 	online     cpuset.Set
 	onlineRead bool
 
-	tenants []Tenant
-	errs    []error
+	tenants  []Tenant
+	errs     []error
+	newRead  int // tenants not seen before whose details this call read
+	deferred int // new tenants left for a later call (MaxNew)
 }
 
-// list reads the cgroup directory rel (below the hierarchy root).
-func (w *cgroupWalk) list(rel string) ([]fs.DirEntry, error) {
+// list returns the subdirectories of the cgroup directory rel (below the
+// hierarchy root).
+func (w *cgroupWalk) list(rel string) ([]string, error) {
 	dir := w.root + rel
-	ents, err := w.h.ReadDir(dir)
+	if w.d.buf == nil {
+		w.d.buf = make([]byte, 16<<10)
+	}
+	names, err := w.h.SubDirs(dir, w.d.buf)
 	if err == nil && w.d.listed != nil {
 		w.d.listed(dir)
 	}
-	return ents, err
+	return names, err
 }
 
 // walk looks at the subdirectories of rel, whose ancestors' names are anc
 // (root first) and which matches the first len(anc) components of the
 // globs listed in live.
-func (w *cgroupWalk) walk(rel string, anc []string, ents []fs.DirEntry, live []int) {
+func (w *cgroupWalk) walk(rel string, anc []string, names []string, live []int) {
 	depth := len(anc) + 1 // depth of the children
-	for _, e := range ents {
-		if !e.IsDir() {
-			continue
-		}
-		name := e.Name()
+	for _, name := range names {
 		child := rel + "/" + name
 		var childLive []int
 		for _, gi := range live {
@@ -283,14 +307,23 @@ func cgroupGone(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV)
 }
 
-// add reads a tenant's threads and CPUs and records it, unless it vanished.
+// add records a tenant, reading its threads and CPUs when it is new (within
+// MaxNew) or its turn has come, unless it vanished.
 func (w *cgroupWalk) add(rel, kind, name string) {
 	t := Tenant{ID: rel, Kind: kind, Name: name, Cgroup: rel}
 	d := w.d
-	if c, ok := d.cache[rel]; ok && d.DetailEvery > 1 && d.calls-c.read < d.DetailEvery {
+	c, known := d.cache[rel]
+	if known && !detailDue(rel, c.read, d.calls, d.DetailEvery) {
 		t.Threads, t.CPUs = c.threads, c.cpus
 		w.tenants = append(w.tenants, t)
 		return
+	}
+	if !known {
+		if d.MaxNew > 0 && w.newRead >= d.MaxNew {
+			w.deferred++
+			return
+		}
+		w.newRead++
 	}
 	threads, ok := w.threads(rel, 0, nil)
 	if !ok {
@@ -302,6 +335,21 @@ func (w *cgroupWalk) add(rel, kind, name string) {
 	d.cache[rel] = cachedDetail{threads: t.Threads, cpus: t.CPUs, read: d.calls}
 	w.tenants = append(w.tenants, t)
 }
+
+// detailDue says whether a known tenant's threads and CPUs, last read on
+// call read, are to be read again on call calls. Each tenant's turn is the
+// call whose number modulo every is its slot, a hash of its ID: tenants found
+// together (all of them, when the agent starts) are re-read spread over the
+// cycle, not all in one call.
+func detailDue(id string, read, calls, every int) bool {
+	if every <= 1 || calls-read >= every {
+		return true
+	}
+	return calls != read && calls%every == detailSlot(id, every)
+}
+
+// detailSlot is a tenant's turn in a cycle of every calls.
+func detailSlot(id string, every int) int { return int(spread(id) % uint64(every)) }
 
 // threads appends the TIDs of cgroup rel and its descendants to tids. It
 // returns false when rel itself has vanished; a vanished descendant is
@@ -321,7 +369,7 @@ func (w *cgroupWalk) threads(rel string, below int, tids []int) ([]int, bool) {
 			w.errs = append(w.errs, fmt.Errorf("%s: %w", w.h.Path(p), perr))
 		}
 	}
-	ents, err := w.list(rel)
+	subs, err := w.list(rel)
 	if err != nil {
 		if cgroupGone(err) {
 			return tids, false
@@ -329,11 +377,8 @@ func (w *cgroupWalk) threads(rel string, below int, tids []int) ([]int, bool) {
 		w.errs = append(w.errs, err)
 		return tids, true
 	}
-	for _, e := range ents {
-		if !e.IsDir() {
-			continue
-		}
-		child := rel + "/" + e.Name()
+	for _, sub := range subs {
+		child := rel + "/" + sub
 		if below+1 > w.maxDepth {
 			w.errs = append(w.errs, fmt.Errorf("%s: cgroups nested more than %d levels below the tenant; their threads are not counted", w.h.Path(w.root+child), w.maxDepth))
 			break
