@@ -512,7 +512,9 @@ func (a *Agent) sampleTenants(tenants []sense.Tenant) []sample {
 				s.fresh = true
 				s.usage = max(0, (st.Usage-p.Usage).Seconds()/dt)
 				s.thrRatio = max(0, (st.Throttled-p.Throttled).Seconds()/dt)
-				s.delay = max(0, (st.RunDelay-p.RunDelay).Seconds()/dt)
+				// Run delay is read in turns (sense.CgroupStats.RunDelayEvery):
+				// its rate is over the window between two reads.
+				s.delay = st.RunDelayRate
 				if st.HasPSI && p.HasPSI {
 					s.psi = max(0, (st.PSISome-p.PSISome).Seconds()/dt)
 				}

@@ -62,7 +62,7 @@ func newStateCollector(src StateSource, version, commit string) *stateCollector 
 		tenantThrottledRatio: d("tenant_throttled_ratio",
 			"Fraction (0-1) of the last interval in which the tenant's CPU quota held it back (any quota, not only crosstalk's).", tl...),
 		tenantRunDelay: d("tenant_run_delay_seconds_per_second",
-			"Seconds per second the tenant's threads (vCPUs for VMs) waited runnable for a CPU, summed over its threads.", tl...),
+			"Seconds per second the tenant's threads (vCPUs for VMs) waited runnable for a CPU, summed over its threads; a rate over the last window its threads were read in (up to 5 s: they are read in turns).", tl...),
 		tenantPSI: d("tenant_psi_cpu_some_ratio",
 			"CPU pressure of the tenant's cgroup: fraction (0-1) of the last interval in which at least one of its tasks waited for a CPU (PSI cpu some).", tl...),
 		tenantQuota: d("tenant_quota_cpus",

@@ -67,7 +67,8 @@ type TenantState struct {
 	// ThrottledRatio is the fraction of the interval its quota held it back.
 	ThrottledRatio float64 `json:"throttled_ratio"`
 	// RunDelay is the time its threads waited for a CPU per second (vCPU wait
-	// time for VMs), summed over threads.
+	// time for VMs), summed over threads: a rate over the last window its
+	// threads were read in (up to 5 s; they are read in turns).
 	RunDelay float64 `json:"run_delay"`
 	// PSI is cpu "some" pressure: fraction of time at least one task waited.
 	PSI float64 `json:"psi_cpu_some"`
