@@ -155,7 +155,7 @@ crosstalk_tenant_psi_cpu_some_ratio{kind="vm",name="noisy",tenant="vm:noisy"} 0.
 # TYPE crosstalk_tenant_quota_cpus gauge
 crosstalk_tenant_quota_cpus{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0
 crosstalk_tenant_quota_cpus{kind="vm",name="noisy",tenant="vm:noisy"} 2
-# HELP crosstalk_tenant_run_delay_seconds_per_second Seconds per second the tenant's threads (vCPUs for VMs) waited runnable for a CPU, summed over its threads.
+# HELP crosstalk_tenant_run_delay_seconds_per_second Seconds per second the tenant's threads (vCPUs for VMs) waited runnable for a CPU, summed over its threads; a rate over the last window its threads were read in (up to 5 s: they are read in turns).
 # TYPE crosstalk_tenant_run_delay_seconds_per_second gauge
 crosstalk_tenant_run_delay_seconds_per_second{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0.75
 crosstalk_tenant_run_delay_seconds_per_second{kind="vm",name="noisy",tenant="vm:noisy"} 0.25
