@@ -73,8 +73,11 @@ type Hardware struct {
 
 	clockmod *act.ClockModulation
 	cpufreq  *act.CPUFreq
-	lh       judge.LeverHost
-	domsAt   time.Time
+	// levers are the per-CPU actuators the holds write through (the two
+	// above where they are on).
+	levers map[judge.Lever]CPULever
+	lh     judge.LeverHost
+	domsAt time.Time
 
 	busLocks      *judge.BusLockBudget
 	busLockLevers []judge.Lever
@@ -115,6 +118,7 @@ type l3Domain struct {
 // in Off (and the log).
 func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 	hw := &Hardware{log: o.Log, topo: o.Topology, now: o.Now, off: map[string]string{}, warned: map[string]bool{}, monUse: map[string]float64{},
+		levers:  map[judge.Lever]CPULever{},
 		classed: map[string]map[string]map[int]float64{}}
 	if hw.log == nil {
 		hw.log = slog.New(slog.DiscardHandler)
@@ -128,11 +132,13 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 	// Per-CPU levers.
 	if cm, err := act.NewClockModulation(h, o.State, o.Topology, o.Identity, cfg.Levers.ClockModulation, o.Log); err == nil {
 		hw.clockmod = cm
+		hw.levers[judge.LeverClockModulation] = cm
 	} else {
 		hw.off[string(judge.LeverClockModulation)] = err.Error()
 	}
 	if cf, err := act.NewCPUFreq(h, o.State, o.Topology, cfg.Levers.CPUFreq, o.Log); err == nil {
 		hw.cpufreq = cf
+		hw.levers[judge.LeverCPUFreq] = cf
 	} else {
 		hw.off[string(judge.LeverCPUFreq)] = err.Error()
 	}
@@ -269,19 +275,7 @@ func (hw *Hardware) Off() map[string]string {
 	return out
 }
 
-func (hw *Hardware) lever(l judge.Lever) CPULever {
-	switch l {
-	case judge.LeverClockModulation:
-		if hw.clockmod != nil {
-			return hw.clockmod
-		}
-	case judge.LeverCPUFreq:
-		if hw.cpufreq != nil {
-			return hw.cpufreq
-		}
-	}
-	return nil
-}
+func (hw *Hardware) lever(l judge.Lever) CPULever { return hw.levers[l] }
 
 // active reports whether any policy runs (nothing to do otherwise).
 func (hw *Hardware) active() bool {

@@ -124,8 +124,8 @@ type monTenant struct {
 	prio     int
 	// domains are the L3 domains its counters are read in.
 	domains []int
-	sources  map[string]*monSource // by control group ("" = default)
-	partial  string
+	sources map[string]*monSource // by control group ("" = default)
+	partial string
 }
 
 // monSource is where a part of a tenant is counted: crosstalk's monitoring
