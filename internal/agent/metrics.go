@@ -21,6 +21,7 @@ func NewRegistry(src StateSource, version, commit string) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		newStateCollector(src, version, commit),
+		newHardwareCollector(src),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -93,7 +94,7 @@ func newStateCollector(src StateSource, version, commit string) *stateCollector 
 		tenants: d("tenants",
 			"Number of tenants (VMs and containers) the agent watches."),
 		actionsTotal: d("actions_total",
-			"Actions the agent took (or, in dry-run, would have taken) since it started, by kind: throttle, tighten, relax, release, proof.", "kind"),
+			"Actions the agent took (or, in dry-run, would have taken) since it started, by kind: throttle, tighten, relax, release, proof, isolate.", "kind"),
 		proofsTotal: d("proofs_total",
 			"Perturbation proofs the agent finished since it started, by result: polluter, innocent, aborted.", "result"),
 		proofInProgress: d("proof_in_progress",
@@ -194,7 +195,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.tenants, float64(len(seenTenant)))
 	// The known kinds and results are always exported (0 until they happen),
 	// so rate() and increase() work from the first scrape.
-	counters(ch, c.actionsTotal, s.ActionsTotal, "throttle", "tighten", "relax", "release", "proof")
+	counters(ch, c.actionsTotal, s.ActionsTotal, "throttle", "tighten", "relax", "release", "proof", "isolate")
 	counters(ch, c.proofsTotal, s.ProofsTotal, "polluter", "innocent", "aborted")
 	gauge(c.proofInProgress, b2f(s.Proof != nil))
 	gauge(c.perfFDs, float64(s.PerfFDs))

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
 // fakeSource is a StateSource a test can update between scrapes.
@@ -74,8 +77,9 @@ func sampleState() State {
 }
 
 const goldenMetrics = `
-# HELP crosstalk_actions_total Actions the agent took (or, in dry-run, would have taken) since it started, by kind: throttle, tighten, relax, release, proof.
+# HELP crosstalk_actions_total Actions the agent took (or, in dry-run, would have taken) since it started, by kind: throttle, tighten, relax, release, proof, isolate.
 # TYPE crosstalk_actions_total counter
+crosstalk_actions_total{kind="isolate"} 0
 crosstalk_actions_total{kind="proof"} 3
 crosstalk_actions_total{kind="relax"} 0
 crosstalk_actions_total{kind="release"} 0
@@ -295,5 +299,87 @@ func TestMetricsDuplicatesAndBadUTF8(t *testing.T) {
 	}
 	if got := testutil.CollectAndCount(newStateCollector(src, "", ""), "crosstalk_tenant_cpu_cores"); got != 3 {
 		t.Errorf("crosstalk_tenant_cpu_cores: %d series, want 3", got)
+	}
+}
+
+// The hardware policies' metrics: holds per policy and lever, per-tenant
+// measurements, permits, power, the bus-lock budget and LLC fairness, and
+// every policy's on/off state.
+func TestHardwareMetricsGolden(t *testing.T) {
+	s := sampleState()
+	s.Tenants[0].Holds = []HoldState{
+		{Policy: "buslocks", Lever: "clock_modulation", Duty: 0.125},
+		{Policy: "permits", Lever: "cpu_quota", Duty: 0.0625},
+	}
+	s.Tenants[0].Pollution, s.Tenants[0].Watts = 58000, 212.5
+	s.Tenants[0].LLCOccupancy, s.Tenants[0].MemBandwidth = 14<<20, 8.5e9
+	s.Hardware = &HardwareState{
+		Off:      map[string]string{"power": "disabled", "mba": "disabled"},
+		BusLocks: &judge.BusLockStatus{HostRate: 120000, Share: 56000, Dirty: 1},
+		Permits:  []judge.PermitStatus{{Tenant: "vm:noisy", Name: "noisy", Booking: 20000, Credit: -1500, State: "OVER"}},
+		Power:    []judge.PowerSocketStatus{{ID: 0, Watts: 160, State: "over"}, {ID: 1, Watts: 90, State: "under"}},
+		Packages: []sense.PackageAttribution{{PackagePower: sense.PackagePower{Package: 0, Watts: 160}}},
+		LLC:      []judge.BiasVerdict{{Domain: 0, Smoothed: 0.91, Busy: true}},
+	}
+	src := &fakeSource{}
+	src.set(s)
+	const want = `
+# HELP crosstalk_buslocks_dirty_tenants Tenants doing bus locks over the dirty threshold, among which the bus-lock budget is shared.
+# TYPE crosstalk_buslocks_dirty_tenants gauge
+crosstalk_buslocks_dirty_tenants 1
+# HELP crosstalk_buslocks_host_per_second Bus locks per second over the host (the tenants' PMU counts), as the bus-lock budget saw them.
+# TYPE crosstalk_buslocks_host_per_second gauge
+crosstalk_buslocks_host_per_second 120000
+# HELP crosstalk_buslocks_share_per_second Each dirty tenant's share of the host's bus-lock budget, per second.
+# TYPE crosstalk_buslocks_share_per_second gauge
+crosstalk_buslocks_share_per_second 56000
+# HELP crosstalk_hardware_policy_on 1 if the hardware policy runs on this host, 0 if it is off (the state API's hardware.off says why): buslocks, permits, power, llc, mba.
+# TYPE crosstalk_hardware_policy_on gauge
+crosstalk_hardware_policy_on{policy="buslocks"} 1
+crosstalk_hardware_policy_on{policy="llc"} 1
+crosstalk_hardware_policy_on{policy="mba"} 0
+crosstalk_hardware_policy_on{policy="permits"} 1
+crosstalk_hardware_policy_on{policy="power"} 0
+# HELP crosstalk_llc_busy 1 if the L3 domain's tenants fill it (bias isolation can act), else 0.
+# TYPE crosstalk_llc_busy gauge
+crosstalk_llc_busy{domain="0"} 1
+# HELP crosstalk_llc_fairness_bc Bhattacharyya coefficient between the tenants' LLC shares (by CPUs) and their occupancy in an L3 domain, smoothed (1 = fair).
+# TYPE crosstalk_llc_fairness_bc gauge
+crosstalk_llc_fairness_bc{domain="0"} 0.91
+# HELP crosstalk_package_power_watts A CPU package's power (RAPL), in watts.
+# TYPE crosstalk_package_power_watts gauge
+crosstalk_package_power_watts{package="0"} 160
+# HELP crosstalk_permit_credit A policed tenant's pollution credit (Kyoto), in llc_cap·seconds; below 0 it is OVER.
+# TYPE crosstalk_permit_credit gauge
+crosstalk_permit_credit{name="noisy",tenant="vm:noisy"} -1500
+# HELP crosstalk_permit_llc_cap A tenant's booked pollution permit (llc_cap, LLC misses per ms of its running time).
+# TYPE crosstalk_permit_llc_cap gauge
+crosstalk_permit_llc_cap{name="noisy",tenant="vm:noisy"} 20000
+# HELP crosstalk_permit_over 1 while the tenant is OVER its pollution permit (its CPU capped), else 0.
+# TYPE crosstalk_permit_over gauge
+crosstalk_permit_over{name="noisy",tenant="vm:noisy"} 1
+# HELP crosstalk_power_socket_over_budget 1 when the socket's power, averaged over the power policy's period, was at or over its budget, else 0.
+# TYPE crosstalk_power_socket_over_budget gauge
+crosstalk_power_socket_over_budget{socket="0"} 1
+crosstalk_power_socket_over_budget{socket="1"} 0
+# HELP crosstalk_tenant_hold_duty_ratio What a policy leaves the tenant (0-1) through a lever, while it holds it back: of its CPU time (cpu_quota), of its clock (clock_modulation, cpufreq), of the LLC ways (cat) or of its memory bandwidth (mba).
+# TYPE crosstalk_tenant_hold_duty_ratio gauge
+crosstalk_tenant_hold_duty_ratio{kind="vm",lever="clock_modulation",name="noisy",policy="buslocks",tenant="vm:noisy"} 0.125
+crosstalk_tenant_hold_duty_ratio{kind="vm",lever="cpu_quota",name="noisy",policy="permits",tenant="vm:noisy"} 0.0625
+# HELP crosstalk_tenant_llc_occupancy_bytes The tenant's LLC occupancy (resctrl CMT), summed over its L3 domains, in bytes.
+# TYPE crosstalk_tenant_llc_occupancy_bytes gauge
+crosstalk_tenant_llc_occupancy_bytes{kind="vm",name="noisy",tenant="vm:noisy"} 1.4680064e+07
+# HELP crosstalk_tenant_llc_pollution Kyoto's llc_cap_act: LLC misses per millisecond of the tenant's unhalted time (where the PMU counts them).
+# TYPE crosstalk_tenant_llc_pollution gauge
+crosstalk_tenant_llc_pollution{kind="vm",name="noisy",tenant="vm:noisy"} 58000
+# HELP crosstalk_tenant_memory_bandwidth_bytes_per_second The tenant's memory bandwidth (resctrl MBM total), summed over its L3 domains, in bytes per second.
+# TYPE crosstalk_tenant_memory_bandwidth_bytes_per_second gauge
+crosstalk_tenant_memory_bandwidth_bytes_per_second{kind="vm",name="noisy",tenant="vm:noisy"} 8.5e+09
+# HELP crosstalk_tenant_power_watts Package (RAPL) power attributed to the tenant, in watts.
+# TYPE crosstalk_tenant_power_watts gauge
+crosstalk_tenant_power_watts{kind="vm",name="noisy",tenant="vm:noisy"} 212.5
+`
+	if err := testutil.CollectAndCompare(newHardwareCollector(src), strings.NewReader(want)); err != nil {
+		t.Fatal(err)
 	}
 }
