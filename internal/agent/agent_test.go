@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -504,8 +505,52 @@ func TestExampleConfigIsTheDefaults(t *testing.T) {
 		c.Judge.Window != d.Judge.Window || *c.Perf.Enabled != *d.Perf.Enabled || c.Perf.FDBudget != d.Perf.FDBudget {
 		t.Errorf("example config differs from the defaults:\n%+v\n%+v", c, d)
 	}
+	// The hardware policies' sections, field for field (they are plain
+	// values once filled).
+	for _, x := range []struct {
+		name      string
+		got, want any
+	}{
+		{"buslocks", c.BusLocks, d.BusLocks}, {"permits", c.Permits, d.Permits}, {"power", c.Power, d.Power},
+		{"levers", c.Levers, d.Levers}, {"resctrl", c.Resctrl, d.Resctrl},
+	} {
+		if fmt.Sprintf("%+v", deref(x.got)) != fmt.Sprintf("%+v", deref(x.want)) {
+			t.Errorf("example %s section differs from the defaults:\n%+v\n%+v", x.name, deref(x.got), deref(x.want))
+		}
+	}
 	probe := c.ProbeSettings()
 	if probe.CPUsPerDomain != 2 || probe.Chunks != 7 {
 		t.Errorf("example probe settings %+v; the probe defaults are 2 CPUs per domain and 7 chunks", probe)
 	}
+}
+
+// deref prints a config section with its pointer fields followed, so two
+// equal sections print alike.
+func deref(v any) any {
+	b, _ := json.Marshal(v)
+	var m any
+	json.Unmarshal(b, &m)
+	return emptyIsNil(m)
+}
+
+// emptyIsNil makes an empty list or map print as an absent one (YAML's []
+// and {} are what an operator writes for "none").
+func emptyIsNil(v any) any {
+	switch x := v.(type) {
+	case []any:
+		if len(x) == 0 {
+			return nil
+		}
+		for i := range x {
+			x[i] = emptyIsNil(x[i])
+		}
+	case map[string]any:
+		if len(x) == 0 {
+			return nil
+		}
+		for k := range x {
+			x[k] = emptyIsNil(x[k])
+		}
+	}
+	return v
 }

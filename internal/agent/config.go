@@ -7,6 +7,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -251,6 +252,16 @@ func (c *Config) fill() {
 	if c.Resctrl.LLCIsolation.BusyFraction == 0 {
 		c.Resctrl.LLCIsolation.BusyFraction = 0.9
 	}
+	alita := judge.AlitaBias()
+	li := &c.Resctrl.LLCIsolation
+	li.ThrottleBC = cmp.Or(li.ThrottleBC, alita.ThrottleBC)
+	li.RelaxBC = cmp.Or(li.RelaxBC, alita.RelaxBC)
+	li.RelaxPeriod = cmp.Or(li.RelaxPeriod, alita.RelaxPeriod)
+	li.ReplacePeriod = cmp.Or(li.ReplacePeriod, alita.ReplacePeriod)
+	mba, am := &c.Resctrl.MBA, judge.AlitaMBA()
+	mba.ThresholdBytesPerSec = cmp.Or(mba.ThresholdBytesPerSec, am.ThresholdBytesPerSec)
+	mba.RelaxGuardBytesPerSec = cmp.Or(mba.RelaxGuardBytesPerSec, am.RelaxGuardBytesPerSec)
+	mba.Floor = cmp.Or(mba.Floor, am.Floor)
 	if c.Kubernetes.UncontainedAfter == 0 {
 		c.Kubernetes.UncontainedAfter = 5 * time.Minute
 	}
