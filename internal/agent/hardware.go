@@ -27,6 +27,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -37,6 +39,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/pmu"
 	"github.com/crosstalk-project/crosstalk/internal/resctrl"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 	"github.com/crosstalk-project/crosstalk/internal/topology"
@@ -919,4 +922,49 @@ func (hw *Hardware) State() HardwareState {
 	s := hw.status
 	s.Off = hw.Off()
 	return s
+}
+
+// PolicyAvailability says whether a hardware policy or lever runs on a host.
+type PolicyAvailability struct {
+	Name string
+	On   bool
+	Why  string
+}
+
+// HardwareAvailability builds the hardware policies as the agent would on
+// h with cfg — reading only: nothing is made or written — and says which
+// would run and why the others would not, for crosstalk doctor. Perf events
+// are those the host's PMU offers (on any root, so a captured tree says
+// what its machine would do).
+func HardwareAvailability(cfg Config, h *host.Host) []PolicyAvailability {
+	cfg.fill()
+	topo, _ := topology.Read(h)
+	var id topology.Identity
+	if data, err := h.ReadFile("/proc/cpuinfo"); err == nil {
+		id, _ = topology.IdentityFromCPUInfo(string(data))
+	}
+	var events []string
+	if pres := pmu.Detect(h); *cfg.Perf.Enabled && pres.Hardware {
+		arch, known := pmu.Lookup(id.Vendor, id.Family, id.Model, id.Stepping)
+		for _, e := range sense.PerfEventsFor(pres, arch, known) {
+			events = append(events, e.Name)
+		}
+	}
+	// A state file no one writes: the actuators only read their devices here.
+	st, err := act.OpenState(filepath.Join(os.TempDir(), "crosstalk-doctor-never-written", "state.json"))
+	if err != nil {
+		return []PolicyAvailability{{Name: "hardware", Why: err.Error()}}
+	}
+	hw := NewHardware(cfg, HardwareOptions{Host: h, Topology: topo, Identity: id, State: st, Events: events, QuotaSteps: cfg.Sparsify().Steps})
+	if hw.resmon != nil {
+		hw.resmon.Close() // made no group: Sync never ran
+	}
+	off := hw.Off()
+	var out []PolicyAvailability
+	for _, name := range []string{policyBusLocks, policyPermits, policyPower, policyLLC, policyMBA,
+		string(judge.LeverClockModulation), string(judge.LeverCPUFreq)} {
+		why, isOff := off[name]
+		out = append(out, PolicyAvailability{Name: name, On: !isOff, Why: why})
+	}
+	return out
 }

@@ -7,13 +7,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/doctor"
 	"github.com/crosstalk-project/crosstalk/internal/host"
 )
 
 func newDoctorCmd(g *globals) *cobra.Command {
 	var asJSON bool
-	var capture string
+	var capture, configFile string
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Show what this host lets crosstalk sense and control, and what in its tuning hurts tenants",
@@ -28,6 +29,11 @@ Checks: host tuning that makes tenants hurt each other, each with the files
 read, the reason (with its source) and the exact setting to change:
 split_lock_detect, ksm, ept, thp, smt, numa_balancing, cpufreq_governor,
 nmi_watchdog, resctrl_mount, perf_event_paranoid, psi.
+
+Policies: which of the agent's hardware policies (bus-lock budget, pollution
+permits, power budget, LLC and memory-bandwidth isolation) and per-CPU levers
+(clock modulation, cpufreq) would run here with the default configuration (or
+--config FILE), and why the others would not.
 
 Domains: for every running libvirt guest (its status file in /run/libvirt/qemu,
 read-only, no libvirt connection) the topology checks of 'crosstalk plan':
@@ -65,6 +71,15 @@ empty stand-ins), so the tree can be attached to a bug report and replayed with
 				dopt = doctor.LiveOptions(os.Geteuid(), log)
 			}
 			report := doctor.Run(h, dopt)
+			cfg := agent.Defaults()
+			if configFile != "" {
+				if cfg, err = agent.LoadConfig(configFile); err != nil {
+					return err
+				}
+			}
+			for _, p := range agent.HardwareAvailability(cfg, h) {
+				report.Policies = append(report.Policies, doctor.Policy{Name: p.Name, On: p.On, Why: p.Why})
+			}
 
 			if capture != "" {
 				m, err := host.Capture(h, rec.Touched(), capture)
@@ -84,5 +99,6 @@ empty stand-ins), so the tree can be attached to a bug report and replayed with
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON (a stable interface)")
 	cmd.Flags().StringVar(&capture, "capture", "", "also copy the files doctor reads into `DIR`, for bug reports and tests")
+	cmd.Flags().StringVar(&configFile, "config", "", "judge the hardware policies with this agent configuration `FILE` (default: the defaults)")
 	return cmd
 }

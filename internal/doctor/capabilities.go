@@ -318,7 +318,7 @@ func resctrlCap(e *env) ResctrlCap {
 		case e.idErr != nil:
 			c.Reason = "not mounted; CPU flags unknown"
 		default:
-			c.Reason = "not mounted and the CPU shows no RDT/PQoS flags: cache and bandwidth isolation fall back to CPU quota"
+			c.Reason = "not mounted and the CPU shows no RDT/PQoS flags: no cache or bandwidth monitoring or isolation (the canary probe and CPU-quota throttling still work)"
 		}
 		return c
 	}

@@ -463,7 +463,7 @@ func checkResctrlMount(e *env) Check {
 	case e.idErr != nil:
 		c.Status, c.Summary = Unknown, "resctrl not mounted, and the CPU flags that would say whether it could be are unknown"
 	default:
-		c.Status, c.Summary = Info, "no RDT/PQoS on this CPU: LLC and bandwidth isolation fall back to CPU quota"
+		c.Status, c.Summary = Info, "no RDT/PQoS on this CPU: no LLC or bandwidth isolation (the canary probe and CPU-quota throttling still work)"
 	}
 	return c
 }

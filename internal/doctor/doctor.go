@@ -39,6 +39,17 @@ type Report struct {
 	// Domains are the topology checks of running libvirt domains (empty
 	// without libvirt); the checks are the plan package's.
 	Domains []DomainReport `json:"domains"`
+	// Policies says which of the agent's hardware policies and levers
+	// would run on this host, and why the others would not (filled by the
+	// caller, which builds them as the agent does).
+	Policies []Policy `json:"policies,omitempty"`
+}
+
+// Policy is one of the agent's hardware policies or levers on this host.
+type Policy struct {
+	Name string `json:"name"`
+	On   bool   `json:"on"`
+	Why  string `json:"why,omitempty"`
 }
 
 // HostInfo names the machine.

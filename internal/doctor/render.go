@@ -68,6 +68,19 @@ func WriteText(w io.Writer, r Report) error {
 			}
 		}
 	}
+	if len(r.Policies) > 0 {
+		b.WriteString("\nPOLICIES (the agent's hardware policies and levers, built as `crosstalk run` would)\n")
+		for _, p := range r.Policies {
+			state := "[on]"
+			if !p.On {
+				state = "[off]"
+			}
+			fmt.Fprintf(&b, "  %-9s %s\n", state, p.Name)
+			if p.Why != "" {
+				wrap(&b, "why:", p.Why)
+			}
+		}
+	}
 	counts := map[Status]int{}
 	for _, ch := range r.Checks {
 		counts[ch.Status]++

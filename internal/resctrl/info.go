@@ -262,7 +262,7 @@ func Open(h *host.Host, hasFlag func(string) bool, amd bool) (Info, error) {
 		if len(support) > 0 {
 			return Info{}, &UnavailableError{fmt.Sprintf("not mounted, but the CPU supports it (%s): mount -t resctrl resctrl %s", strings.Join(support, " "), DefaultMount)}
 		}
-		return Info{}, &UnavailableError{"not mounted and the CPU shows no RDT/PQoS flags: cache and bandwidth isolation fall back to CPU quota"}
+		return Info{}, &UnavailableError{"not mounted and the CPU shows no RDT/PQoS flags: no cache or bandwidth monitoring or isolation (the canary probe and CPU-quota throttling still work)"}
 	}
 	in := ReadInfo(h, mount, opts, amd)
 	if in.L3 == nil && in.MB == nil && in.Mon == nil {

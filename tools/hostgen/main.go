@@ -335,6 +335,19 @@ func bitUsage(domains, bits int) string {
 }
 
 // domainValues renders "0=v;1=v;…" for a schemata line.
+// monData writes a control group's mon_data (per L3 domain: occupancy and
+// the MBM byte counters, a little different per domain) and an empty
+// mon_groups directory.
+func (t *tree) monData(group string, domains int, occ, total, local int64) {
+	for d := range domains {
+		dir := fmt.Sprintf("%smon_data/mon_L3_%02d/", group, d)
+		t.line(dir+"llc_occupancy", occ+int64(d)*32768)
+		t.line(dir+"mbm_total_bytes", total+int64(d)*1048576)
+		t.line(dir+"mbm_local_bytes", local+int64(d)*1048576)
+	}
+	t.put(group+"mon_groups/.crosstalk-keep", "")
+}
+
 func domainValues(domains int, v string) string {
 	parts := make([]string, domains)
 	for d := range parts {
@@ -475,6 +488,11 @@ func intelSKX2S() *tree {
 	t.put(rc+"tasks", "")
 	t.put(rc+"libvirt-vm1/schemata", "    MB:"+domainValues(sockets, "100")+"\n    L3:"+domainValues(sockets, "00f")+"\n")
 	t.line(rc+"libvirt-vm1/cpus_list", "")
+	// With monitoring, every control group has mon_data (its counters per
+	// L3 domain) and mon_groups; occupancy is a multiple of the 32 KiB
+	// unit (x86_cache_occ_scale), the MBM counters are since boot.
+	t.monData(rc, sockets, 4718592, 93217766400, 90127104000)
+	t.monData(rc+"libvirt-vm1/", sockets, 1835008, 2415919104, 2390753280)
 
 	// RAPL through intel_rapl_msr: a package zone per socket, DRAM below it.
 	for pkg, e := range [][2]int64{{84512340187, 20317765521}, {79034471823, 19477830094}} {
@@ -678,6 +696,7 @@ func amdMilan1S() *tree {
 	t.put(rc+"schemata", "    L3:"+domainValues(ccds, "ffff")+"\n    MB:"+domainValues(ccds, "2048")+"\n")
 	t.line(rc+"cpus_list", cpulist(m.all()))
 	t.put(rc+"tasks", "")
+	t.monData(rc, ccds, 12582912, 48318382080, 48318382080)
 
 	// No powercap zones: AMD RAPL in powercap needs 5.11+.
 	t.pmu("cpu", 4)
