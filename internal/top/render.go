@@ -314,6 +314,14 @@ func (f *frame) tenants(ts []agent.TenantState) {
 	flags := &column{head: "FLAGS", keep: 95}
 	score := &column{head: "SCORE", right: true, keep: 99}
 	cols = append(cols, quota, duty, flags, score)
+	var heldBy *column
+	for _, t := range ts {
+		if len(t.Holds) > 0 {
+			heldBy = &column{head: "HELD BY", keep: 0} // the first to go on a narrow terminal
+			cols = append(cols, heldBy)
+			break
+		}
+	}
 
 	for _, t := range ts {
 		suspect := t.Score > 0
@@ -355,6 +363,18 @@ func (f *frame) tenants(ts []agent.TenantState) {
 		if t.Throttled {
 			fl = append(fl, "THROTTLED")
 			st = sYellow
+		}
+		if heldBy != nil {
+			// Which policies hold it (a bus-lock budget, a permit, the
+			// probe's duty controller…): an operator asks "why" first.
+			var by []string
+			for _, h := range t.Holds {
+				p, _, _ := strings.Cut(h.Policy, ":") // power:0 → power
+				if p = clean(p); !slices.Contains(by, p) {
+					by = append(by, p)
+				}
+			}
+			heldBy.add(strings.Join(by, "+"), "")
 		}
 		if t.Protected {
 			fl = append(fl, "PROTECTED")
@@ -518,11 +538,14 @@ func (c *column) add(text, style string) { c.cells = append(c.cells, seg{text, s
 // then the least important columns are dropped; a name that does not fit is
 // cut with an ellipsis.
 func (f *frame) table(cols []*column) {
-	for _, c := range cols {
+	natural := func(c *column) {
 		c.width = utf8.RuneCountInString(c.head)
 		for _, cell := range c.cells {
 			c.width = max(c.width, utf8.RuneCountInString(cell.text))
 		}
+	}
+	for _, c := range cols {
+		natural(c)
 	}
 	const gap = 2
 	const indent = 2
@@ -560,6 +583,13 @@ func (f *frame) table(cols []*column) {
 			}
 		}
 		cols = slices.Delete(cols, drop, drop+1)
+		// The room the dropped column leaves goes back to the flexible
+		// columns shrunk to make it fit.
+		for _, c := range cols {
+			if c.flex {
+				natural(c)
+			}
+		}
 		shrink(flexMin)
 	}
 	shrink(4)

@@ -44,6 +44,7 @@ func sample() agent.State {
 				CPU: 1.95, RunDelay: 0.0125, PSI: 0.05, ThrottledRatio: 0.5,
 				Counters: map[string]float64{"bus_locks": 250000, "cycles": 9.5e9, "instructions": 2.1e9, "llc_misses": 4e4},
 				Quota:    2, Throttled: true, Duty: 0.5, Score: 0.92,
+				Holds: []agent.HoldState{{Policy: "probe", Lever: "cpu_quota", Duty: 0.5}, {Policy: "power:0", Lever: "cpufreq", Duty: 0.75}, {Policy: "power:1", Lever: "cpufreq", Duty: 0.75}},
 			},
 			{
 				ID: "pod:batch/thrash", Kind: "container", Name: "batch/thrash", CPUs: "8-15",
@@ -237,5 +238,14 @@ func TestFormat(t *testing.T) {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
 		}
+	}
+}
+
+// A held tenant's flags name the policies holding it, each once (a power
+// hold per socket is one "power").
+func TestRenderNamesHoldingPolicies(t *testing.T) {
+	out := render(t, sample(), 200, false)
+	if !strings.Contains(out, "HELD BY") || !strings.Contains(out, "probe+power") || strings.Contains(out, "power:0") {
+		t.Errorf("flags do not name the holding policies once each:\n%s", out)
 	}
 }
