@@ -25,9 +25,13 @@ func (b *logBuf) Write(p []byte) (int, error) {
 }
 
 // contains reports whether a logged line contains all of the parts.
-func (b *logBuf) contains(parts ...string) bool {
+func (b *logBuf) contains(parts ...string) bool { return b.count(parts...) > 0 }
+
+// count is how many logged lines contain all of the parts.
+func (b *logBuf) count(parts ...string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	n := 0
 next:
 	for _, l := range b.lines {
 		for _, p := range parts {
@@ -35,9 +39,9 @@ next:
 				continue next
 			}
 		}
-		return true
+		n++
 	}
-	return false
+	return n
 }
 
 func newLog(t testing.TB) (*slog.Logger, *logBuf) {
