@@ -98,6 +98,9 @@ type Agent struct {
 	cont   *judge.Contention
 	susp   *judge.Suspects
 	domain map[int]cpuset.Set
+	// wait judges CPU-time contention (cpuwait.go), with its own suspects.
+	wait     *judge.CPUWait
+	waitSusp *judge.Suspects
 
 	latest       atomic.Pointer[State]
 	baselinePath string // where probe baselines persist across restarts ("" = nowhere)
@@ -113,6 +116,10 @@ type Agent struct {
 	// recent are the last intervals' contention ratios: bursty contention is
 	// judged by its peak, not by whichever interval a proof happens to start in.
 	recent []float64
+	// lastWait is this interval's CPU-wait verdict; waitRecent its last ratios.
+	lastWait   judge.WaitVerdict
+	waitRecent []float64
+	waitCPUs   map[string]cpuset.Set // CPUs of the tenants judged this interval
 	// lastChange is when a throttle was last applied or lifted: caches and
 	// probes need a couple of intervals to settle before the next proof.
 	lastChange time.Time
@@ -124,6 +131,7 @@ type Agent struct {
 type throttled struct {
 	tenant sense.Tenant
 	thr    *act.Throttle
+	signal string // what convicted it: signalProbe or signalWait
 }
 
 type backoff struct {
@@ -148,6 +156,12 @@ type proof struct {
 	next     time.Time
 	capped   []float64
 	uncapped []float64
+	// signal is the contention being proven: signalProbe (the canary
+	// probes on cpu) or signalWait (the victims' CPU wait, waitFrom their
+	// counters at the start of the current sample).
+	signal   string
+	victims  []sense.Tenant
+	waitFrom map[string]sense.TenantStats
 }
 
 // proofPeriod is the CFS period of a proof's hard cap.
@@ -182,6 +196,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a := &Agent{
 		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(),
 		cont: judge.NewContention(cfg.Thresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
+		wait: judge.NewCPUWait(cfg.Thresholds()), waitSusp: judge.NewSuspects(cfg.Judge.Window),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, throttled: map[string]*throttled{},
 		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{},
 		pending: map[int]*probeRun{},
@@ -409,6 +424,7 @@ func (a *Agent) step(now time.Time) {
 	for _, s := range samples {
 		present[s.t.ID] = s
 	}
+	a.judgeWaitLocked(samples, views)
 	a.controlLocked(now, v, present)
 
 	var ranked []judge.Suspect
@@ -425,6 +441,9 @@ func (a *Agent) step(now time.Time) {
 		if a.proof == nil && v.Persistent && now.Sub(a.lastChange) >= 2*a.cfg.Interval {
 			a.maybeProveLocked(now, v, ranked, present)
 		}
+	}
+	if a.proof == nil {
+		ranked = append(ranked, a.maybeProveWaitLocked(now, views, present)...)
 	}
 	a.publishLocked(now, v, samples, ranked, readings, cpuBefore)
 }
@@ -531,6 +550,11 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			continue
 		}
 		ratio := a.cont.Worst(v.Readings, a.domainsOf(t.tenant.CPUs))
+		if t.signal == signalWait {
+			// Convicted for its neighbours' CPU wait: held to that, and
+			// tightened too if the probes find it polluting as well.
+			ratio = max(ratio, a.waitRatioLocked(t.tenant))
+		}
 		if ratio == 0 {
 			ratio = 1
 		}
@@ -541,7 +565,8 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			// cause. Free it, and do not suspect it again for a while.
 			a.releaseLocked(t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× while it was held down", ratio))
 			delete(a.throttled, id)
-			a.backoff[id] = a.nextBackoff(id, now)
+			key := backoffKey(t.signal, id)
+			a.backoff[key] = a.nextBackoff(key, now)
 		case act.Release:
 			why := fmt.Sprintf("contention %.2f× stayed under %.2f× at full relaxation", ratio, a.sp.RelaxBelow)
 			if s.usage < a.sp.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
@@ -625,12 +650,18 @@ func (a *Agent) proofSample(now time.Time) {
 		return
 	}
 	ratio := -1.0
-	if rs, err := a.measureCPU(p.cpu.Domain, p.cpu.CPU); err == nil {
+	var waitNow map[string]sense.TenantStats
+	if p.signal == signalWait {
+		waitNow = a.readVictims(p.victims)
+	} else if rs, err := a.measureCPU(p.cpu.Domain, p.cpu.CPU); err == nil {
 		ratio = a.cont.Worst(a.cont.Rate(rs), nil)
 	}
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if p.signal == signalWait {
+		ratio = a.waitProofRatioLocked(p, waitNow)
+	}
 	th := a.cont.Thresholds()
 	step := a.cfg.Proof.Window / proofSamples
 	if p.phase == "capped" {
@@ -676,11 +707,12 @@ func (a *Agent) endProofLocked(now time.Time, p *proof, verdict, why string, cap
 	a.proofs[verdict]++
 	a.journal(act.Event{Kind: "proof", Tenant: p.tenant.ID, Name: p.tenant.Name, Detail: verdict + ": " + why,
 		Evidence: map[string]any{"before": p.before, "capped": p.capped, "uncapped": p.uncapped, "cpu": p.cpu.CPU}})
+	key := backoffKey(p.signal, p.tenant.ID)
 	if verdict != judge.ProofGuilty {
 		if capped {
 			a.releaseLocked(p.tenant, verdict+": "+why)
 		}
-		a.backoff[p.tenant.ID] = a.nextBackoff(p.tenant.ID, now)
+		a.backoff[key] = a.nextBackoff(key, now)
 		a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "why", why)
 		return
 	}
@@ -690,8 +722,8 @@ func (a *Agent) endProofLocked(now time.Time, p *proof, verdict, why string, cap
 		a.handleWriteErr(p.tenant, err)
 		return
 	}
-	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr}
-	delete(a.backoff, p.tenant.ID)
+	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal}
+	delete(a.backoff, key)
 	a.recordLocked(now, p.tenant, "throttle", q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
 }
 
@@ -766,7 +798,7 @@ func (a *Agent) handleWriteErr(t sense.Tenant, err error) {
 	}
 	a.log.Error("cgroup write failed", "tenant", t.ID, "err", err)
 	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
-	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) {
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) || errors.Is(err, act.ErrUnavailable) {
 		a.backoff[t.ID] = a.nextBackoff(t.ID, time.Now())
 	}
 }
@@ -801,6 +833,7 @@ func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, 
 	st := &State{
 		Time: now, Interval: a.cfg.Interval.Seconds(), Host: a.d.Host, Version: a.d.Version, DryRun: a.cfg.DryRun,
 		PMU: a.d.PMU, Contention: v.Contended, ContentionRatio: v.Ratio,
+		CPUWait: a.lastWait.Contended, CPUWaitRatio: a.lastWait.Ratio,
 		Tenants: []TenantState{}, Probes: []ProbeState{}, Suspects: []Suspect{},
 		Actions: slices.Clone(a.actions), ActionsTotal: map[string]uint64{}, ProofsTotal: map[string]uint64{},
 	}
@@ -819,7 +852,7 @@ func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, 
 		st.Suspects = append(st.Suspects, Suspect{Tenant: r.ID, Name: r.Name, Score: r.Score, Reasons: r.Reasons})
 	}
 	for _, s := range samples {
-		ts := TenantState{ID: s.t.ID, Kind: s.t.Kind, Name: s.t.Name, Cgroup: s.t.Cgroup, CPUs: s.t.CPUs.String(),
+		ts := TenantState{ID: s.t.ID, Kind: s.t.Kind, Name: s.t.Name, UUID: s.t.UUID, Cgroup: s.t.Cgroup, CPUs: s.t.CPUs.String(),
 			CPU: s.usage, ThrottledRatio: s.thrRatio, RunDelay: s.delay, PSI: s.psi, Counters: s.counters,
 			Duty: 1, Protected: a.protected(s.t), Score: scores[s.t.ID]}
 		if t, ok := a.throttled[s.t.ID]; ok {

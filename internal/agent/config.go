@@ -47,6 +47,7 @@ type Config struct {
 	Proof    ProofConfig    `yaml:"proof"`
 	Throttle ThrottleConfig `yaml:"throttle"`
 	Perf     PerfConfig     `yaml:"perf"`
+	Libvirt  LibvirtConfig  `yaml:"libvirt"`
 }
 
 // TenantsConfig says which cgroups are tenants.
@@ -106,6 +107,25 @@ type PerfConfig struct {
 	Software bool `yaml:"software"`
 }
 
+// LibvirtConfig is the libvirt integration: VMs named and located as libvirt
+// knows them, and throttled through libvirt's scheduler parameters.
+type LibvirtConfig struct {
+	// Enabled is "auto" (default: on when the socket exists at start),
+	// "true" (on; while the socket is absent crosstalk keeps retrying and
+	// VMs are not throttled) or "false" (never: VMs are throttled through
+	// their cgroup files, as any other tenant).
+	Enabled string `yaml:"enabled"`
+	// Socket is libvirtd's socket below the host root (default
+	// /run/libvirt/libvirt-sock; with --root /host it is read at
+	// /host/run/libvirt/libvirt-sock).
+	Socket string `yaml:"socket"`
+	// URI is the driver to open (default qemu:///system).
+	URI string `yaml:"uri"`
+	// Timeout bounds connecting and each call (default 2s): a daemon that
+	// does not answer has its connection reset and is reconnected.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
 // Defaults returns the configuration used without a file.
 func Defaults() Config {
 	var c Config
@@ -146,6 +166,18 @@ func (c *Config) fill() {
 	}
 	if c.Perf.FDBudget == 0 {
 		c.Perf.FDBudget = 512
+	}
+	if c.Libvirt.Enabled == "" {
+		c.Libvirt.Enabled = "auto"
+	}
+	if c.Libvirt.Timeout == 0 {
+		c.Libvirt.Timeout = 2 * time.Second
+	}
+	if c.Libvirt.Socket == "" {
+		c.Libvirt.Socket = "/run/libvirt/libvirt-sock"
+	}
+	if c.Libvirt.URI == "" {
+		c.Libvirt.URI = "qemu:///system"
 	}
 }
 
@@ -226,6 +258,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Probe.LLCBytes < 0 || c.Probe.CPUsPerDomain < 0 || c.Probe.Chunks < 0 {
 		bad("probe", "sizes must be >= 0")
+	}
+	switch c.Libvirt.Enabled {
+	case "auto", "true", "false":
+	default:
+		bad("libvirt.enabled", "%q: want auto, true or false", c.Libvirt.Enabled)
+	}
+	if c.Libvirt.Timeout < 100*time.Millisecond || c.Libvirt.Timeout > time.Minute {
+		bad("libvirt.timeout", "%s outside 100ms-1m", c.Libvirt.Timeout)
 	}
 	return errors.Join(errs...)
 }

@@ -104,11 +104,15 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 	// them open, within a bound.
 	files := h.NewRereader(4096)
 	closers = append(closers, func() { files.Close() })
+	// libvirt VMs: named and located as libvirt knows them, and throttled
+	// through libvirt (see wireLibvirt).
+	discoverer, quota, stopLibvirt := wireLibvirt(cfg, h, log, disc, &act.CPUQuota{Host: h, Layout: layout, State: state, Log: log}, state)
+	closers = append(closers, stopLibvirt)
 	d := Deps{
-		Discoverer: disc,
+		Discoverer: discoverer,
 		Stats:      sense.CgroupStats{Host: h, Layout: layout, Files: files},
 		Probe:      probe,
-		Quota:      &act.CPUQuota{Host: h, Layout: layout, State: state, Log: log},
+		Quota:      quota,
 		Journal:    journal,
 		Log:        log,
 		OnAction:   onAction,
