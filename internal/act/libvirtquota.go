@@ -109,8 +109,8 @@ type LibvirtQuota struct {
 	// call deadline applies too).
 	Timeout time.Duration
 
-	mu       sync.Mutex
-	notOurs  map[string]bool // VM cgroups no domain of this libvirt matches (logged once)
+	mu      sync.Mutex
+	notOurs map[string]bool // VM cgroups no domain of this libvirt matches (logged once)
 }
 
 func (a *LibvirtQuota) ctx() (context.Context, context.CancelFunc) {
@@ -187,6 +187,10 @@ func (a *LibvirtQuota) Apply(cgroupPath, tenant string, q cgroup.Quota) error {
 				}
 				return a.Cgroups.Apply(cgroupPath, tenant, q)
 			}
+		}
+		if !d.Settled {
+			// libvirt still holds its start job: a change would wait for it.
+			return fmt.Errorf("not throttling VM %s yet: %w: libvirt is still starting it", d.Name, ErrUnavailable)
 		}
 		dom = d
 		orig, err := a.Libvirt.SchedParams(ctx, dom)

@@ -155,7 +155,7 @@ func newVMWorld(t *testing.T) *vmWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	web := libvirt.Domain{Name: "web", UUID: "11111111-2222-3333-4444-555555555555", ID: 3, VCPUs: 1}
+	web := libvirt.Domain{Name: "web", UUID: "11111111-2222-3333-4444-555555555555", ID: 3, VCPUs: 1, Settled: true}
 	lv := &fakeLibvirt{h: h, l: l, connected: true, doms: map[string]libvirt.Domain{vmWeb: web}, cgroups: map[string]string{web.UUID: vmWeb}}
 	w := &vmWorld{h: h, l: l, root: root, state: state, lv: lv, logs: &bytes.Buffer{}}
 	w.a = w.actuator()
@@ -380,5 +380,20 @@ func TestLibvirtQuotaUnknownOutcomeKeepsRecord(t *testing.T) {
 	w.lv.failSet = nil
 	if err := w.a.Restore(vmWeb); err != nil || w.quota(t, vmWeb) != "-1/100000" {
 		t.Errorf("restore: %v, %s", err, w.quota(t, vmWeb))
+	}
+}
+
+// A domain libvirt is still starting is not touched: libvirt holds its job,
+// and a change would wait for it.
+func TestLibvirtQuotaWaitsForAStartingDomain(t *testing.T) {
+	w := newVMWorld(t)
+	d := w.lv.doms[vmWeb]
+	d.Settled = false
+	w.lv.doms[vmWeb] = d
+	if err := w.a.Apply(vmWeb, "web", throttle); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "still starting") {
+		t.Fatalf("Apply on a starting domain: %v", err)
+	}
+	if len(w.lv.sets) != 0 || len(w.state.RecordKeys(LibvirtRecordKind)) != 0 {
+		t.Error("acted on a starting domain")
 	}
 }

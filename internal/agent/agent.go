@@ -116,10 +116,10 @@ type Agent struct {
 	// recent are the last intervals' contention ratios: bursty contention is
 	// judged by its peak, not by whichever interval a proof happens to start in.
 	recent []float64
-	// lastWait is this interval's CPU-wait verdict; waitRecent its last ratios.
-	lastWait   judge.WaitVerdict
-	waitRecent []float64
-	waitCPUs   map[string]cpuset.Set // CPUs of the tenants judged this interval
+	// lastWait is this interval's CPU-wait verdict, waitCPUs the CPUs of
+	// the tenants it judged.
+	lastWait judge.WaitVerdict
+	waitCPUs map[string]cpuset.Set
 	// lastChange is when a throttle was last applied or lifted: caches and
 	// probes need a couple of intervals to settle before the next proof.
 	lastChange time.Time
@@ -196,7 +196,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a := &Agent{
 		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(),
 		cont: judge.NewContention(cfg.Thresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
-		wait: judge.NewCPUWait(cfg.Thresholds()), waitSusp: judge.NewSuspects(cfg.Judge.Window),
+		wait: judge.NewCPUWait(cfg.WaitThresholds()), waitSusp: judge.NewSuspects(cfg.Judge.Window),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, throttled: map[string]*throttled{},
 		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{},
 		pending: map[int]*probeRun{},
@@ -551,9 +551,9 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 		}
 		ratio := a.cont.Worst(v.Readings, a.domainsOf(t.tenant.CPUs))
 		if t.signal == signalWait {
-			// Convicted for its neighbours' CPU wait: held to that, and
-			// tightened too if the probes find it polluting as well.
-			ratio = max(ratio, a.waitRatioLocked(t.tenant))
+			// Convicted for its neighbours' CPU wait: held to that. (The
+			// probes' noise must not make it look useless.)
+			ratio = a.waitRatioLocked(t.tenant)
 		}
 		if ratio == 0 {
 			ratio = 1
@@ -663,6 +663,9 @@ func (a *Agent) proofSample(now time.Time) {
 		ratio = a.waitProofRatioLocked(p, waitNow)
 	}
 	th := a.cont.Thresholds()
+	if p.signal == signalWait {
+		th = a.wait.Thresholds()
+	}
 	step := a.cfg.Proof.Window / proofSamples
 	if p.phase == "capped" {
 		if ratio >= 0 {
@@ -796,9 +799,13 @@ func (a *Agent) handleWriteErr(t sense.Tenant, err error) {
 		a.log.Info("tenant vanished while acting on it", "tenant", t.ID)
 		return
 	}
+	if errors.Is(err, act.ErrUnavailable) {
+		a.unavailableLocked(t, err)
+		return
+	}
 	a.log.Error("cgroup write failed", "tenant", t.ID, "err", err)
 	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
-	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) || errors.Is(err, act.ErrUnavailable) {
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) {
 		a.backoff[t.ID] = a.nextBackoff(t.ID, time.Now())
 	}
 }

@@ -47,7 +47,23 @@ type Config struct {
 	Proof    ProofConfig    `yaml:"proof"`
 	Throttle ThrottleConfig `yaml:"throttle"`
 	Perf     PerfConfig     `yaml:"perf"`
+	CPUWait  CPUWaitConfig  `yaml:"cpu_wait"`
 	Libvirt  LibvirtConfig  `yaml:"libvirt"`
+}
+
+// CPUWaitConfig is the CPU-wait contention signal: a tenant whose work takes
+// far longer than usual because its threads wait for CPUs a neighbour keeps
+// busy (vCPUs of two VMs pinned to one CPU; what a guest sees as steal).
+// Suspects are the tenants active on its CPUs, proven by the same A/B/A cap.
+type CPUWaitConfig struct {
+	// Enabled judges CPU wait (default true). Turn it off where tenants are
+	// meant to share CPUs and compete for them.
+	Enabled *bool `yaml:"enabled"`
+	// Ratio: a tenant's stretch ((CPU time + run delay) / CPU time) this
+	// many times its quiet stretch, twice in a row, is contention (default
+	// 1.5); Strong counts at once (default 4).
+	Ratio  float64 `yaml:"ratio"`
+	Strong float64 `yaml:"strong"`
 }
 
 // TenantsConfig says which cgroups are tenants.
@@ -167,6 +183,15 @@ func (c *Config) fill() {
 	if c.Perf.FDBudget == 0 {
 		c.Perf.FDBudget = 512
 	}
+	if c.CPUWait.Enabled == nil {
+		c.CPUWait.Enabled = ptrTo(true)
+	}
+	if c.CPUWait.Ratio == 0 {
+		c.CPUWait.Ratio = 1.5
+	}
+	if c.CPUWait.Strong == 0 {
+		c.CPUWait.Strong = max(4, c.CPUWait.Ratio)
+	}
 	if c.Libvirt.Enabled == "" {
 		c.Libvirt.Enabled = "auto"
 	}
@@ -259,6 +284,9 @@ func (c *Config) Validate() error {
 	if c.Probe.LLCBytes < 0 || c.Probe.CPUsPerDomain < 0 || c.Probe.Chunks < 0 {
 		bad("probe", "sizes must be >= 0")
 	}
+	if w := c.CPUWait; w.Ratio <= 1 || w.Strong < w.Ratio {
+		bad("cpu_wait", "need 1 < ratio <= strong (have %.2f, %.2f)", w.Ratio, w.Strong)
+	}
 	switch c.Libvirt.Enabled {
 	case "auto", "true", "false":
 	default:
@@ -284,6 +312,13 @@ func (c *Config) Thresholds() judge.Thresholds {
 	th := judge.Thresholds{Ratio: c.Judge.Ratio, Strong: c.Judge.Strong, Tolerance: c.Judge.Tolerance}
 	th.Fill()
 	return th
+}
+
+// WaitThresholds are the CPU-wait judge's thresholds: its own ratio and
+// strong level, the probes' tolerance ("back to normal") for proofs.
+func (c *Config) WaitThresholds() judge.Thresholds {
+	th := c.Thresholds()
+	return judge.Thresholds{Ratio: c.CPUWait.Ratio, Strong: c.CPUWait.Strong, Tolerance: min(th.Tolerance, c.CPUWait.Ratio)}
 }
 
 // ProbeSettings is the probe configuration for the sensor.

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +31,9 @@ func backoffKey(signal, id string) string {
 // CPU-wait judge. Tenants crosstalk is capping are left out: their waits
 // are its own doing.
 func (a *Agent) judgeWaitLocked(samples []sample, views []judge.TenantView) {
+	if !*a.cfg.CPUWait.Enabled {
+		return
+	}
 	ws := make([]judge.WaitSample, 0, len(samples))
 	if a.waitCPUs == nil {
 		a.waitCPUs = map[string]cpuset.Set{}
@@ -47,10 +49,6 @@ func (a *Agent) judgeWaitLocked(samples []sample, views []judge.TenantView) {
 		a.waitCPUs[s.t.ID] = s.t.CPUs
 	}
 	a.lastWait = a.wait.Update(ws)
-	a.waitRecent = append(a.waitRecent, a.lastWait.Ratio)
-	if len(a.waitRecent) > 3 {
-		a.waitRecent = a.waitRecent[len(a.waitRecent)-3:]
-	}
 	a.waitSusp.Observe(judge.Verdict{Ratio: a.lastWait.Ratio}, views)
 }
 
@@ -114,7 +112,6 @@ func (a *Agent) maybeProveWaitLocked(now time.Time, views []judge.TenantView, pr
 	if len(vt) == 0 {
 		return ranked
 	}
-	before = max(before, slices.Max(a.waitRecent))
 	reason := fmt.Sprintf("%s; suspect score %.2f: %s", waitReason(wv, present), top.Score, strings.Join(top.Reasons, "; "))
 	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: map[string]any{"cpu_wait_ratio": wv.Ratio, "victims": wv.Victims, "suspects": ranked}})
 	if a.cfg.DryRun {
@@ -174,4 +171,20 @@ func (a *Agent) waitProofRatioLocked(p *proof, now map[string]sense.TenantStats)
 		worst = max(worst, a.wait.Ratio(id, usage, delay))
 	}
 	return worst
+}
+
+// unavailableLocked handles an actuator that cannot act now (libvirtd
+// restarting, a domain libvirt is still starting): the tenant is left alone
+// for a few intervals, for every signal, and the journal says why.
+func (a *Agent) unavailableLocked(t sense.Tenant, err error) {
+	a.log.Warn("cannot act on tenant now; retrying shortly", "tenant", t.Name, "err", err)
+	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
+	until := time.Now().Add(max(time.Second, 4*a.cfg.Interval))
+	for _, k := range []string{backoffKey(signalProbe, t.ID), backoffKey(signalWait, t.ID)} {
+		b := a.backoff[k]
+		if b.until.Before(until) {
+			b.until = until
+		}
+		a.backoff[k] = b
+	}
 }

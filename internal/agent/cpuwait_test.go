@@ -138,9 +138,12 @@ type cpuHarness struct {
 	actions []ActionRecord
 }
 
-func newCPUHarness(t *testing.T, w *cpuWorld) *cpuHarness {
+func newCPUHarness(t *testing.T, w *cpuWorld, tweak ...func(*Config)) *cpuHarness {
 	t.Helper()
 	cfg := testConfig(t.TempDir())
+	for _, f := range tweak {
+		f(&cfg)
+	}
 	st, err := act.OpenState(StatePath(cfg.StateDir))
 	if err != nil {
 		t.Fatal(err)
@@ -262,5 +265,21 @@ func TestAgentCPUWaitAcquitsAnInnocent(t *testing.T) {
 	}
 	if q := w.quota("hog"); q.Quota != 10*time.Millisecond {
 		t.Errorf("hog quota not restored to its own: %v", q)
+	}
+}
+
+// cpu_wait.enabled false: the same hog is left alone.
+func TestAgentCPUWaitDisabled(t *testing.T) {
+	w := newCPUWorld(t)
+	hs := newCPUHarness(t, w, func(c *Config) { c.CPUWait.Enabled = ptrTo(false) })
+	stop := hs.run(t)
+	time.Sleep(300 * time.Millisecond)
+	w.mu.Lock()
+	w.hogOn = true
+	w.mu.Unlock()
+	time.Sleep(800 * time.Millisecond)
+	stop()
+	if n := hs.count("proof", "hog") + hs.count("throttle", "hog"); n > 0 {
+		t.Errorf("with cpu_wait off the hog was proven or throttled %d times", n)
 	}
 }

@@ -22,6 +22,9 @@ func TestLibvirtConfig(t *testing.T) {
 	if d := Defaults(); c.Libvirt != d.Libvirt {
 		t.Errorf("example libvirt section %+v differs from the defaults %+v", c.Libvirt, d.Libvirt)
 	}
+	if d := Defaults(); *c.CPUWait.Enabled != *d.CPUWait.Enabled || c.CPUWait.Ratio != d.CPUWait.Ratio || c.CPUWait.Strong != d.CPUWait.Strong || c.WaitThresholds() != d.WaitThresholds() {
+		t.Errorf("example cpu_wait section %+v differs from the defaults %+v", c.CPUWait, d.CPUWait)
+	}
 	if d := Defaults().Libvirt; d.Enabled != "auto" || d.Socket != "/run/libvirt/libvirt-sock" || d.Timeout != 2*time.Second {
 		t.Errorf("defaults %+v", d)
 	}
@@ -29,6 +32,8 @@ func TestLibvirtConfig(t *testing.T) {
 		{"libvirt:\n  enabled: maybe\n", "libvirt.enabled"},
 		{"libvirt:\n  timeout: 1ms\n", "libvirt.timeout"},
 		{"libvirt:\n  sockett: /x\n", "sockett"},
+		{"cpu_wait:\n  ratio: 0.9\n", "cpu_wait"},
+		{"cpu_wait:\n  ratio: 3\n  strong: 2\n", "cpu_wait"},
 	} {
 		if _, err := ParseConfig([]byte(tc.yaml), "test.yaml"); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err = %v, want one naming %s", tc.yaml, err, tc.want)

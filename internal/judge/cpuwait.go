@@ -84,6 +84,9 @@ func NewCPUWait(th Thresholds) *CPUWait {
 	return &CPUWait{th: th, base: map[string]*Baseline{}, hot: map[string]int{}, runs: map[string]int{}}
 }
 
+// Thresholds returns the thresholds in use.
+func (c *CPUWait) Thresholds() Thresholds { return c.th }
+
 // Stretch is (usage + delay) / usage; ok is false when usage is too small
 // to judge.
 func Stretch(usage, delay float64) (float64, bool) {

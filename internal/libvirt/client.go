@@ -91,14 +91,18 @@ type Client struct {
 	log  *slog.Logger
 	dial dialFunc
 
-	mu       sync.Mutex
-	sess     session // nil while disconnected
-	ncpus    int     // host CPUs (for cpumaps), per session
-	doms     map[string]Domain
-	listed   bool // doms was read on the current session
-	hooks    []Hooks
-	badXML   map[string]string // UUID -> last XML error logged
-	refreshC chan struct{}
+	mu     sync.Mutex
+	sess   session // nil while disconnected
+	ncpus  int     // host CPUs (for cpumaps), per session
+	doms   map[string]Domain
+	listed bool // doms was read on the current session
+	hooks  []Hooks
+	badXML map[string]string // UUID -> last XML error logged
+	// settled and firstSeen track which domains libvirt is done starting
+	// (see Domain.Settled).
+	settled   map[string]bool
+	firstSeen map[string]time.Time
+	refreshC  chan struct{}
 }
 
 // New returns a client; call Run to connect.
@@ -124,7 +128,8 @@ func New(o Options) *Client {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	c := &Client{o: o, log: o.Log.With("libvirt", o.Socket), doms: map[string]Domain{}, badXML: map[string]string{}, refreshC: make(chan struct{}, 1)}
+	c := &Client{o: o, log: o.Log.With("libvirt", o.Socket), doms: map[string]Domain{}, badXML: map[string]string{},
+		settled: map[string]bool{}, firstSeen: map[string]time.Time{}, refreshC: make(chan struct{}, 1)}
 	c.dial = o.dial
 	if c.dial == nil {
 		c.dial = dialSocket(o.Socket, o.URI, o.DialTimeout)
@@ -222,6 +227,7 @@ func (c *Client) serve(ctx context.Context, s session, failures int) {
 	defer cancel()
 	c.mu.Lock()
 	c.sess, c.ncpus, c.listed = s, 0, false
+	clear(c.settled) // re-learned from this session's first listing and events
 	hooks := slices.Clone(c.hooks)
 	c.mu.Unlock()
 	defer func() {

@@ -293,3 +293,33 @@ func TestClientRetriesWhileDaemonAbsent(t *testing.T) {
 	f.setDown(false)
 	wait(t, c)
 }
+
+// Domains running when the client connects are settled; one that appears
+// later settles with its "started" event (libvirt ends the start job first).
+func TestClientSettledDomains(t *testing.T) {
+	f := newFakeDaemon()
+	f.start("old", 1, 1, "1")
+	c, _ := runClient(t, f)
+	wait(t, c)
+	if d, _ := c.DomainByUUID(formatUUID(fakeUUID(1))); !d.Settled {
+		t.Error("a domain running at connection is not settled")
+	}
+	// Listed before its event: starting.
+	f.mu.Lock()
+	u := fakeUUID(2)
+	f.doms[u] = &fakeDom{dom: golibvirt.Domain{Name: "new", UUID: u, ID: 9}, state: 1, vcpus: 1, xml: domXML("new", u, 1, "1")}
+	f.mu.Unlock()
+	c.Refresh(context.Background())
+	if d, ok := c.DomainByUUID(formatUUID(u)); !ok || d.Settled {
+		t.Errorf("a domain listed before its started event: %+v, %v", d, ok)
+	}
+	f.event(golibvirt.Domain{Name: "new", UUID: u, ID: 9}, golibvirt.DomainEventStarted)
+	eventually(t, "the started event to settle it", func() bool {
+		d, _ := c.DomainByUUID(formatUUID(u))
+		return d.Settled
+	})
+	c.Refresh(context.Background())
+	if d, _ := c.DomainByUUID(formatUUID(u)); !d.Settled {
+		t.Error("a refresh unsettled it")
+	}
+}

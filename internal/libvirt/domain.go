@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 )
@@ -19,6 +20,12 @@ type Domain struct {
 	ID    int    `json:"id"`
 	State string `json:"state"` // running, paused, blocked, shutdown, crashed, pmsuspended
 	VCPUs int    `json:"vcpus"` // online vCPUs
+	// Settled says libvirt is done starting it: its "started" event arrived,
+	// it was running when the client connected, or it was listed long ago.
+	// While libvirt starts a domain it holds the domain's job, and any call
+	// that changes the domain waits for it (up to 30 s), so crosstalk acts
+	// only on settled domains.
+	Settled bool `json:"settled"`
 	// Config is its live XML, parsed; nil when it could not be read or
 	// parsed, and ConfigErr says why (the domain is still listed).
 	Config    *DomainConfig `json:"-"`
@@ -122,7 +129,9 @@ func (c *Client) Refresh(ctx context.Context) ([]Domain, error) {
 	var recs []golibvirt.DomainStatsRecord
 	err = c.callOn(s, ctx, "list domains", func(r rpc) error {
 		var err error
-		recs, err = r.ConnectGetAllDomainStats(nil, listStats, uint32(golibvirt.ConnectGetAllDomainsStatsActive))
+		// NOWAIT: a domain libvirt is busy with (starting, migrating) is
+		// listed with what can be read at once instead of blocking the list.
+		recs, err = r.ConnectGetAllDomainStats(nil, listStats, uint32(golibvirt.ConnectGetAllDomainsStatsActive|golibvirt.ConnectGetAllDomainsStatsNowait))
 		return err
 	})
 	if err != nil {
@@ -137,6 +146,14 @@ func (c *Client) Refresh(ctx context.Context) ([]Domain, error) {
 	}
 	c.mu.Lock()
 	if c.sess == s {
+		first := !c.listed
+		for uuid, d := range doms {
+			if first {
+				c.settled[uuid] = true // running when we connected
+			}
+			d.Settled = c.isSettledLocked(uuid)
+			doms[uuid] = d
+		}
 		c.doms, c.listed = doms, true
 	}
 	c.mu.Unlock()
@@ -146,6 +163,24 @@ func (c *Client) Refresh(ctx context.Context) ([]Domain, error) {
 	}
 	slices.SortFunc(out, func(a, b Domain) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// settleAfter is when a domain counts as settled without its started event
+// (events unavailable): libvirt gives up waiting for a domain job after 30 s.
+const settleAfter = 30 * time.Second
+
+// isSettledLocked reports whether a listed domain is settled, noting when it
+// was first seen.
+func (c *Client) isSettledLocked(uuid string) bool {
+	if c.settled[uuid] {
+		return true
+	}
+	first, ok := c.firstSeen[uuid]
+	if !ok {
+		c.firstSeen[uuid] = time.Now()
+		return false
+	}
+	return time.Since(first) >= settleAfter
 }
 
 // describe turns a stats record into a Domain, reading its live XML. It
@@ -265,9 +300,17 @@ func (c *Client) handleEvent(ctx context.Context, m golibvirt.DomainEventLifecyc
 		c.mu.Lock()
 		delete(c.doms, ev.UUID)
 		delete(c.badXML, ev.UUID)
+		delete(c.settled, ev.UUID)
+		delete(c.firstSeen, ev.UUID)
 		c.mu.Unlock()
 		c.log.Info("libvirt: domain "+ev.Kind, "domain", ev.Domain, "uuid", ev.UUID, "detail", ev.Detail)
 	case "started", "resumed", "suspended", "pmsuspended":
+		if ev.Kind == "started" || ev.Kind == "resumed" {
+			// libvirt ends the start job before it sends the event.
+			c.mu.Lock()
+			c.settled[ev.UUID] = true
+			c.mu.Unlock()
+		}
 		if err := c.refreshOne(ctx, m.Dom); err != nil {
 			c.log.Debug("libvirt: reading domain after event", "domain", ev.Domain, "event", ev.Kind, "err", err)
 		}
@@ -294,7 +337,7 @@ func (c *Client) refreshOne(ctx context.Context, dom golibvirt.Domain) error {
 	var recs []golibvirt.DomainStatsRecord
 	err = c.callOn(s, ctx, "domain "+dom.Name+" state", func(r rpc) error {
 		var err error
-		recs, err = r.ConnectGetAllDomainStats([]golibvirt.Domain{dom}, listStats, 0)
+		recs, err = r.ConnectGetAllDomainStats([]golibvirt.Domain{dom}, listStats, uint32(golibvirt.ConnectGetAllDomainsStatsNowait))
 		return err
 	})
 	uuid := formatUUID(dom.UUID)
@@ -310,6 +353,7 @@ func (c *Client) refreshOne(ctx context.Context, dom golibvirt.Domain) error {
 		}
 		if d, ok := c.describe(ctx, s, rec); ok {
 			c.mu.Lock()
+			d.Settled = c.isSettledLocked(d.UUID)
 			c.doms[d.UUID] = d
 			c.mu.Unlock()
 			return nil
