@@ -144,8 +144,10 @@ stop_libvirtd() {
   rm -f /run/libvirt/libvirt-sock
 }
 
+weight_file="" weight_orig="" agent_cg=""
 inner_cleanup() {
   set +e
+  [ -n "$weight_file" ] && [ -f "$weight_file" ] && echo "$weight_orig" > "$weight_file"
   [ -n "$sampler_pid" ] && kill "$sampler_pid" 2>/dev/null
   for p in "${agent_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
   for p in "${agent_pids[@]}"; do
@@ -159,6 +161,7 @@ inner_cleanup() {
   # A QEMU libvirt could not destroy: kill it by the PID libvirt recorded.
   for f in /run/libvirt/qemu/ct-libvirt-*.pid; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
   stop_libvirtd
+  [ -n "$agent_cg" ] && rmdir "$agent_cg" 2>/dev/null
 }
 trap inner_cleanup EXIT
 
@@ -226,28 +229,29 @@ waitfor() { # seconds description command...
   for _ in $(seq $((t * 10))); do "$@" && return 0; sleep 0.1; done
   fail "timed out after ${t}s waiting for $what"
 }
-# The agent as shipped, faster, and with the canary probes made deaf to
-# what this machine's probes read all day: its L3 and memory bus are shared
-# with unknown tenants of the physical host (and with other jobs), TCG guests
-# cannot pollute either, and on a busy 2-CPU host the default LLC probe
-# (a chase over L2+64 KiB, served by the shared L3) reads 2-10x spikes that
-# make probe proofs a coin toss. An L2-sized LLC buffer and higher probe
-# thresholds keep the probe path quiet; CPU wait keeps its defaults. The
-# probe path is exercised by the lab, not here.
+# The agent as shipped, sampling faster, with the canary probes' thresholds
+# out of reach. Measured here: under TCG a guest cannot touch the memory bus
+# or the L3 (QEMU runs its split locks as ordinary host code), while this
+# 2-vCPU dev machine's probes read 2-15x spikes all day from the physical
+# host's other tenants and from the hypervisor descheduling our own vCPUs;
+# with the default thresholds the probe path proves whichever guest it
+# tests by coincidence every minute or so. The e2e is about libvirt and
+# the CPU-wait signal, which keep their defaults; the probes are the lab's.
 cat > "$W/agent.yaml" <<EOF
 interval: 250ms
 listen: $API
 state_dir: $W/state
-probe:
-  llc_bytes: 65536
 judge:
-  ratio: 3
-  strong: 6
+  ratio: 50
+  strong: 100
+  llc_ratio: 50
+  llc_strong: 100
 EOF
 start_agent() { # log-file
   "$CROSSTALK" run --config "$W/agent.yaml" --log-level info > "$1" 2>&1 &
   agent_pids+=($!)
   AGENT=$!
+  [ -n "$agent_cg" ] && echo "$AGENT" > "$agent_cg/cgroup.procs"
 }
 stop_agent() { # pid signal
   kill "-$2" "$1" 2>/dev/null || true
@@ -282,6 +286,27 @@ guest ct-libvirt-bystander 0 cpu --rate 2e7 --duration 300s --interval 10s
 booted ct-libvirt-victim
 booted ct-libvirt-bystander
 mkdir -p "$W/state"
+# The guests share this host with whatever else runs on it (on a dev box,
+# other jobs at a load of 5-8). For the run, libvirt's partition and the
+# agent (in a cgroup of its own) get a CPU weight of four ordinary tasks
+# each, so CPU 1 is shared mostly between the victim and the polluter and
+# the polluter's effect is what the victim feels, while the agent keeps its
+# share (a probe thread starved on a busy CPU stalls the Go runtime's
+# stop-the-world, and with it the whole agent). Restored on exit.
+cpu_root=""
+for d in /sys/fs/cgroup/cpu /sys/fs/cgroup/cpu,cpuacct; do [ -f "$d/cpu.shares" ] && { cpu_root=$d; break; }; done
+if [ -z "$cpu_root" ] && grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then cpu_root=/sys/fs/cgroup; fi
+setweight() { # dir: four ordinary tasks' worth
+  if [ -f "$1/cpu.shares" ]; then echo 4096 > "$1/cpu.shares"; else echo 400 > "$1/cpu.weight"; fi
+}
+if [ -n "$cpu_root" ] && [ -d "$cpu_root/machine" ]; then
+  for f in "$cpu_root/machine/cpu.shares" "$cpu_root/machine/cpu.weight"; do
+    [ -f "$f" ] && { weight_file=$f; weight_orig=$(cat "$f"); break; }
+  done
+  setweight "$cpu_root/machine"
+  agent_cg=$cpu_root/ct-libvirt-agent
+  mkdir -p "$agent_cg" && setweight "$agent_cg"
+fi
 
 # ---- 1. the agent finds the domains, proves and throttles the polluter through libvirt ----
 start_agent "$W/agent1.log"; A1=$AGENT
@@ -306,12 +331,16 @@ log "throttled $(awk "BEGIN{printf \"%.1f\", $TT - $TP}")s after the polluter wa
 for d in ct-libvirt-victim ct-libvirt-bystander; do
   journal_has throttle "$d" && fail "the agent throttled $d"
 done
-q=$(schedq ct-libvirt-polluter)
+# The controller moves the duty step every few intervals: read libvirt's
+# view, its live XML and the cgroup until they agree on one value.
+agree() {
+  q=$(schedq ct-libvirt-polluter)
+  qq=${q%/*} qp=${q#*/}
+  [ "$(domquota ct-libvirt-polluter)" = "$q" ] && $V dumpxml ct-libvirt-polluter | grep -q "<global_quota>$qq</global_quota>"
+}
+waitfor 5 "libvirt's schedinfo, live XML and the domain cgroup to agree" agree
 case "$q" in -1/*|/*|"") fail "virsh schedinfo shows no global quota on the polluter: $q";; esac
-qq=${q%/*} qp=${q#*/}
 [ "$qq" -gt 0 ] && [ $((qq * 4)) -le "$qp" ] || fail "polluter global_quota $q is not a throttle"
-[ "$(domquota ct-libvirt-polluter)" = "$q" ] || fail "cgroup $(domquota ct-libvirt-polluter) disagrees with libvirt $q"
-$V dumpxml ct-libvirt-polluter | grep -q "<global_quota>$qq</global_quota>" || fail "libvirt's live XML does not carry the throttle"
 for d in ct-libvirt-victim ct-libvirt-bystander; do
   [ "$(schedq $d)" = "-1/100000" ] || fail "$d has global quota $(schedq $d)"
 done

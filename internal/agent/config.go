@@ -86,6 +86,11 @@ type JudgeConfig struct {
 	Ratio     float64 `yaml:"ratio"`
 	Strong    float64 `yaml:"strong"`
 	Tolerance float64 `yaml:"tolerance"`
+	// LLCRatio and LLCStrong replace Ratio and Strong for the LLC probe,
+	// which shares the LLC with the tenants by design and reads louder
+	// (defaults 3 and 6).
+	LLCRatio  float64 `yaml:"llc_ratio"`
+	LLCStrong float64 `yaml:"llc_strong"`
 	// Window is how many intervals the correlation looks back (default 16).
 	Window int `yaml:"window"`
 }
@@ -278,6 +283,9 @@ func (c *Config) Validate() error {
 	if th.Ratio <= 1 || th.Strong < th.Ratio || th.Tolerance <= 1 || th.Tolerance > th.Ratio {
 		bad("judge", "need 1 < tolerance <= ratio <= strong (have %.2f, %.2f, %.2f)", th.Tolerance, th.Ratio, th.Strong)
 	}
+	if th.LLCRatio <= 1 || th.LLCStrong < th.LLCRatio {
+		bad("judge", "need 1 < llc_ratio <= llc_strong (have %.2f, %.2f)", th.LLCRatio, th.LLCStrong)
+	}
 	if c.Perf.FDBudget < 0 {
 		bad("perf.fd_budget", "must be >= 0")
 	}
@@ -309,7 +317,7 @@ func (c *Config) Sparsify() act.Sparsify {
 
 // Thresholds is the judge configuration with defaults filled.
 func (c *Config) Thresholds() judge.Thresholds {
-	th := judge.Thresholds{Ratio: c.Judge.Ratio, Strong: c.Judge.Strong, Tolerance: c.Judge.Tolerance}
+	th := judge.Thresholds{Ratio: c.Judge.Ratio, Strong: c.Judge.Strong, Tolerance: c.Judge.Tolerance, LLCRatio: c.Judge.LLCRatio, LLCStrong: c.Judge.LLCStrong}
 	th.Fill()
 	return th
 }

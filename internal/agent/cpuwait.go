@@ -74,18 +74,28 @@ func (a *Agent) maybeProveWaitLocked(now time.Time, views []judge.TenantView, pr
 	if !wv.Contended {
 		return nil
 	}
-	victims := map[string]bool{}
 	var cpus cpuset.Set
 	for _, v := range wv.Victims {
-		victims[v.ID] = true
 		cpus = cpus.Union(a.waitCPUs[v.ID])
 	}
+	usage := make(map[string]float64, len(views))
+	for _, v := range views {
+		usage[v.ID] = v.Usage
+	}
+	// A suspect must have taken more CPU than before the waits began (a
+	// tenant that waits may still be one, for its neighbours' waits).
 	ranked := a.waitSusp.RankOn(cpus, views, func(id string) bool {
-		if _, ok := a.throttled[id]; ok || victims[id] {
+		if _, ok := a.throttled[id]; ok {
+			return true
+		}
+		if a.wait.Gain(id, usage[id]) < minWaitGain {
 			return true
 		}
 		return now.Before(a.backoff[backoffKey(signalWait, id)].until)
 	})
+	for i := range ranked {
+		ranked[i].Reasons = append(ranked[i].Reasons, fmt.Sprintf("uses %.2f CPU more than before the waits began", a.wait.Gain(ranked[i].ID, usage[ranked[i].ID])))
+	}
 	if !wv.Persistent || len(ranked) == 0 || len(a.throttled) >= a.cfg.MaxThrottled || now.Sub(a.lastChange) < 2*a.cfg.Interval {
 		return ranked
 	}
@@ -96,23 +106,31 @@ func (a *Agent) maybeProveWaitLocked(now time.Time, views []judge.TenantView, pr
 			return ranked
 		}
 	}
-	top := ranked[0]
-	s, ok := present[top.ID]
-	if !ok {
-		return ranked
-	}
+	// The best suspect with someone else waiting on its CPUs.
+	var top judge.Suspect
+	var s sample
 	var vt []sense.Tenant
 	before := 1.0
-	for _, v := range wv.Victims {
-		if p, ok := present[v.ID]; ok && !p.t.CPUs.Intersect(s.t.CPUs).IsEmpty() {
-			vt = append(vt, p.t)
-			before = max(before, v.Ratio)
+	for _, cand := range ranked {
+		c, ok := present[cand.ID]
+		if !ok {
+			continue
+		}
+		for _, v := range wv.Victims {
+			if p, ok := present[v.ID]; ok && v.ID != c.t.ID && !p.t.CPUs.Intersect(c.t.CPUs).IsEmpty() {
+				vt = append(vt, p.t)
+				before = max(before, v.Ratio)
+			}
+		}
+		if len(vt) > 0 {
+			top, s = cand, c
+			break
 		}
 	}
 	if len(vt) == 0 {
 		return ranked
 	}
-	reason := fmt.Sprintf("%s; suspect score %.2f: %s", waitReason(wv, present), top.Score, strings.Join(top.Reasons, "; "))
+	reason := fmt.Sprintf("%s; suspect score %.2f: %s", waitReason(wv, vt, present), top.Score, strings.Join(top.Reasons, "; "))
 	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: map[string]any{"cpu_wait_ratio": wv.Ratio, "victims": wv.Victims, "suspects": ranked}})
 	if a.cfg.DryRun {
 		a.recordLocked(now, s.t, "proof", 0, 1, "dry run: would cap it to prove it: "+reason)
@@ -131,9 +149,19 @@ func (a *Agent) maybeProveWaitLocked(now time.Time, views []judge.TenantView, pr
 	return ranked
 }
 
-// waitReason names the waiting tenants by name rather than cgroup.
-func waitReason(wv judge.WaitVerdict, present map[string]sample) string {
+// minWaitGain is the CPU a CPU-wait suspect must have gained since the
+// waits began.
+const minWaitGain = 0.1
+
+// waitReason names the (worst) waiting tenant by name rather than cgroup.
+func waitReason(wv judge.WaitVerdict, vt []sense.Tenant, present map[string]sample) string {
 	w := wv.Victims[0]
+	for _, v := range wv.Victims {
+		if len(vt) > 0 && v.ID == vt[0].ID {
+			w = v
+			break
+		}
+	}
 	name := w.ID
 	if p, ok := present[w.ID]; ok {
 		name = p.t.Name

@@ -30,6 +30,8 @@ type cpuWorld struct {
 	mu       sync.Mutex
 	tenants  []sense.Tenant
 	hogOn    bool
+	hogBoot  float64 // while > 0 the hog is booting: it uses this much CPU and hardly waits
+	bg       float64 // busy threads of no tenant on CPU 1
 	noise    float64 // extra run delay of the victim from outside any tenant (s/s)
 	counters map[string]*sense.TenantStats
 }
@@ -70,23 +72,28 @@ func (w *cpuWorld) quota(name string) cgroup.Quota {
 	return q
 }
 
-// rates are each tenant's CPU use and run delay per second now.
+// rates are each tenant's CPU use and run delay per second now. CPU 1 is
+// shared fairly among the victim, the hog when it runs, and bg other
+// always-busy threads that belong to no tenant.
 func (w *cpuWorld) rates(name string) (usage, delay float64) {
-	hog := 0.0
-	if w.hogOn {
-		hog = 0.5
+	k := w.bg
+	hog, hogDelay := 0.0, 0.0
+	switch {
+	case w.hogOn && w.hogBoot > 0:
+		hog, hogDelay = w.hogBoot, 0.2*w.hogBoot
+	case w.hogOn:
+		hog = 1 / (2 + k)
 		if q := w.quota("hog"); !q.Unlimited() {
 			hog = min(hog, q.CPUs())
 		}
+		hogDelay = 1 - hog
 	}
 	switch name {
 	case "victim":
-		return 1 - hog, 0.03 + hog + w.noise
+		u := (1 - hog) / (1 + k)
+		return u, 0.03 + (1 - u) + w.noise
 	case "hog":
-		if !w.hogOn {
-			return 0, 0
-		}
-		return hog, 1 - hog
+		return hog, hogDelay
 	case "bystander":
 		return 0.9, 0.02
 	}
@@ -243,19 +250,17 @@ func TestAgentCPUWaitThrottlesTheHog(t *testing.T) {
 }
 
 // The victim waits, but not because of the hog (something outside every
-// tenant takes CPU 1): capping the hog does not help, so it is acquitted and
-// never throttled.
+// tenant takes CPU 1 at the moment the light hog starts): capping the hog
+// does not help, so it is acquitted and never throttled.
 func TestAgentCPUWaitAcquitsAnInnocent(t *testing.T) {
 	w := newCPUWorld(t)
-	w.hogOn = true
-	w.counters = map[string]*sense.TenantStats{}
 	hs := newCPUHarness(t, w)
-	// A light hog: it takes 10% (its own quota), so capping it changes little.
-	os.WriteFile(filepath.Join(w.root, "cg/cpu/lab/hog/cpu.cfs_quota_us"), []byte("10000\n"), 0o644)
+	// A light hog: its own quota holds it to 20% of a CPU.
+	os.WriteFile(filepath.Join(w.root, "cg/cpu/lab/hog/cpu.cfs_quota_us"), []byte("20000\n"), 0o644)
 	stop := hs.run(t)
 	time.Sleep(400 * time.Millisecond)
 	w.mu.Lock()
-	w.noise = 1.5
+	w.hogOn, w.noise = true, 1.5
 	w.mu.Unlock()
 	hs.waitFor(t, "a proof of the hog", func() bool { return hs.count("proof", "hog") > 0 })
 	time.Sleep(500 * time.Millisecond)
@@ -263,8 +268,37 @@ func TestAgentCPUWaitAcquitsAnInnocent(t *testing.T) {
 	if n := hs.count("throttle", "hog"); n > 0 {
 		t.Errorf("an innocent hog was throttled %d times", n)
 	}
-	if q := w.quota("hog"); q.Quota != 10*time.Millisecond {
+	if q := w.quota("hog"); q.Quota != 20*time.Millisecond {
 		t.Errorf("hog quota not restored to its own: %v", q)
+	}
+}
+
+// CPU-time contention is symmetric: a newcomer that booted lightly (and
+// learned a quiet stretch then) waits far more than usual once it runs flat
+// out, while the victim, already sharing CPU 1 with two busy threads of no
+// tenant, loses only a quarter of its share (under the threshold). Capping
+// the victim would relieve the newcomer, but the victim took no CPU from
+// anyone: it must never be proven for the newcomer's waits.
+func TestAgentCPUWaitNewcomerAlsoWaits(t *testing.T) {
+	w := newCPUWorld(t)
+	w.bg = 2
+	hs := newCPUHarness(t, w)
+	stop := hs.run(t)
+	time.Sleep(300 * time.Millisecond)
+	w.mu.Lock()
+	w.hogOn, w.hogBoot = true, 0.08
+	w.mu.Unlock()
+	time.Sleep(400 * time.Millisecond) // its quiet stretch, learned while it boots
+	w.mu.Lock()
+	w.hogBoot = 0
+	w.mu.Unlock()
+	time.Sleep(1500 * time.Millisecond)
+	stop()
+	if n := hs.count("proof", "victim") + hs.count("throttle", "victim"); n > 0 {
+		t.Errorf("the victim was proven or throttled %d times for the newcomer's waits", n)
+	}
+	if st, _ := hs.a.Latest(); !st.CPUWait {
+		t.Error("the newcomer's waits were not judged contended (the test would not test anything)")
 	}
 }
 

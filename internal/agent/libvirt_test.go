@@ -33,6 +33,7 @@ func TestLibvirtConfig(t *testing.T) {
 		{"libvirt:\n  timeout: 1ms\n", "libvirt.timeout"},
 		{"libvirt:\n  sockett: /x\n", "sockett"},
 		{"cpu_wait:\n  ratio: 0.9\n", "cpu_wait"},
+		{"judge:\n  llc_ratio: 8\n  llc_strong: 4\n", "llc_ratio"},
 		{"cpu_wait:\n  ratio: 3\n  strong: 2\n", "cpu_wait"},
 	} {
 		if _, err := ParseConfig([]byte(tc.yaml), "test.yaml"); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -32,6 +32,10 @@ type CPUWait struct {
 	base map[string]*Baseline
 	hot  map[string]int // per tenant: the last 3 intervals, a bit each, set when above Ratio
 	runs map[string]int // consecutive intervals above Ratio
+	// use is each tenant's CPU use while nobody waited more than usual;
+	// during an episode it holds what everyone used before it began.
+	use     map[string]float64
+	episode bool
 }
 
 // WaitSample is one tenant's interval, in seconds per second.
@@ -81,7 +85,7 @@ const waitWarmup = 4
 // NewCPUWait returns a CPU-wait judge with the probes' thresholds.
 func NewCPUWait(th Thresholds) *CPUWait {
 	th.Fill()
-	return &CPUWait{th: th, base: map[string]*Baseline{}, hot: map[string]int{}, runs: map[string]int{}}
+	return &CPUWait{th: th, base: map[string]*Baseline{}, hot: map[string]int{}, runs: map[string]int{}, use: map[string]float64{}}
 }
 
 // Thresholds returns the thresholds in use.
@@ -113,6 +117,7 @@ func (c *CPUWait) Ratio(id string, usage, delay float64) float64 {
 func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 	v := WaitVerdict{Ratio: 1}
 	seen := map[string]bool{}
+	anyAbove := false
 	for _, s := range samples {
 		seen[s.ID] = true
 		if s.Exclude {
@@ -134,6 +139,7 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 		}
 		r := WaitRating{ID: s.ID, Stretch: stretch, Baseline: b.Level, Ratio: b.Ratio(stretch)}
 		above := b.Above(stretch, c.th.Ratio, c.th.Noise)
+		anyAbove = anyAbove || above
 		if above {
 			c.runs[s.ID]++
 			c.hot[s.ID] = (c.hot[s.ID]<<1 | 1) & 0b111
@@ -161,6 +167,33 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 			delete(c.runs, id)
 		}
 	}
+	for id := range c.use {
+		if !seen[id] {
+			delete(c.use, id)
+		}
+	}
+	// An episode of waits begins with the first reading over the threshold
+	// and lasts until every tenant is back under the tolerance. Usage is
+	// learned only outside episodes, so during one it says who took more CPU
+	// than before it began (see Gain).
+	switch {
+	case anyAbove:
+		c.episode = true
+	case v.Ratio < c.th.Tolerance:
+		c.episode = false
+	}
+	if !c.episode {
+		for _, s := range samples {
+			if s.Exclude {
+				continue
+			}
+			if u, ok := c.use[s.ID]; ok {
+				c.use[s.ID] = u + useAlpha*(s.Usage-u)
+			} else {
+				c.use[s.ID] = s.Usage
+			}
+		}
+	}
 	slices.SortFunc(v.Victims, func(a, b WaitRating) int {
 		switch {
 		case a.Ratio > b.Ratio:
@@ -176,6 +209,19 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 		v.Reason = fmt.Sprintf("CPU wait: %s's work takes %.1f× its usual time (stretch %.2f, quiet %.2f)", w.ID, w.Ratio, w.Stretch, w.Baseline)
 	}
 	return v
+}
+
+// useAlpha smooths the usage remembered outside episodes.
+const useAlpha = 0.3
+
+// Gain is how much more CPU a tenant uses now than before the current
+// episode of waits began (its usage then; all of it for a tenant that
+// arrived during the episode). CPU-time contention is symmetric — two busy
+// tenants on one CPU each wait for the other — and what breaks the tie is
+// who changed: the tenant that took more CPU than before is the suspect, the
+// one that lost CPU to it is not.
+func (c *CPUWait) Gain(id string, usage float64) float64 {
+	return usage - c.use[id]
 }
 
 // Baselines exports the learned quiet stretches (for the state API).

@@ -118,3 +118,33 @@ func TestCPUWaitNoise(t *testing.T) {
 		}
 	}
 }
+
+// Gain says who took CPU since the waits began: the newcomer did, the
+// victim lost some; usage is remembered from before the episode and learned
+// again once it is over.
+func TestCPUWaitGain(t *testing.T) {
+	c := NewCPUWait(Thresholds{})
+	for range 8 {
+		c.Update([]WaitSample{{ID: "victim", Usage: 0.95, Delay: 0.05}, {ID: "old", Usage: 0.3, Delay: 0.01}})
+	}
+	busy := []WaitSample{{ID: "victim", Usage: 0.5, Delay: 0.55}, {ID: "hog", Usage: 0.5, Delay: 0.5}, {ID: "old", Usage: 0.3, Delay: 0.01}}
+	for range 6 {
+		c.Update(busy)
+	}
+	if g := c.Gain("victim", 0.5); math.Abs(g+0.45) > 0.02 {
+		t.Errorf("victim gain %v, want -0.45 (it lost CPU)", g)
+	}
+	if g := c.Gain("hog", 0.5); g != 0.5 {
+		t.Errorf("newcomer gain %v, want all of its 0.5", g)
+	}
+	if g := c.Gain("old", 0.3); math.Abs(g) > 0.01 {
+		t.Errorf("a steady neighbour's gain %v, want 0", g)
+	}
+	// Over: the usual levels are learned again.
+	for range 20 {
+		c.Update([]WaitSample{{ID: "victim", Usage: 0.5, Delay: 0.02}, {ID: "hog", Usage: 0.5, Delay: 0.02}})
+	}
+	if g := c.Gain("hog", 0.5); g > 0.05 {
+		t.Errorf("after the episode the hog's usage is still not its usual: gain %v", g)
+	}
+}
