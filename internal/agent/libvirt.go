@@ -20,7 +20,7 @@ import (
 // In auto mode libvirt is used when its socket exists at start — or when the
 // state file holds libvirt throttles a previous run left, which must be
 // undone the way they were made.
-func wireLibvirt(cfg Config, h *host.Host, log *slog.Logger, disc sense.Discoverer, cq *act.CPUQuota, state *act.StateFile) (sense.Discoverer, QuotaActuator, func()) {
+func wireLibvirt(cfg Config, h *host.Host, log *slog.Logger, disc sense.Discoverer, detailEvery int, cq *act.CPUQuota, state *act.StateFile) (sense.Discoverer, QuotaActuator, func()) {
 	lc := cfg.Libvirt
 	sock := libvirt.SocketPath(h, lc.Socket)
 	leftovers := len(state.RecordKeys(act.LibvirtRecordKind)) > 0
@@ -55,7 +55,8 @@ func wireLibvirt(cfg Config, h *host.Host, log *slog.Logger, disc sense.Discover
 		log.Warn("libvirt not reachable at start; VMs are not throttled until it is (throttles are lifted through cgroup files meanwhile)", "socket", sock, "err", err)
 	}
 	wcancel()
-	enricher := &sense.LibvirtDiscoverer{Inner: disc, Libvirt: client, Log: log, Grace: max(10*cfg.Interval, lc.Timeout)}
+	enricher := &sense.LibvirtDiscoverer{Inner: disc, Libvirt: client, Log: log, Grace: max(10*cfg.Interval, lc.Timeout),
+		Host: h, Layout: cq.Layout, ThreadsEvery: detailEvery}
 	return enricher, quota, func() {
 		cancel()
 		<-done

@@ -106,7 +106,7 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 	closers = append(closers, func() { files.Close() })
 	// libvirt VMs: named and located as libvirt knows them, and throttled
 	// through libvirt (see wireLibvirt).
-	discoverer, quota, stopLibvirt := wireLibvirt(cfg, h, log, disc, &act.CPUQuota{Host: h, Layout: layout, State: state, Log: log}, state)
+	discoverer, quota, stopLibvirt := wireLibvirt(cfg, h, log, disc, disc.DetailEvery, &act.CPUQuota{Host: h, Layout: layout, State: state, Log: log}, state)
 	closers = append(closers, stopLibvirt)
 	d := Deps{
 		Discoverer: discoverer,

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/host"
 	"github.com/crosstalk-project/crosstalk/internal/libvirt"
 )
 
@@ -42,6 +44,15 @@ type LibvirtDiscoverer struct {
 	Inner   Discoverer
 	Libvirt LibvirtDomains
 	Log     *slog.Logger
+	// Host and Layout, when set, narrow a VM's Threads to its vCPU threads
+	// (libvirt's vcpuN cgroups), so its run delay is its vCPUs' wait for a
+	// host CPU — what its guest sees as steal — without the wake-up waits of
+	// its emulator and I/O threads, which on a busy host blur the signal.
+	Host   *host.Host
+	Layout cgroup.Layout
+	// ThreadsEvery re-reads a VM's vCPU threads every that many calls (they
+	// change only with vCPU hotplug); 0 or 1 reads them every call.
+	ThreadsEvery int
 	// Grace is how long a running domain may lack a cgroup tenant before it
 	// is reported (default 10s).
 	Grace time.Duration
@@ -49,9 +60,11 @@ type LibvirtDiscoverer struct {
 	Now func() time.Time
 
 	mu       sync.Mutex
-	missing  map[string]time.Time // domain UUID -> first Discover without a tenant
-	reported map[string]bool      // domain UUIDs reported missing
-	orphans  map[string]bool      // VM tenant IDs logged without a domain
+	calls    int
+	vcpus    map[string]vcpuThreads // by tenant ID
+	missing  map[string]time.Time   // domain UUID -> first Discover without a tenant
+	reported map[string]bool        // domain UUIDs reported missing
+	orphans  map[string]bool        // VM tenant IDs logged without a domain
 }
 
 // Discover runs the inner discoverer and enriches its VMs.
@@ -72,8 +85,9 @@ func (d *LibvirtDiscoverer) Discover() ([]Tenant, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.missing == nil {
-		d.missing, d.reported, d.orphans = map[string]time.Time{}, map[string]bool{}, map[string]bool{}
+		d.missing, d.reported, d.orphans, d.vcpus = map[string]time.Time{}, map[string]bool{}, map[string]bool{}, map[string]vcpuThreads{}
 	}
+	d.calls++
 	matched := map[string]bool{}
 	vmIDs := map[string]bool{}
 	for i := range tenants {
@@ -105,10 +119,18 @@ func (d *LibvirtDiscoverer) Discover() ([]Tenant, error) {
 		delete(d.orphans, t.ID)
 		matched[dom.UUID] = true
 		enrich(t, *dom)
+		if tids := d.vcpuThreadsLocked(t.ID, t.Cgroup, t.VCPUs); len(tids) > 0 {
+			t.Threads = tids
+		}
 	}
 	for id := range d.orphans {
 		if !vmIDs[id] {
 			delete(d.orphans, id)
+		}
+	}
+	for id := range d.vcpus {
+		if !vmIDs[id] {
+			delete(d.vcpus, id)
 		}
 	}
 	if !current {
@@ -143,6 +165,35 @@ func (d *LibvirtDiscoverer) Discover() ([]Tenant, error) {
 		}
 	}
 	return tenants, err
+}
+
+// vcpuThreads are a VM's vCPU thread IDs as last read.
+type vcpuThreads struct {
+	tids []int
+	read int // the call that read them
+}
+
+// vcpuThreadsLocked returns the thread IDs in a VM's vcpuN cgroups (nil
+// when there is no host to read, or none was found: the walk's threads stay).
+func (d *LibvirtDiscoverer) vcpuThreadsLocked(id, cg string, n int) []int {
+	if d.Host == nil || n <= 0 {
+		return nil
+	}
+	if c, ok := d.vcpus[id]; ok && d.ThreadsEvery > 1 && d.calls-c.read < d.ThreadsEvery {
+		return c.tids
+	}
+	vs := make([]libvirt.VCPU, n)
+	for i := range vs {
+		vs[i].Index = i
+	}
+	var tids []int
+	if err := libvirt.VCPUThreads(d.Host, d.Layout, cg, vs); err == nil {
+		for _, v := range vs {
+			tids = append(tids, v.Threads...)
+		}
+	}
+	d.vcpus[id] = vcpuThreads{tids: tids, read: d.calls}
+	return tids
 }
 
 // enrich copies libvirt's view of a domain onto its tenant.

@@ -67,7 +67,7 @@ func TestLibvirtDiscovererEnrichesTheWalk(t *testing.T) {
 		domain(t, 3, "web", uuidWeb, 1, "2"),
 		domain(t, 4, "my_vm (prod)", uuidProd, 2, ""), // unpinned: keeps the cgroup's CPUs
 	}}
-	d := &LibvirtDiscoverer{Inner: walk, Libvirt: lv}
+	d := &LibvirtDiscoverer{Inner: walk, Libvirt: lv, Host: walk.Host, Layout: layoutHybrid}
 	got, err := d.Discover()
 	if err != nil {
 		t.Fatal(err)
@@ -77,16 +77,17 @@ func TestLibvirtDiscovererEnrichesTheWalk(t *testing.T) {
 		byID[t.ID] = t
 	}
 	w := byID["/machine/qemu-3-web.libvirt-qemu"]
-	if w.Name != "web" || w.UUID != uuidWeb || w.VCPUs != 1 || w.CPUs.String() != "2" || len(w.Threads) != 3 {
+	// Its threads narrowed to its vCPU's (vcpu0: 101), without the emulator's.
+	if w.Name != "web" || w.UUID != uuidWeb || w.VCPUs != 1 || w.CPUs.String() != "2" || fmt.Sprint(w.Threads) != "[101]" {
 		t.Errorf("web = %+v", w)
 	}
 	p := byID["/machine/qemu-4-myvmprod.libvirt-qemu"]
-	if p.Name != "my_vm (prod)" || p.UUID != uuidProd || p.VCPUs != 2 || p.CPUs.String() != "0-3" {
+	if p.Name != "my_vm (prod)" || p.UUID != uuidProd || p.VCPUs != 2 || p.CPUs.String() != "0-3" || fmt.Sprint(p.Threads) != "[201 202]" {
 		t.Errorf("prod = %+v (its real name comes from libvirt; unpinned, it keeps its cgroup's CPUs)", p)
 	}
 	// Domain 1 of another libvirt daemon: the walk's view, no UUID.
 	o := byID["/machine/qemu-1-ct-other.libvirt-qemu"]
-	if o.Name != "ct-other" || o.UUID != "" || o.Kind != KindVM {
+	if o.Name != "ct-other" || o.UUID != "" || o.Kind != KindVM || fmt.Sprint(o.Threads) != "[301]" {
 		t.Errorf("other daemon's VM = %+v", o)
 	}
 	if x := byID["/crosstalk-lab/x"]; x.UUID != "" || x.Name != "x" {
