@@ -34,3 +34,9 @@ fuzz:
 
 clean:
 	rm -f $(BIN)
+
+# The libvirt end-to-end test alone (root): real TCG guests, libvirtd in a
+# private namespace, the agent; `make test` runs it too (e2e/libvirt).
+.PHONY: e2e-libvirt
+e2e-libvirt: build
+	CROSSTALK=$(abspath $(BIN)) e2e/libvirt/run.sh

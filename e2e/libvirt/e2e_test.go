@@ -59,7 +59,8 @@ func TestLibvirtE2E(t *testing.T) {
 		t.Fatalf("libvirt e2e failed (%v):\n%s", err, out.String())
 	}
 	for _, l := range strings.Split(out.String(), "\n") {
-		if strings.HasPrefix(l, "CHECK") || strings.HasPrefix(l, "PASS") || strings.Contains(l, "victim vCPU") || strings.Contains(l, "first detection") {
+		if strings.HasPrefix(l, "CHECK") || strings.HasPrefix(l, "PASS") || strings.Contains(l, "victim vCPU") ||
+			strings.Contains(l, "first detection") || strings.Contains(l, "proof:") || strings.Contains(l, "s after the polluter") {
 			t.Log(l)
 		}
 	}
