@@ -65,6 +65,8 @@ if [ "${1:-}" != "--inner" ]; then
   # Guest kernel: the bzImage of Debian's kernel package, unpacked to the raw
   # vmlinux (PVH entry: no decompressor to emulate), cached.
   mkdir -p "$CACHE"
+  tmpk=""
+  trap 'rm -rf "$tmpk"' EXIT
   if [ ! -s "$CACHE/vmlinux" ]; then
     log "fetching the guest kernel into $CACHE"
     # (Readers here stop early on purpose — awk at the first match, xz at
@@ -102,7 +104,7 @@ if [ "${1:-}" != "--inner" ]; then
       for c in /sys/fs/cgroup/*/machine /sys/fs/cgroup/machine; do [ -d "$c" ] && rmdir "$c" 2>/dev/null || true; done
     fi
     for d in "${created[@]}"; do rmdir "$d" 2>/dev/null || true; done
-    rm -rf "$W"
+    rm -rf "$W" "$tmpk"
   }
   trap outer_cleanup EXIT
   if [ -z "${CROSSTALK:-}" ]; then
