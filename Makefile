@@ -68,3 +68,8 @@ release:
 # `make deb`: dist/crosstalk_VERSION_ARCH.deb, built with dpkg-deb.
 deb:
 	scripts/release.sh deb "$(RELEASE_VERSION)" "$(COMMIT)" "$(DIST)"
+# The libvirt end-to-end test alone (root): real TCG guests, libvirtd in a
+# private namespace, the agent; `make test` runs it too (e2e/libvirt).
+.PHONY: e2e-libvirt
+e2e-libvirt: build
+	CROSSTALK=$(abspath $(BIN)) e2e/libvirt/run.sh

@@ -109,6 +109,9 @@ type Agent struct {
 	cont   *judge.Contention
 	susp   *judge.Suspects
 	domain map[int]cpuset.Set
+	// wait judges CPU-time contention (cpuwait.go), with its own suspects.
+	wait     *judge.CPUWait
+	waitSusp *judge.Suspects
 
 	latest       atomic.Pointer[State]
 	baselinePath string // where probe baselines persist across restarts ("" = nowhere)
@@ -116,6 +119,7 @@ type Agent struct {
 
 	mu        sync.Mutex // guards what the state API reads
 	prev      map[string]sense.TenantStats
+	marks     map[string]delayMark
 	throttled map[string]*throttled
 	backoff   map[string]backoff
 	holds     map[string]*tenantHolds // what each policy holds each tenant to
@@ -125,6 +129,10 @@ type Agent struct {
 	// recent are the last intervals' contention ratios: bursty contention is
 	// judged by its peak, not by whichever interval a proof happens to start in.
 	recent []float64
+	// lastWait is this interval's CPU-wait verdict, waitCPUs the CPUs of
+	// the tenants it judged.
+	lastWait judge.WaitVerdict
+	waitCPUs map[string]cpuset.Set
 	// lastChange is when a throttle was last applied or lifted: caches and
 	// probes need a couple of intervals to settle before the next proof.
 	lastChange time.Time
@@ -136,6 +144,7 @@ type Agent struct {
 type throttled struct {
 	tenant sense.Tenant
 	thr    *act.Throttle
+	signal string // what convicted it: signalProbe or signalWait
 }
 
 type backoff struct {
@@ -160,6 +169,12 @@ type proof struct {
 	next     time.Time
 	capped   []float64
 	uncapped []float64
+	// signal is the contention being proven: signalProbe (the canary
+	// probes on cpu) or signalWait (the victims' CPU wait, waitFrom their
+	// counters at the start of the current sample).
+	signal   string
+	victims  []sense.Tenant
+	waitFrom map[string]sense.TenantStats
 }
 
 // proofPeriod is the CFS period of a proof's hard cap.
@@ -197,7 +212,8 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a := &Agent{
 		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(),
 		cont: judge.NewContention(cfg.Thresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
-		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, throttled: map[string]*throttled{},
+		wait: judge.NewCPUWait(cfg.WaitThresholds()), waitSusp: judge.NewSuspects(cfg.Judge.Window),
+		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]delayMark{}, throttled: map[string]*throttled{},
 		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{}, holds: map[string]*tenantHolds{},
 		pending: map[int]*probeRun{},
 	}
@@ -352,6 +368,18 @@ type sample struct {
 	delay    float64
 	counters map[string]float64
 	fresh    bool // has rates (seen before)
+	// waitUsage and waitDelay are CPU use and run delay over one window
+	// (since the run delay was last read: an interval, or a turn of up to
+	// 5 s on a busy host), for the CPU-wait judge's stretch; waitFresh says
+	// the window ended this interval.
+	waitUsage, waitDelay float64
+	waitFresh            bool
+}
+
+// delayMark is a tenant's CPU time when its run delay was last read.
+type delayMark struct {
+	at    time.Time
+	usage time.Duration
 }
 
 // step runs one interval: sense, judge, act, publish.
@@ -365,6 +393,7 @@ func (a *Agent) step(now time.Time) {
 	if err != nil {
 		a.log.Warn("tenant discovery", "err", err)
 	}
+	a.budgetRunDelay(tenants)
 	samples := a.sampleTenants(tenants)
 
 	var counters map[string]map[string]float64
@@ -420,12 +449,22 @@ func (a *Agent) step(now time.Time) {
 	if len(readings) == 0 {
 		// No probe signal this interval: hold every probe decision rather
 		// than read silence as quiet (which would relax throttled
-		// polluters). The hardware policies have their own sensors.
+		// polluters). CPU wait and the hardware policies have their own
+		// sensors — and a CPU starved by a neighbour is exactly where the
+		// probe cannot run.
+		views := a.viewsOf(samples)
 		a.mu.Lock()
+		present := presentOf(samples)
+		a.judgeWaitLocked(samples, views)
+		a.controlLocked(now, judge.Verdict{Ratio: a.lastRatio}, present, false)
 		if a.d.Hardware != nil {
 			a.d.Hardware.actLocked(a, hw)
 		}
-		a.publishLocked(now, judge.Verdict{Ratio: a.lastRatio}, samples, nil, nil, cpuBefore)
+		var ranked []judge.Suspect
+		if a.proof == nil {
+			ranked = a.maybeProveWaitLocked(now, views, present)
+		}
+		a.publishLocked(now, judge.Verdict{Ratio: a.lastRatio}, samples, ranked, nil, cpuBefore)
 		a.mu.Unlock()
 		return
 	}
@@ -446,22 +485,14 @@ func (a *Agent) step(now time.Time) {
 		}
 		a.log.Debug("interval", "tenants", len(tenants), "contended", v.Contended, "ratio", fmt.Sprintf("%.2f", v.Ratio), "probes", strings.Join(rs, " "))
 	}
-	views := make([]judge.TenantView, 0, len(samples))
-	for _, s := range samples {
-		if !s.fresh {
-			continue
-		}
-		views = append(views, judge.TenantView{ID: s.t.ID, Name: s.t.Name, CPUs: s.t.CPUs, Usage: s.usage, Counters: s.counters, Protected: a.protected(s.t)})
-	}
+	views := a.viewsOf(samples)
 	a.susp.Observe(v, views)
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	present := map[string]sample{}
-	for _, s := range samples {
-		present[s.t.ID] = s
-	}
-	a.controlLocked(now, v, present)
+	present := presentOf(samples)
+	a.judgeWaitLocked(samples, views)
+	a.controlLocked(now, v, present, true)
 	if a.d.Hardware != nil {
 		a.d.Hardware.actLocked(a, hw)
 	}
@@ -486,7 +517,57 @@ func (a *Agent) step(now time.Time) {
 			a.maybeProveLocked(now, v, ranked, present)
 		}
 	}
+	if a.proof == nil {
+		ranked = append(ranked, a.maybeProveWaitLocked(now, views, present)...)
+	}
 	a.publishLocked(now, v, samples, ranked, readings, cpuBefore)
+}
+
+// runDelayBudget is how many threads' run delay (a /proc/TID/schedstat
+// each) the agent reads per interval before it reads tenants in turns.
+const runDelayBudget = 400
+
+// maxRunDelayEvery bounds the turn: every tenant's run delay at least this often.
+const maxRunDelayEvery = 5 * time.Second
+
+// budgetRunDelay sets how often each tenant's run delay is read: every
+// interval while the host's threads fit in the budget (a few VMs: the CPU-
+// wait signal stays an interval's), else in turns long enough to stay
+// within it, up to every 5 s (a thousand tenants).
+func (a *Agent) budgetRunDelay(tenants []sense.Tenant) {
+	r, ok := a.d.Stats.(interface{ SetRunDelayEvery(time.Duration) })
+	if !ok {
+		return
+	}
+	n := 0
+	for _, t := range tenants {
+		n += len(t.Threads)
+	}
+	every := time.Duration(0) // every read
+	if n > runDelayBudget {
+		every = min(maxRunDelayEvery, time.Duration(int64(a.cfg.Interval)*int64(n)/runDelayBudget))
+	}
+	r.SetRunDelayEvery(every)
+}
+
+// viewsOf is what the judges see of the tenants with rates this interval.
+func (a *Agent) viewsOf(samples []sample) []judge.TenantView {
+	views := make([]judge.TenantView, 0, len(samples))
+	for _, s := range samples {
+		if !s.fresh {
+			continue
+		}
+		views = append(views, judge.TenantView{ID: s.t.ID, Name: s.t.Name, CPUs: s.t.CPUs, Usage: s.usage, Counters: s.counters, Protected: a.protected(s.t)})
+	}
+	return views
+}
+
+func presentOf(samples []sample) map[string]sample {
+	present := make(map[string]sample, len(samples))
+	for _, s := range samples {
+		present[s.t.ID] = s
+	}
+	return present
 }
 
 // sampleTenants reads every tenant's counters and turns them into rates.
@@ -520,12 +601,29 @@ func (a *Agent) sampleTenants(tenants []sense.Tenant) []sample {
 				}
 			}
 		}
+		// The run delay's window ends when it is read (or brought up to
+		// date): CPU use over the same window makes the stretch consistent.
+		if !st.RunDelayAt.IsZero() && st.RunDelayAt.Equal(st.At) {
+			if m, ok := a.marks[t.ID]; ok {
+				if dt := st.At.Sub(m.at).Seconds(); dt > 0 {
+					s.waitUsage = max(0, (st.Usage-m.usage).Seconds()/dt)
+					s.waitDelay = st.RunDelayRate
+					s.waitFresh = true
+				}
+			}
+			a.marks[t.ID] = delayMark{at: st.At, usage: st.Usage}
+		}
 		a.prev[t.ID] = st
 		out = append(out, s)
 	}
 	for id := range a.prev {
 		if !seen[id] {
 			delete(a.prev, id)
+		}
+	}
+	for id := range a.marks {
+		if !seen[id] {
+			delete(a.marks, id)
 		}
 	}
 	return out
@@ -581,9 +679,16 @@ func (a *Agent) domainsOf(cpus cpuset.Set) []int {
 	return out
 }
 
-// controlLocked runs the duty controller of every throttled tenant.
-func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string]sample) {
+// controlLocked runs the duty controller of every throttled tenant; with
+// probed false (no probe readings this interval) only those convicted for
+// CPU wait, whose signal does not come from the probes.
+func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string]sample, probed bool) {
 	for id, t := range a.throttled {
+		if !probed && t.signal != signalWait {
+			if _, ok := present[id]; ok {
+				continue
+			}
+		}
 		s, ok := present[id]
 		if !ok {
 			// The tenant vanished: nothing to restore, forget it.
@@ -593,6 +698,11 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			continue
 		}
 		ratio := a.cont.Worst(v.Readings, a.domainsOf(t.tenant.CPUs))
+		if t.signal == signalWait {
+			// Convicted for its neighbours' CPU wait: held to that. (The
+			// probes' noise must not make it look useless.)
+			ratio = a.waitRatioLocked(t.tenant)
+		}
 		if ratio == 0 {
 			ratio = 1
 		}
@@ -603,7 +713,8 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			// cause. Free it, and do not suspect it again for a while.
 			a.releaseLocked(t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× while it was held down", ratio))
 			delete(a.throttled, id)
-			a.backoff[id] = a.nextBackoff(id, now)
+			key := backoffKey(t.signal, id)
+			a.backoff[key] = a.nextBackoff(key, now)
 		case act.Release:
 			why := fmt.Sprintf("contention %.2f× stayed under %.2f× at full relaxation", ratio, a.sp.RelaxBelow)
 			if s.usage < a.sp.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
@@ -687,13 +798,22 @@ func (a *Agent) proofSample(now time.Time) {
 		return
 	}
 	ratio := -1.0
-	if rs, err := a.measureCPU(p.cpu.Domain, p.cpu.CPU); err == nil {
+	var waitNow map[string]sense.TenantStats
+	if p.signal == signalWait {
+		waitNow = a.readVictims(p.victims)
+	} else if rs, err := a.measureCPU(p.cpu.Domain, p.cpu.CPU); err == nil {
 		ratio = a.cont.Worst(a.cont.Rate(rs), nil)
 	}
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if p.signal == signalWait {
+		ratio = a.waitProofRatioLocked(p, waitNow)
+	}
 	th := a.cont.Thresholds()
+	if p.signal == signalWait {
+		th = a.wait.Thresholds()
+	}
 	step := a.cfg.Proof.Window / proofSamples
 	if p.phase == "capped" {
 		if ratio >= 0 {
@@ -738,11 +858,12 @@ func (a *Agent) endProofLocked(now time.Time, p *proof, verdict, why string, cap
 	a.proofs[verdict]++
 	a.journal(act.Event{Kind: "proof", Tenant: p.tenant.ID, Name: p.tenant.Name, Detail: verdict + ": " + why,
 		Evidence: map[string]any{"before": p.before, "capped": p.capped, "uncapped": p.uncapped, "cpu": p.cpu.CPU}})
+	key := backoffKey(p.signal, p.tenant.ID)
 	if verdict != judge.ProofGuilty {
 		if capped {
 			a.releaseLocked(p.tenant, verdict+": "+why)
 		}
-		a.backoff[p.tenant.ID] = a.nextBackoff(p.tenant.ID, now)
+		a.backoff[key] = a.nextBackoff(key, now)
 		a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "why", why)
 		return
 	}
@@ -752,8 +873,8 @@ func (a *Agent) endProofLocked(now time.Time, p *proof, verdict, why string, cap
 		a.handleWriteErr(p.tenant, err)
 		return
 	}
-	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr}
-	delete(a.backoff, p.tenant.ID)
+	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal}
+	delete(a.backoff, key)
 	a.recordLocked(now, p.tenant, "throttle", q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
 }
 
@@ -825,6 +946,10 @@ func (a *Agent) handleWriteErr(t sense.Tenant, err error) {
 		a.log.Info("tenant vanished while acting on it", "tenant", t.ID)
 		return
 	}
+	if errors.Is(err, act.ErrUnavailable) {
+		a.unavailableLocked(t, err)
+		return
+	}
 	a.log.Error("cgroup write failed", "tenant", t.ID, "err", err)
 	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
 	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) {
@@ -883,6 +1008,7 @@ func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, 
 	st := &State{
 		Time: now, Interval: a.cfg.Interval.Seconds(), Host: a.d.Host, Version: a.d.Version, DryRun: a.cfg.DryRun,
 		PMU: a.d.PMU, Contention: v.Contended, ContentionRatio: v.Ratio,
+		CPUWait: a.lastWait.Contended, CPUWaitRatio: a.lastWait.Ratio,
 		Tenants: []TenantState{}, Probes: []ProbeState{}, Suspects: []Suspect{},
 		Actions: slices.Clone(a.actions), ActionsTotal: map[string]uint64{}, ProofsTotal: map[string]uint64{},
 	}
@@ -901,7 +1027,7 @@ func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, 
 		st.Suspects = append(st.Suspects, Suspect{Tenant: r.ID, Name: r.Name, Score: r.Score, Reasons: r.Reasons})
 	}
 	for _, s := range samples {
-		ts := TenantState{ID: s.t.ID, Kind: s.t.Kind, Name: s.t.Name, Cgroup: s.t.Cgroup, CPUs: s.t.CPUs.String(),
+		ts := TenantState{ID: s.t.ID, Kind: s.t.Kind, Name: s.t.Name, UUID: s.t.UUID, Cgroup: s.t.Cgroup, CPUs: s.t.CPUs.String(),
 			CPU: s.usage, ThrottledRatio: s.thrRatio, RunDelay: s.delay, PSI: s.psi, Counters: s.counters,
 			Duty: 1, Protected: a.protected(s.t), Score: scores[s.t.ID]}
 		if h := a.holds[s.t.ID]; h != nil && len(h.claims) > 0 {

@@ -59,6 +59,10 @@ type Config struct {
 	Power    judge.PowerBudgetConfig   `yaml:"power"`
 	Levers   LeversConfig              `yaml:"levers"`
 	Resctrl  ResctrlConfig             `yaml:"resctrl"`
+
+	// The CPU-wait contention signal and libvirt VMs (issue #6).
+	CPUWait CPUWaitConfig `yaml:"cpu_wait"`
+	Libvirt LibvirtConfig `yaml:"libvirt"`
 }
 
 // LeversConfig allows or forbids the per-CPU levers the bus-lock and power
@@ -140,6 +144,21 @@ type KubernetesConfig struct {
 	CAFile    string `yaml:"ca_file"`
 }
 
+// CPUWaitConfig is the CPU-wait contention signal: a tenant whose work takes
+// far longer than usual because its threads wait for CPUs a neighbour keeps
+// busy (vCPUs of two VMs pinned to one CPU; what a guest sees as steal).
+// Suspects are the tenants active on its CPUs, proven by the same A/B/A cap.
+type CPUWaitConfig struct {
+	// Enabled judges CPU wait (default true). Turn it off where tenants are
+	// meant to share CPUs and compete for them.
+	Enabled *bool `yaml:"enabled"`
+	// Ratio: a tenant's stretch ((CPU time + run delay) / CPU time) this
+	// many times its quiet stretch, twice in a row, is contention (default
+	// 1.5); Strong counts at once (default 4).
+	Ratio  float64 `yaml:"ratio"`
+	Strong float64 `yaml:"strong"`
+}
+
 // TenantsConfig says which cgroups are tenants.
 type TenantsConfig struct {
 	// Builtin discovers libvirt VMs, Kubernetes pods and containers (default true).
@@ -160,6 +179,11 @@ type JudgeConfig struct {
 	Ratio     float64 `yaml:"ratio"`
 	Strong    float64 `yaml:"strong"`
 	Tolerance float64 `yaml:"tolerance"`
+	// LLCRatio and LLCStrong replace Ratio and Strong for the LLC probe,
+	// which shares the LLC with the tenants by design and reads louder
+	// (defaults 3 and 6).
+	LLCRatio  float64 `yaml:"llc_ratio"`
+	LLCStrong float64 `yaml:"llc_strong"`
 	// Window is how many intervals the correlation looks back (default 16).
 	Window int `yaml:"window"`
 }
@@ -195,6 +219,25 @@ type PerfConfig struct {
 	// Software also counts software events (context switches, migrations)
 	// per tenant on hosts without a hardware PMU (default false).
 	Software bool `yaml:"software"`
+}
+
+// LibvirtConfig is the libvirt integration: VMs named and located as libvirt
+// knows them, and throttled through libvirt's scheduler parameters.
+type LibvirtConfig struct {
+	// Enabled is "auto" (default: on when the socket exists at start),
+	// "true" (on; while the socket is absent crosstalk keeps retrying and
+	// VMs are not throttled) or "false" (never: VMs are throttled through
+	// their cgroup files, as any other tenant).
+	Enabled string `yaml:"enabled"`
+	// Socket is libvirtd's socket below the host root (default
+	// /run/libvirt/libvirt-sock; with --root /host it is read at
+	// /host/run/libvirt/libvirt-sock).
+	Socket string `yaml:"socket"`
+	// URI is the driver to open (default qemu:///system).
+	URI string `yaml:"uri"`
+	// Timeout bounds connecting and each call (default 2s): a daemon that
+	// does not answer has its connection reset and is reconnected.
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // Defaults returns the configuration used without a file.
@@ -267,6 +310,27 @@ func (c *Config) fill() {
 	}
 	if c.Kubernetes.ClearAfter == 0 {
 		c.Kubernetes.ClearAfter = 2 * time.Minute
+	}
+	if c.CPUWait.Enabled == nil {
+		c.CPUWait.Enabled = ptrTo(true)
+	}
+	if c.CPUWait.Ratio == 0 {
+		c.CPUWait.Ratio = 1.5
+	}
+	if c.CPUWait.Strong == 0 {
+		c.CPUWait.Strong = max(4, c.CPUWait.Ratio)
+	}
+	if c.Libvirt.Enabled == "" {
+		c.Libvirt.Enabled = "auto"
+	}
+	if c.Libvirt.Timeout == 0 {
+		c.Libvirt.Timeout = 2 * time.Second
+	}
+	if c.Libvirt.Socket == "" {
+		c.Libvirt.Socket = "/run/libvirt/libvirt-sock"
+	}
+	if c.Libvirt.URI == "" {
+		c.Libvirt.URI = "qemu:///system"
 	}
 }
 
@@ -342,6 +406,9 @@ func (c *Config) Validate() error {
 	if th.Ratio <= 1 || th.Strong < th.Ratio || th.Tolerance <= 1 || th.Tolerance > th.Ratio {
 		bad("judge", "need 1 < tolerance <= ratio <= strong (have %.2f, %.2f, %.2f)", th.Tolerance, th.Ratio, th.Strong)
 	}
+	if th.LLCRatio <= 1 || th.LLCStrong < th.LLCRatio {
+		bad("judge", "need 1 < llc_ratio <= llc_strong (have %.2f, %.2f)", th.LLCRatio, th.LLCStrong)
+	}
 	if c.Perf.FDBudget < 0 {
 		bad("perf.fd_budget", "must be >= 0")
 	}
@@ -375,6 +442,17 @@ func (c *Config) Validate() error {
 	if c.Probe.LLCBytes < 0 || c.Probe.CPUsPerDomain < 0 || c.Probe.Chunks < 0 {
 		bad("probe", "sizes must be >= 0")
 	}
+	if w := c.CPUWait; w.Ratio <= 1 || w.Strong < w.Ratio {
+		bad("cpu_wait", "need 1 < ratio <= strong (have %.2f, %.2f)", w.Ratio, w.Strong)
+	}
+	switch c.Libvirt.Enabled {
+	case "auto", "true", "false":
+	default:
+		bad("libvirt.enabled", "%q: want auto, true or false", c.Libvirt.Enabled)
+	}
+	if c.Libvirt.Timeout < 100*time.Millisecond || c.Libvirt.Timeout > time.Minute {
+		bad("libvirt.timeout", "%s outside 100ms-1m", c.Libvirt.Timeout)
+	}
 	return errors.Join(errs...)
 }
 
@@ -389,9 +467,16 @@ func (c *Config) Sparsify() act.Sparsify {
 
 // Thresholds is the judge configuration with defaults filled.
 func (c *Config) Thresholds() judge.Thresholds {
-	th := judge.Thresholds{Ratio: c.Judge.Ratio, Strong: c.Judge.Strong, Tolerance: c.Judge.Tolerance}
+	th := judge.Thresholds{Ratio: c.Judge.Ratio, Strong: c.Judge.Strong, Tolerance: c.Judge.Tolerance, LLCRatio: c.Judge.LLCRatio, LLCStrong: c.Judge.LLCStrong}
 	th.Fill()
 	return th
+}
+
+// WaitThresholds are the CPU-wait judge's thresholds: its own ratio and
+// strong level, the probes' tolerance ("back to normal") for proofs.
+func (c *Config) WaitThresholds() judge.Thresholds {
+	th := c.Thresholds()
+	return judge.Thresholds{Ratio: c.CPUWait.Ratio, Strong: c.CPUWait.Strong, Tolerance: min(th.Tolerance, c.CPUWait.Ratio)}
 }
 
 // ProbeSettings is the probe configuration for the sensor.

@@ -45,6 +45,7 @@ type stateCollector struct {
 	contention, contentionRatio, tenants, actionsTotal, proofsTotal *prometheus.Desc
 	proofInProgress, perfFDs, intervalCPU, interval, lastUpdate     *prometheus.Desc
 	dryRun, pmu                                                     *prometheus.Desc
+	cpuWait, cpuWaitRatio                                           *prometheus.Desc
 }
 
 func newStateCollector(src StateSource, version, commit string) *stateCollector {
@@ -91,6 +92,10 @@ func newStateCollector(src StateSource, version, commit string) *stateCollector 
 			"1 if the judge found contention on shared hardware in the last interval, else 0."),
 		contentionRatio: d("contention_ratio",
 			"Worst canary probe latency against its quiet baseline in the last interval (1 = quiet)."),
+		cpuWait: d("cpu_wait_contention",
+			"1 if some tenant's work took far longer than usual in the last interval because its threads waited for a CPU, else 0."),
+		cpuWaitRatio: d("cpu_wait_ratio",
+			"Worst tenant's stretch ((CPU time + run delay) / CPU time) against its quiet stretch in the last interval (1 = as usual)."),
 		tenants: d("tenants",
 			"Number of tenants (VMs and containers) the agent watches."),
 		actionsTotal: d("actions_total",
@@ -123,7 +128,7 @@ func (c *stateCollector) descs() []*prometheus.Desc {
 		c.probeLatency, c.probeBaseline, c.probeRatio,
 		c.contention, c.contentionRatio, c.tenants, c.actionsTotal, c.proofsTotal,
 		c.proofInProgress, c.perfFDs, c.intervalCPU, c.interval, c.lastUpdate,
-		c.dryRun, c.pmu,
+		c.dryRun, c.pmu, c.cpuWait, c.cpuWaitRatio,
 	}
 }
 
@@ -192,6 +197,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 	gauge(c.contention, b2f(s.Contention))
 	gauge(c.contentionRatio, s.ContentionRatio)
+	gauge(c.cpuWait, b2f(s.CPUWait))
+	gauge(c.cpuWaitRatio, max(1, s.CPUWaitRatio))
 	gauge(c.tenants, float64(len(seenTenant)))
 	// The known kinds and results are always exported (0 until they happen),
 	// so rate() and increase() work from the first scrape.

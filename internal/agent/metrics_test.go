@@ -46,6 +46,8 @@ func sampleState() State {
 		PMU:             true,
 		Contention:      true,
 		ContentionRatio: 2.5,
+		CPUWait:         true,
+		CPUWaitRatio:    1.8,
 		Tenants: []TenantState{
 			{
 				ID: "vm:noisy", Kind: "vm", Name: "noisy", Cgroup: "/machine.slice/machine-qemu\\x2d1\\x2dnoisy.scope", CPUs: "0-3",
@@ -100,6 +102,12 @@ crosstalk_contention 1
 # HELP crosstalk_contention_ratio Worst canary probe latency against its quiet baseline in the last interval (1 = quiet).
 # TYPE crosstalk_contention_ratio gauge
 crosstalk_contention_ratio 2.5
+# HELP crosstalk_cpu_wait_contention 1 if some tenant's work took far longer than usual in the last interval because its threads waited for a CPU, else 0.
+# TYPE crosstalk_cpu_wait_contention gauge
+crosstalk_cpu_wait_contention 1
+# HELP crosstalk_cpu_wait_ratio Worst tenant's stretch ((CPU time + run delay) / CPU time) against its quiet stretch in the last interval (1 = as usual).
+# TYPE crosstalk_cpu_wait_ratio gauge
+crosstalk_cpu_wait_ratio 1.8
 # HELP crosstalk_dry_run 1 if the agent only reports what it would do (dry-run), 0 if it acts.
 # TYPE crosstalk_dry_run gauge
 crosstalk_dry_run 1

@@ -112,15 +112,20 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 	// them open, within a bound.
 	files := h.NewRereader(4096)
 	closers = append(closers, func() { files.Close() })
-	// Run delay is one file per thread: each tenant's threads are read in
-	// its turn, about once every 5 s, and not at all while its cgroup2 PSI
-	// shows that nothing waited (sense.CgroupStats.RunDelayEvery).
-	stats := sense.CgroupStats{Host: h, Layout: layout, Files: files, Now: o.Now, RunDelayEvery: 5 * time.Second}
+	// Run delay is one file per thread: on a busy host each tenant's threads
+	// are read in its turn, up to every 5 s, and not at all while its
+	// cgroup2 PSI shows that nothing waited (the agent sizes the turn to the
+	// host's threads: budgetRunDelay).
+	stats := &sense.CgroupStats{Host: h, Layout: layout, Files: files, Now: o.Now, RunDelayEvery: maxRunDelayEvery}
+	// libvirt VMs: named and located as libvirt knows them, and throttled
+	// through libvirt (see wireLibvirt).
+	discoverer, quota, stopLibvirt := wireLibvirt(cfg, h, log, disc, disc.DetailEvery, &act.CPUQuota{Host: h, Layout: layout, State: state, Log: log}, state)
+	closers = append(closers, stopLibvirt)
 	d := Deps{
-		Discoverer: disc,
+		Discoverer: discoverer,
 		Stats:      stats,
 		Probe:      probe,
-		Quota:      &act.CPUQuota{Host: h, Layout: layout, State: state, Log: log},
+		Quota:      quota,
 		Journal:    journal,
 		Log:        log,
 		OnAction:   onAction,

@@ -18,6 +18,11 @@ type State struct {
 	// probe latency against its quiet baseline (1.0 = quiet).
 	Contention      bool    `json:"contention"`
 	ContentionRatio float64 `json:"contention_ratio"`
+	// CPUWait is the CPU-wait verdict: some tenant's work takes far longer
+	// than usual because its threads wait for a CPU; CPUWaitRatio is the
+	// worst tenant's stretch over its quiet stretch (1.0 = as usual).
+	CPUWait      bool    `json:"cpu_wait_contention"`
+	CPUWaitRatio float64 `json:"cpu_wait_ratio"`
 
 	Tenants  []TenantState `json:"tenants"`
 	Probes   []ProbeState  `json:"probes"`
@@ -57,9 +62,11 @@ type HoldState struct {
 
 // TenantState is one tenant as the agent sees it this interval.
 type TenantState struct {
-	ID     string `json:"id"`
-	Kind   string `json:"kind"`
-	Name   string `json:"name"`
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	// UUID is a libvirt VM's domain UUID (omitted for other tenants).
+	UUID   string `json:"uuid,omitempty"`
 	Cgroup string `json:"cgroup"`
 	CPUs   string `json:"cpus"`
 	// CPU is the CPU time used per second (1.0 = one full CPU).

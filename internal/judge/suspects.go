@@ -92,6 +92,13 @@ func (s *Suspects) Rank(v Verdict, tenants []TenantView, domainCPUs map[int]cpus
 	for _, d := range v.Domains {
 		contended = contended.Union(domainCPUs[d])
 	}
+	return s.RankOn(contended, tenants, skip)
+}
+
+// RankOn scores the candidates active on the contended CPUs, best first:
+// Rank for the probes' L3 domains, and for CPU-wait contention the CPUs of
+// the tenants that wait.
+func (s *Suspects) RankOn(contended cpuset.Set, tenants []TenantView, skip func(id string) bool) []Suspect {
 	totals := map[string]float64{}
 	for _, t := range tenants {
 		for k, x := range t.Counters {
@@ -112,7 +119,7 @@ func (s *Suspects) Rank(v Verdict, tenants []TenantView, domainCPUs map[int]cpus
 			continue
 		}
 		var reasons []string
-		reasons = append(reasons, fmt.Sprintf("uses %.2f CPU on the contended L3", active))
+		reasons = append(reasons, fmt.Sprintf("uses %.2f CPU on the contended CPUs", active))
 		evidence := 0.1
 
 		if c := correlation(s.usage[t.ID], s.ratio); c > 0 {

@@ -92,6 +92,10 @@ func (c CgroupStats) reader() cgroup.StringReader {
 	return c.Host
 }
 
+// SetRunDelayEvery changes RunDelayEvery (the agent sizes it to the host's
+// thread count each interval; 0 reads every tenant's run delay each time).
+func (c *CgroupStats) SetRunDelayEvery(d time.Duration) { c.RunDelayEvery = d }
+
 // Read samples one tenant. A tenant whose cgroup vanished returns an error
 // wrapping fs.ErrNotExist; threads that exit meanwhile are skipped.
 //

@@ -28,6 +28,11 @@ type Tenant struct {
 	// Threads are the thread IDs in the cgroup and its descendants (a VM's
 	// vCPU threads live in vcpuN sub-cgroups).
 	Threads []int `json:"-"`
+	// UUID is a libvirt VM's domain UUID, set by LibvirtDiscoverer ("" for
+	// other tenants, and for a VM libvirt does not report).
+	UUID string `json:"uuid,omitempty"`
+	// VCPUs is a libvirt VM's number of online vCPUs (0 when unknown).
+	VCPUs int `json:"vcpus,omitempty"`
 }
 
 // Discoverer lists the tenants present now. Tenants appear and vanish at any

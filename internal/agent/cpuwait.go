@@ -1,0 +1,221 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// The contention a proof or a throttle answers to.
+const (
+	signalProbe = ""         // the canary probes (memory bus, LLC, DRAM)
+	signalWait  = "cpu-wait" // tenants waiting for a CPU a neighbour keeps busy
+)
+
+// backoffKey keeps acquittals per signal: a tenant acquitted of polluting
+// the memory bus may still be the one keeping its neighbour's CPU busy.
+func backoffKey(signal, id string) string {
+	if signal == signalProbe {
+		return id
+	}
+	return signal + ":" + id
+}
+
+// judgeWaitLocked feeds this interval's CPU use and run delay to the
+// CPU-wait judge. Tenants crosstalk is capping are left out: their waits
+// are its own doing.
+func (a *Agent) judgeWaitLocked(samples []sample, views []judge.TenantView) {
+	if !*a.cfg.CPUWait.Enabled {
+		return
+	}
+	ws := make([]judge.WaitSample, 0, len(samples))
+	if a.waitCPUs == nil {
+		a.waitCPUs = map[string]cpuset.Set{}
+	}
+	clear(a.waitCPUs)
+	for _, s := range samples {
+		if !s.fresh {
+			continue
+		}
+		_, capped := a.throttled[s.t.ID]
+		capped = capped || a.proof != nil && a.proof.tenant.ID == s.t.ID || a.heldLocked(s.t.ID, "")
+		ws = append(ws, judge.WaitSample{ID: s.t.ID, Usage: s.waitUsage, Delay: s.waitDelay, Exclude: capped, Stale: !s.waitFresh})
+		a.waitCPUs[s.t.ID] = s.t.CPUs
+	}
+	a.lastWait = a.wait.Update(ws)
+	a.waitSusp.Observe(judge.Verdict{Ratio: a.lastWait.Ratio}, views)
+}
+
+// waitRatioLocked is the worst CPU-wait ratio this interval among the
+// tenants sharing CPUs with t: what a throttle on t answers to.
+func (a *Agent) waitRatioLocked(t sense.Tenant) float64 {
+	worst := 1.0
+	for _, r := range a.lastWait.Ratings {
+		if r.ID != t.ID && !a.waitCPUs[r.ID].Intersect(t.CPUs).IsEmpty() {
+			worst = max(worst, r.Ratio)
+		}
+	}
+	return worst
+}
+
+// maybeProveWaitLocked ranks suspects for CPU-wait contention (tenants
+// active on the waiting tenants' CPUs, by activity and by how their CPU use
+// tracks the waits) and, when the contention is persistent, starts an A/B/A
+// proof on the top one: capped, the victims' waits must fall; freed, come
+// back. It returns the ranking for the state.
+func (a *Agent) maybeProveWaitLocked(now time.Time, views []judge.TenantView, present map[string]sample) []judge.Suspect {
+	wv := a.lastWait
+	if !wv.Contended {
+		return nil
+	}
+	var cpus cpuset.Set
+	for _, v := range wv.Victims {
+		cpus = cpus.Union(a.waitCPUs[v.ID])
+	}
+	usage := make(map[string]float64, len(views))
+	for _, v := range views {
+		usage[v.ID] = v.Usage
+	}
+	// A suspect must have taken more CPU than before the waits began (a
+	// tenant that waits may still be one, for its neighbours' waits).
+	ranked := a.waitSusp.RankOn(cpus, views, func(id string) bool {
+		if _, ok := a.throttled[id]; ok {
+			return true
+		}
+		if a.heldLocked(id, "") { // held by another policy: its cap, not its doing
+			return true
+		}
+		if a.wait.Gain(id, usage[id]) < minWaitGain {
+			return true
+		}
+		return now.Before(a.backoff[backoffKey(signalWait, id)].until)
+	})
+	for i := range ranked {
+		ranked[i].Reasons = append(ranked[i].Reasons, fmt.Sprintf("uses %.2f CPU more than before the waits began", a.wait.Gain(ranked[i].ID, usage[ranked[i].ID])))
+	}
+	if !wv.Persistent || len(ranked) == 0 || len(a.throttled) >= a.cfg.MaxThrottled || now.Sub(a.lastChange) < 2*a.cfg.Interval {
+		return ranked
+	}
+	// A throttled tenant on these CPUs that can still be held tighter is
+	// its controller's business, as with the probes.
+	for _, t := range a.throttled {
+		if t.signal == signalWait && !t.tenant.CPUs.Intersect(cpus).IsEmpty() && t.thr.Step > a.sp.FloorStep {
+			return ranked
+		}
+	}
+	// The best suspect with someone else waiting on its CPUs.
+	var top judge.Suspect
+	var s sample
+	var vt []sense.Tenant
+	before := 1.0
+	for _, cand := range ranked {
+		c, ok := present[cand.ID]
+		if !ok {
+			continue
+		}
+		for _, v := range wv.Victims {
+			if p, ok := present[v.ID]; ok && v.ID != c.t.ID && !p.t.CPUs.Intersect(c.t.CPUs).IsEmpty() {
+				vt = append(vt, p.t)
+				before = max(before, v.Ratio)
+			}
+		}
+		if len(vt) > 0 {
+			top, s = cand, c
+			break
+		}
+	}
+	if len(vt) == 0 {
+		return ranked
+	}
+	reason := fmt.Sprintf("%s; suspect score %.2f: %s", waitReason(wv, vt, present), top.Score, strings.Join(top.Reasons, "; "))
+	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: map[string]any{"cpu_wait_ratio": wv.Ratio, "victims": wv.Victims, "suspects": ranked}})
+	if a.cfg.DryRun {
+		a.recordLocked(now, s.t, "proof", 0, 1, "dry run: would cap it to prove it: "+reason)
+		key := backoffKey(signalWait, top.ID)
+		a.backoff[key] = a.nextBackoff(key, now)
+		return ranked
+	}
+	q := cgroup.Quota{Quota: time.Duration(max(1, s.t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
+	if err := a.apply(s.t, q, "proof", now); err != nil {
+		a.handleWriteErr(s.t, err)
+		return ranked
+	}
+	a.proof = &proof{tenant: s.t, started: now, before: before, reason: reason, phase: "capped", from: now,
+		next: now.Add(a.cfg.Proof.Window / proofSamples), signal: signalWait, victims: vt, waitFrom: a.readVictims(vt)}
+	a.recordLocked(now, s.t, "proof", q.CPUs(), q.CPUs()/float64(max(1, s.t.CPUs.Len())), "capped hard to prove it: "+reason)
+	return ranked
+}
+
+// minWaitGain is the CPU a CPU-wait suspect must have gained since the
+// waits began.
+const minWaitGain = 0.1
+
+// waitReason names the (worst) waiting tenant by name rather than cgroup.
+func waitReason(wv judge.WaitVerdict, vt []sense.Tenant, present map[string]sample) string {
+	w := wv.Victims[0]
+	for _, v := range wv.Victims {
+		if len(vt) > 0 && v.ID == vt[0].ID {
+			w = v
+			break
+		}
+	}
+	name := w.ID
+	if p, ok := present[w.ID]; ok {
+		name = p.t.Name
+	}
+	return fmt.Sprintf("CPU wait: %s's work takes %.1f× its usual time (stretch %.2f, quiet %.2f)", name, w.Ratio, w.Stretch, w.Baseline)
+}
+
+// readVictims samples the victims' counters (outside the lock: file reads).
+func (a *Agent) readVictims(vt []sense.Tenant) map[string]sense.TenantStats {
+	out := make(map[string]sense.TenantStats, len(vt))
+	for _, t := range vt {
+		if st, err := a.d.Stats.Read(t, nil); err == nil {
+			out[t.ID] = st
+		}
+	}
+	return out
+}
+
+// waitProofRatioLocked is the worst victim's CPU-wait ratio since the
+// proof's previous sample, or -1 when no victim ran enough to tell.
+func (a *Agent) waitProofRatioLocked(p *proof, now map[string]sense.TenantStats) float64 {
+	worst := -1.0
+	for id, st := range now {
+		from, ok := p.waitFrom[id]
+		p.waitFrom[id] = st
+		dt := st.At.Sub(from.At).Seconds()
+		if !ok || dt <= 0 {
+			continue
+		}
+		usage := (st.Usage - from.Usage).Seconds() / dt
+		delay := (st.RunDelay - from.RunDelay).Seconds() / dt
+		if _, ok := judge.Stretch(usage, delay); !ok {
+			continue
+		}
+		worst = max(worst, a.wait.Ratio(id, usage, delay))
+	}
+	return worst
+}
+
+// unavailableLocked handles an actuator that cannot act now (libvirtd
+// restarting, a domain libvirt is still starting): the tenant is left alone
+// for a few intervals, for every signal, and the journal says why.
+func (a *Agent) unavailableLocked(t sense.Tenant, err error) {
+	a.log.Warn("cannot act on tenant now; retrying shortly", "tenant", t.Name, "err", err)
+	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
+	until := time.Now().Add(max(time.Second, 4*a.cfg.Interval))
+	for _, k := range []string{backoffKey(signalProbe, t.ID), backoffKey(signalWait, t.ID)} {
+		b := a.backoff[k]
+		if b.until.Before(until) {
+			b.until = until
+		}
+		a.backoff[k] = b
+	}
+}

@@ -1,0 +1,259 @@
+package judge
+
+import (
+	"fmt"
+	"math/bits"
+	"slices"
+)
+
+// CPUWait judges CPU-time contention: a tenant whose threads wait for a CPU
+// far longer than they usually do. It is what two VMs pinned to one
+// physical CPU do to each other — the guest sees it as steal time — and the
+// signal where the memory-bus and cache probes see nothing. On the dev
+// machine, two TCG guests sharing a CPU left the canary probes within their
+// noise (QEMU's TCG runs a guest's split locks as ordinary host code) while
+// the victim's run delay went from 0.08 to 0.98 s per second.
+//
+// A tenant's stretch over an interval is (CPU time + run delay) / CPU time:
+// how much longer its work took than with a CPU to itself (1: it never
+// waited). Its ratio is that stretch over its own quiet stretch, learned as
+// the probe baselines are (judge.Baseline: quieter readings quickly, louder
+// ones slowly, never while contended), so it reads on the probes' scale: 2
+// means its work takes twice as long as it usually does. Run delay is summed
+// over the tenant's threads (for a VM, its vCPUs' steal plus its emulator
+// threads' waits), so a tenant's own quiet stretch includes its usual waits.
+//
+// Who causes it is left to the suspects ranking (tenants sharing the
+// waiting tenant's CPUs, by activity and by how their CPU use tracks the
+// waits) and to the same A/B/A proof as the probes': cap the suspect, the
+// waiting tenant's stretch must fall, and come back when it is freed.
+type CPUWait struct {
+	th   Thresholds
+	base map[string]*Baseline
+	hot  map[string]int // per tenant: the last 3 intervals, a bit each, set when above Ratio
+	runs map[string]int // consecutive intervals above Ratio
+	// use is each tenant's CPU use while nobody waited more than usual;
+	// during an episode it holds what everyone used before it began.
+	use     map[string]float64
+	episode bool
+	// last is each tenant's latest rating, carried while it is stale.
+	last map[string]WaitRating
+}
+
+// WaitSample is one tenant's interval, in seconds per second.
+type WaitSample struct {
+	ID    string
+	Usage float64 // CPU time used
+	Delay float64 // time runnable but waiting for a CPU, summed over its threads
+	// Exclude keeps the tenant out of the judgement and its baseline: one
+	// crosstalk is capping, whose waits are crosstalk's doing.
+	Exclude bool
+	// Stale says its run delay was not read this interval (it is read in
+	// turns on a busy host): its state and its last rating stand, so the
+	// verdict does not flicker between its readings.
+	Stale bool
+}
+
+// WaitRating is one tenant's stretch this interval against its baseline.
+type WaitRating struct {
+	ID       string
+	Stretch  float64
+	Baseline float64
+	Ratio    float64
+	// Contended: over the threshold twice in a row, or strongly once.
+	Contended bool
+}
+
+// WaitVerdict is the CPU-wait judgement of one interval.
+type WaitVerdict struct {
+	Contended bool
+	// Persistent: a contended tenant was over the threshold in 2 of the
+	// last 3 intervals (the agent only disturbs anyone on persistent
+	// contention).
+	Persistent bool
+	// Ratio is the worst ratio of any judged tenant (1 = quiet).
+	Ratio float64
+	// Victims are the contended tenants, worst first.
+	Victims []WaitRating
+	// Ratings are every judged tenant's (warmed-up baseline, enough CPU use).
+	Ratings []WaitRating
+	Reason  string
+}
+
+// minWaitUsage is the CPU use below which a tenant's stretch is not judged:
+// a nearly idle tenant's few wake-ups make its stretch noise.
+const minWaitUsage = 0.05
+
+// waitWarmup is how many quiet intervals a tenant's baseline needs before
+// its waits are judged.
+const waitWarmup = 4
+
+// NewCPUWait returns a CPU-wait judge with the probes' thresholds.
+func NewCPUWait(th Thresholds) *CPUWait {
+	th.Fill()
+	return &CPUWait{th: th, base: map[string]*Baseline{}, hot: map[string]int{}, runs: map[string]int{}, use: map[string]float64{}}
+}
+
+// Thresholds returns the thresholds in use.
+func (c *CPUWait) Thresholds() Thresholds { return c.th }
+
+// Stretch is (usage + delay) / usage; ok is false when usage is too small
+// to judge.
+func Stretch(usage, delay float64) (float64, bool) {
+	if usage < minWaitUsage || delay < 0 {
+		return 0, false
+	}
+	return (usage + delay) / usage, true
+}
+
+// Ratio rates one window of a tenant against its baseline without learning
+// from it (for proofs and for controlling a throttle); 1 when the tenant has
+// no warmed-up baseline or used too little CPU to tell.
+func (c *CPUWait) Ratio(id string, usage, delay float64) float64 {
+	b := c.base[id]
+	s, ok := Stretch(usage, delay)
+	if b == nil || b.N < waitWarmup || !ok {
+		return 1
+	}
+	return b.Ratio(s)
+}
+
+// Update judges an interval and learns from its quiet readings. Tenants
+// absent from samples are forgotten.
+func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
+	v := WaitVerdict{Ratio: 1}
+	seen := map[string]bool{}
+	anyAbove := false
+	for _, s := range samples {
+		seen[s.ID] = true
+		if s.Exclude {
+			c.runs[s.ID] = 0
+			delete(c.last, s.ID)
+			continue
+		}
+		if s.Stale {
+			if r, ok := c.last[s.ID]; ok {
+				v.Ratio = max(v.Ratio, r.Ratio)
+				v.Ratings = append(v.Ratings, r)
+				if r.Contended {
+					v.Victims = append(v.Victims, r)
+					if bits.OnesCount(uint(c.hot[s.ID])) >= 2 {
+						v.Persistent = true
+					}
+				}
+			}
+			continue
+		}
+		stretch, ok := Stretch(s.Usage, s.Delay)
+		if !ok {
+			continue
+		}
+		b := c.base[s.ID]
+		if b == nil {
+			b = &Baseline{}
+			c.base[s.ID] = b
+		}
+		if b.N < waitWarmup {
+			b.Observe(stretch, false)
+			continue
+		}
+		r := WaitRating{ID: s.ID, Stretch: stretch, Baseline: b.Level, Ratio: b.Ratio(stretch)}
+		above := b.Above(stretch, c.th.Ratio, c.th.Noise)
+		anyAbove = anyAbove || above
+		if above {
+			c.runs[s.ID]++
+			c.hot[s.ID] = (c.hot[s.ID]<<1 | 1) & 0b111
+		} else {
+			c.runs[s.ID] = 0
+			c.hot[s.ID] = c.hot[s.ID] << 1 & 0b111
+		}
+		r.Contended = above && (c.runs[s.ID] >= 2 || b.Above(stretch, c.th.Strong, 2*c.th.Noise))
+		if c.last == nil {
+			c.last = map[string]WaitRating{}
+		}
+		c.last[s.ID] = r
+		v.Ratio = max(v.Ratio, r.Ratio)
+		v.Ratings = append(v.Ratings, r)
+		if r.Contended {
+			v.Victims = append(v.Victims, r)
+			if bits.OnesCount(uint(c.hot[s.ID])) >= 2 {
+				v.Persistent = true
+			}
+		}
+		// Readings over the threshold never teach the baseline; moderate
+		// ones do, so the noise band is learned as it really is.
+		b.Observe(stretch, above)
+	}
+	for id := range c.base {
+		if !seen[id] {
+			delete(c.base, id)
+			delete(c.hot, id)
+			delete(c.runs, id)
+			delete(c.last, id)
+		}
+	}
+	for id := range c.use {
+		if !seen[id] {
+			delete(c.use, id)
+		}
+	}
+	// An episode of waits begins with the first reading over the threshold
+	// and lasts until every tenant is back under the tolerance. Usage is
+	// learned only outside episodes, so during one it says who took more CPU
+	// than before it began (see Gain).
+	switch {
+	case anyAbove:
+		c.episode = true
+	case v.Ratio < c.th.Tolerance:
+		c.episode = false
+	}
+	if !c.episode {
+		for _, s := range samples {
+			if s.Exclude || s.Stale {
+				continue
+			}
+			if u, ok := c.use[s.ID]; ok {
+				c.use[s.ID] = u + useAlpha*(s.Usage-u)
+			} else {
+				c.use[s.ID] = s.Usage
+			}
+		}
+	}
+	slices.SortFunc(v.Victims, func(a, b WaitRating) int {
+		switch {
+		case a.Ratio > b.Ratio:
+			return -1
+		case a.Ratio < b.Ratio:
+			return 1
+		}
+		return 0
+	})
+	v.Contended = len(v.Victims) > 0
+	if v.Contended {
+		w := v.Victims[0]
+		v.Reason = fmt.Sprintf("CPU wait: %s's work takes %.1f× its usual time (stretch %.2f, quiet %.2f)", w.ID, w.Ratio, w.Stretch, w.Baseline)
+	}
+	return v
+}
+
+// useAlpha smooths the usage remembered outside episodes.
+const useAlpha = 0.3
+
+// Gain is how much more CPU a tenant uses now than before the current
+// episode of waits began (its usage then; all of it for a tenant that
+// arrived during the episode). CPU-time contention is symmetric — two busy
+// tenants on one CPU each wait for the other — and what breaks the tie is
+// who changed: the tenant that took more CPU than before is the suspect, the
+// one that lost CPU to it is not.
+func (c *CPUWait) Gain(id string, usage float64) float64 {
+	return usage - c.use[id]
+}
+
+// Baselines exports the learned quiet stretches (for the state API).
+func (c *CPUWait) Baselines() map[string]Baseline {
+	out := make(map[string]Baseline, len(c.base))
+	for id, b := range c.base {
+		out[id] = *b
+	}
+	return out
+}
