@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,6 +17,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/libvirt"
 	"github.com/crosstalk-project/crosstalk/internal/resctrl"
 )
 
@@ -110,6 +112,8 @@ type RestoreContext struct {
 	Layout cgroup.Layout
 	State  *act.StateFile
 	Log    *slog.Logger
+	// Config is the agent's configuration (where libvirt's socket is).
+	Config Config
 }
 
 // recordRestorer undoes every record of one actuator kind that the state
@@ -139,7 +143,41 @@ func recordRestorers() map[string]recordRestorer {
 		act.RecordCPUFreq: func(rc RestoreContext) (int, error) {
 			return act.RestoreCPUFreq(rc.Host, rc.State, rc.Log)
 		},
+		act.LibvirtRecordKind: restoreLibvirt,
 	}
+}
+
+// restoreLibvirt undoes throttles made through libvirt: through libvirt
+// when it answers within its timeout, else through the VMs' cgroup files
+// (act.LibvirtQuota's fallback, loudly), keeping for the next agent the
+// records whose libvirt definition still needs the original back.
+func restoreLibvirt(rc RestoreContext) (int, error) {
+	cfg := rc.Config
+	cfg.fill()
+	cq := &act.CPUQuota{Host: rc.Host, Layout: rc.Layout, State: rc.State, Log: rc.Log}
+	var sched act.LibvirtScheduler = offline{}
+	if cfg.Libvirt.Enabled != "false" {
+		client := libvirt.New(libvirt.Options{Socket: libvirt.SocketPath(rc.Host, cfg.Libvirt.Socket), URI: cfg.Libvirt.URI,
+			DialTimeout: cfg.Libvirt.Timeout, CallTimeout: cfg.Libvirt.Timeout, Log: rc.Log})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { client.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		wctx, wcancel := context.WithTimeout(ctx, 2*cfg.Libvirt.Timeout)
+		err := client.WaitConnected(wctx)
+		wcancel()
+		if err == nil {
+			sched = client
+		} else {
+			rc.Log.Warn("libvirt not reachable: VM throttles are lifted through their cgroup files", "err", err)
+		}
+	}
+	q := &act.LibvirtQuota{Libvirt: sched, Cgroups: cq, State: rc.State, Log: rc.Log, Timeout: 2 * cfg.Libvirt.Timeout}
+	// Its RestoreAll also restores CPU-quota entries: there are none left
+	// by now (RestoreAll undid them first). It leaves a VM whose parameters
+	// someone changed since alone, and resyncs libvirt for throttles lifted
+	// through the cgroup files while it was down.
+	return q.RestoreAll()
 }
 
 // restoreRecords undoes every record of every kind recordRestorers knows,
@@ -150,8 +188,8 @@ func restoreRecords(rc RestoreContext) (restored int, err error) {
 	restorers := recordRestorers()
 	for _, kind := range rc.State.RecordKinds() {
 		restore, ok := restorers[kind]
-		if !ok {
-			continue
+		if !ok || kind == act.LibvirtRecordKind {
+			continue // the agent's libvirt actuator restores its own
 		}
 		n, err := restore(rc)
 		restored += n
@@ -219,7 +257,7 @@ func (l *StateLock) RestoreAll(cfg Config, h *host.Host, log *slog.Logger) (Rest
 		return rep, nil
 	}
 	layout, lerr := cgroup.Detect(h)
-	rc := RestoreContext{Host: h, Layout: layout, State: state, Log: log}
+	rc := RestoreContext{Host: h, Layout: layout, State: state, Log: log, Config: cfg}
 
 	var errs []error
 	if len(state.Entries()) > 0 {

@@ -175,3 +175,54 @@ func TestRestoreAllWithNothingRecorded(t *testing.T) {
 		t.Errorf("corrupt state file: %v", err)
 	}
 }
+
+// A throttle a killed agent made through libvirt is undone by `crosstalk
+// restore` even with libvirtd gone: through the domain's cgroup files, only
+// where they still hold what crosstalk set, and the record is kept (marked)
+// so the next agent tells libvirt.
+func TestRestoreAllLiftsLibvirtThrottlesWithoutLibvirt(t *testing.T) {
+	h, _ := v2Tree(t, "machine/qemu-1-vm.libvirt-qemu", "machine/qemu-2-other.libvirt-qemu")
+	// The killed agent's throttle on vm; someone else's limit on other.
+	os.WriteFile(h.Path("/sys/fs/cgroup/machine/qemu-1-vm.libvirt-qemu/cpu.max"), []byte("2000 16000\n"), 0o644)
+	os.WriteFile(h.Path("/sys/fs/cgroup/machine/qemu-2-other.libvirt-qemu/cpu.max"), []byte("50000 100000\n"), 0o644)
+	dir := t.TempDir()
+	st, err := act.OpenState(StatePath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []act.LibvirtRecord{
+		{Cgroup: "/machine/qemu-1-vm.libvirt-qemu", Domain: "vm", UUID: "u1", ID: 1, OriginalQuotaUS: -1, OriginalPeriodUS: 100000,
+			AppliedQuotaUS: 2000, AppliedPeriodUS: 16000, Path: act.PathLibvirt},
+		{Cgroup: "/machine/qemu-2-other.libvirt-qemu", Domain: "other", UUID: "u2", ID: 2, OriginalQuotaUS: -1, OriginalPeriodUS: 100000,
+			AppliedQuotaUS: 2000, AppliedPeriodUS: 16000, Path: act.PathLibvirt},
+	} {
+		if err := st.PutRecord(act.LibvirtRecordKind, r.Cgroup, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := Defaults()
+	cfg.StateDir = dir
+	cfg.Libvirt.Socket = "/run/libvirt/nothing-here" // no libvirtd
+	cfg.Libvirt.Timeout = 200 * time.Millisecond
+	rep, err := RestoreAll(cfg, h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cpuMax(t, h, "machine/qemu-1-vm.libvirt-qemu"); got != "max 100000" {
+		t.Errorf("vm's throttle not lifted through its cgroup: cpu.max %q", got)
+	}
+	if got := cpuMax(t, h, "machine/qemu-2-other.libvirt-qemu"); got != "50000 100000" {
+		t.Errorf("a limit someone else set was overwritten: %q", got)
+	}
+	if rep.Restored[act.LibvirtRecordKind] != 1 || len(rep.Kept) != 0 {
+		t.Errorf("report %+v", rep)
+	}
+	again, _ := act.OpenState(StatePath(dir))
+	var rec act.LibvirtRecord
+	if ok, _ := again.GetRecord(act.LibvirtRecordKind, "/machine/qemu-1-vm.libvirt-qemu", &rec); !ok || rec.Path != act.PathCgroupFallback {
+		t.Errorf("vm's record should stay, marked for a resync through libvirt: %+v (found %v)", rec, ok)
+	}
+	if ok, _ := again.GetRecord(act.LibvirtRecordKind, "/machine/qemu-2-other.libvirt-qemu", &rec); ok {
+		t.Error("the record of a VM whose limit someone else changed was kept")
+	}
+}
