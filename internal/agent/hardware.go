@@ -66,6 +66,9 @@ type HardwareOptions struct {
 	Events []string
 	// QuotaSteps is the duty grid of the CPU-quota lever (Sparsify.Steps).
 	QuotaSteps int
+	// Files keeps hot files open between reads (the agent's re-reader,
+	// shared with the cgroup files): the monitoring groups' mon_data.
+	Files *host.Rereader
 }
 
 // Hardware is the set of hardware-assisted policies that this host can run.
@@ -100,8 +103,14 @@ type Hardware struct {
 	// the bandwidth) left to them there.
 	classed map[string]map[string]map[int]float64
 
-	// monUse is each tenant's smoothed CPU use, for the monitoring order.
-	monUse map[string]float64
+	// monUse is each tenant's smoothed CPU use, for the monitoring order;
+	// monOrder the order last ranked, monAge intervals since.
+	monUse   map[string]float64
+	monOrder []string
+	monAge   int
+	// resctrlEvery: the monitoring groups are synced and read every this
+	// many intervals (about once a second), resctrlTick counts them.
+	resctrlEvery, resctrlTick int
 
 	off     map[string]string
 	last    time.Time
@@ -219,13 +228,16 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 		}
 	}
 	mon, err := sense.NewResctrlMonitor(h, o.Identity.HasFlag, o.Identity.IsAMD(), sense.ResctrlMonitorOptions{
-		MaxGroups: rc.MaxMonitoringGroups, Now: hw.now, DomainCPUs: domCPUs, SkipLocal: true})
+		MaxGroups: rc.MaxMonitoringGroups, Now: hw.now, DomainCPUs: domCPUs, SkipLocal: true, MaxNewPerSync: 8, Files: o.Files})
 	if err != nil {
 		hw.off[policyLLC] = err.Error()
 		hw.off[policyMBA] = err.Error()
 		return hw
 	}
 	hw.resmon = mon
+	// LLC and bandwidth move slowly, and their judges smooth over several
+	// readings: once a second is enough, and each read is a cross-CPU call.
+	hw.resctrlEvery = max(1, int(time.Second/cfg.Interval))
 	info := mon.Info()
 	hw.classes = &act.ResctrlClasses{Host: h, Info: info, State: o.State, Log: o.Log, Now: hw.now}
 	hw.l3 = map[int]l3Domain{}
@@ -287,14 +299,17 @@ func (hw *Hardware) active() bool {
 
 // hwObservation is what the sense half read for the act half.
 type hwObservation struct {
-	now      time.Time
-	dt       time.Duration
-	samples  []sample
-	byID     map[string]sample
-	power    sense.PowerReading
-	powerOK  bool
-	resctrl  map[string]sense.ResctrlUsage
-	protects map[string]bool
+	now     time.Time
+	dt      time.Duration
+	samples []sample
+	byID    map[string]sample
+	power   sense.PowerReading
+	powerOK bool
+	resctrl map[string]sense.ResctrlUsage
+	// resctrlRead says the monitoring data was read this interval (the
+	// resctrl policies step only then).
+	resctrlRead bool
+	protects    map[string]bool
 }
 
 // sense reads the hardware sensors for this interval (outside the agent's
@@ -326,15 +341,26 @@ func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.
 		o.power, o.powerOK = r, ok
 	}
 	if hw.resmon != nil {
-		ts := hw.monitorOrder(samples)
-		if err := hw.resmon.Sync(ts); err != nil {
-			hw.warnOnce("resctrl-sync", "resctrl monitoring", err)
+		// Groups are synced on one interval of each period and read on the
+		// next (with a 500 ms interval: once a second each), so their costs
+		// do not add up in one interval.
+		every := max(1, hw.resctrlEvery)
+		phase := hw.resctrlTick % every
+		if phase == 0 {
+			ts := hw.monitorOrder(samples)
+			if err := hw.resmon.Sync(ts); err != nil {
+				hw.warnOnce("resctrl-sync", "resctrl monitoring", err)
+			}
 		}
-		u, err := hw.resmon.Read()
-		if err != nil {
-			hw.warnOnce("resctrl-read", "resctrl monitoring read", err)
+		if phase == min(1, every-1) {
+			u, err := hw.resmon.Read()
+			if err != nil {
+				hw.warnOnce("resctrl-read", "resctrl monitoring read", err)
+			}
+			o.resctrl = u
+			o.resctrlRead = true
 		}
-		o.resctrl = u
+		hw.resctrlTick++
 	}
 	return o
 }
@@ -348,6 +374,33 @@ func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.
 // (each move a group made and removed and every thread written again),
 // and a new group's first bandwidth reading is lost anyway.
 func (hw *Hardware) monitorOrder(samples []sample) []sense.Tenant {
+	// Between re-rankings (every monitorRerank intervals) the order stands,
+	// newcomers at its end: nobody is evicted for a reading's noise.
+	hw.monAge++
+	if hw.monOrder != nil && hw.monAge < monitorRerank {
+		byID := make(map[string]sense.Tenant, len(samples))
+		for _, s := range samples {
+			byID[s.t.ID] = s.t
+		}
+		ts := make([]sense.Tenant, 0, len(samples))
+		kept := make([]string, 0, len(samples))
+		for _, id := range hw.monOrder {
+			if t, ok := byID[id]; ok {
+				ts = append(ts, t)
+				kept = append(kept, id)
+				delete(byID, id)
+			}
+		}
+		for _, s := range samples {
+			if _, ok := byID[s.t.ID]; ok {
+				ts = append(ts, s.t)
+				kept = append(kept, s.t.ID)
+			}
+		}
+		hw.monOrder = kept
+		return ts
+	}
+	hw.monAge = 0
 	unmon := map[string]bool{}
 	for _, u := range hw.resmon.Unmonitored() {
 		unmon[u.ID] = true
@@ -387,11 +440,16 @@ func (hw *Hardware) monitorOrder(samples []sample) []sense.Tenant {
 		return strings.Compare(a.t.ID, b.t.ID)
 	})
 	ts := make([]sense.Tenant, len(rs))
+	hw.monOrder = make([]string, len(rs))
 	for i, r := range rs {
 		ts[i] = r.t
+		hw.monOrder[i] = r.t.ID
 	}
 	return ts
 }
+
+// monitorRerank is how many intervals the monitoring order stands.
+const monitorRerank = 10
 
 func (hw *Hardware) warnOnce(key, what string, err error) {
 	if hw.warned[key] {
@@ -439,7 +497,7 @@ func (hw *Hardware) actLocked(a *Agent, o *hwObservation) {
 	if hw.powerBudget != nil && o.powerOK {
 		hw.powerLocked(a, o, hw.choose(lt, hw.powerLevers))
 	}
-	if hw.resmon != nil {
+	if hw.resmon != nil && o.resctrlRead {
 		hw.resctrlLocked(a, o)
 	}
 }

@@ -88,7 +88,7 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 	// host with a thousand tenants, the first reads spread over a few
 	// intervals, 100 tenants each, instead of one interval reading them all.
 	disc.DetailEvery = max(1, int(30*time.Second/cfg.Interval))
-	disc.MaxNew = 100
+	disc.MaxNew = 50
 
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("state_dir: %w", err)
@@ -175,7 +175,7 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 		}
 	}
 	hw := NewHardware(cfg, HardwareOptions{Host: h, Topology: topo, Identity: id, State: state, Log: log, Now: o.Now,
-		Events: events, QuotaSteps: cfg.Sparsify().Steps})
+		Events: events, QuotaSteps: cfg.Sparsify().Steps, Files: files})
 	for _, k := range sortedKeys(hw.Off()) {
 		log.Info("hardware policy off", "policy", k, "why", hw.Off()[k])
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -107,6 +108,9 @@ simulator") and 'go doc ./internal/sim'.`,
 			}
 			ctx, cancel := labContext(cmd.Context())
 			defer cancel()
+			// The agent runs as `crosstalk run` runs it (its CPU per interval is
+			// reported): its heap is small and steady, so it collects less often.
+			debug.SetGCPercent(200)
 			res, err := sim.Run(ctx, sc, o)
 			if err != nil {
 				return err

@@ -81,6 +81,18 @@ func ReadMonData(h *host.Host, g Group, domains []int) ([]MonReading, error) {
 // call to a CPU of the domain (resctrl reads the counter there), so an
 // agent watching hundreds of groups reads only what it uses.
 func ReadMonEvents(h *host.Host, g Group, domains []int, events ...string) ([]MonReading, error) {
+	return ReadMonEventsFrom(h, h, g, domains, events...)
+}
+
+// StringReader reads a host file's trimmed content (host.Host, or a
+// host.Rereader that keeps the files open between reads).
+type StringReader interface {
+	ReadString(p string) (string, error)
+}
+
+// ReadMonEventsFrom is ReadMonEvents reading the files through r: an agent
+// reading hundreds of groups every second keeps their files open.
+func ReadMonEventsFrom(h *host.Host, rd StringReader, g Group, domains []int, events ...string) ([]MonReading, error) {
 	out := make([]MonReading, 0, len(domains))
 	for _, d := range domains {
 		dir := path.Join(g.Path(), "mon_data", fmt.Sprintf("mon_L3_%02d", d))
@@ -93,7 +105,7 @@ func ReadMonEvents(h *host.Host, g Group, domains []int, events ...string) ([]Mo
 				f.c.Status = "not read"
 				continue
 			}
-			s, err := h.ReadString(path.Join(dir, f.name))
+			s, err := rd.ReadString(path.Join(dir, f.name))
 			switch {
 			case errors.Is(err, fs.ErrNotExist):
 				if !h.Exists(dir) {

@@ -60,6 +60,14 @@ type ResctrlMonitorOptions struct {
 	// SkipLocal leaves mbm_local_bytes unread (LocalBytesPerSec stays 0):
 	// reads are cross-CPU calls, and only NUMA placement needs it.
 	SkipLocal bool
+	// Files, when set, keeps the groups' mon_data files open between
+	// Reads (one pread each instead of open, read and close).
+	Files *host.Rereader
+	// MaxNewPerSync bounds the monitoring groups one Sync makes (each a
+	// mkdir and a write per thread), so an agent starting on a host with
+	// hundreds of tenants spreads the work over its first intervals
+	// (0: no bound).
+	MaxNewPerSync int
 }
 
 // L3Usage is a tenant's use of one L3 domain.
@@ -112,11 +120,14 @@ type ResctrlMonitor struct {
 	now         func() time.Time
 	domainCPUs  map[int]cpuset.Set
 	events      []string
+	maxNew      int
+	files       *host.Rereader
 	verifyEvery int
 	seq         int
 
 	tenants     map[string]*monTenant
 	unmonitored []UnmonitoredTenant
+	unmonIdx    map[string]int // index in unmonitored, rebuilt each Sync
 }
 
 type monTenant struct {
@@ -160,7 +171,7 @@ func NewResctrlMonitor(h *host.Host, hasFlag func(string) bool, amd bool, o Resc
 	m := &ResctrlMonitor{
 		h: h, info: in, mount: in.Mount, domains: doms,
 		maxGroups: o.MaxGroups, now: o.Now, verifyEvery: o.VerifyEvery,
-		tenants: map[string]*monTenant{}, domainCPUs: o.DomainCPUs,
+		tenants: map[string]*monTenant{}, domainCPUs: o.DomainCPUs, maxNew: o.MaxNewPerSync, files: o.Files,
 		events: []string{resctrl.LLCOccupancy, resctrl.MBMTotalBytes, resctrl.MBMLocalBytes},
 	}
 	if o.SkipLocal {
@@ -249,6 +260,7 @@ func (m *ResctrlMonitor) Sync(tenants []Tenant) error {
 	}
 
 	m.unmonitored = nil
+	clear(m.unmonIdx)
 	alive := map[string]bool{}
 	wanted := map[resctrl.Group]bool{}
 	var order []*monTenant
@@ -270,7 +282,7 @@ func (m *ResctrlMonitor) Sync(tenants []Tenant) error {
 		if !alive[id] {
 			for _, s := range mt.sources {
 				if !s.foreign {
-					errs = append(errs, resctrl.Remove(m.h, s.group))
+					errs = append(errs, m.remove(s.group))
 					delete(ours, s.group)
 				}
 			}
@@ -287,6 +299,7 @@ func (m *ResctrlMonitor) Sync(tenants []Tenant) error {
 	// fail the same way, so they are not tried (a thousand tenants would
 	// otherwise cost a failing mkdir each, every interval).
 	var full error
+	made := 0
 	for _, mt := range order {
 		t := byID[mt.id]
 		if len(t.Threads) == 0 {
@@ -334,7 +347,11 @@ func (m *ResctrlMonitor) Sync(tenants []Tenant) error {
 			}
 			if !ours[g] {
 				err := full
+				if err == nil && m.maxNew > 0 && made >= m.maxNew {
+					err = fmt.Errorf("not monitored yet: %d monitoring groups are made per interval", m.maxNew)
+				}
 				if err == nil {
+					made++
 					err = m.create(g, mt, order, ours)
 					if errors.Is(err, errNoRMIDLeft) {
 						full = err
@@ -402,7 +419,7 @@ func (m *ResctrlMonitor) Sync(tenants []Tenant) error {
 	// groups a killed predecessor left.
 	for g := range ours {
 		if !wanted[g] {
-			errs = append(errs, resctrl.Remove(m.h, g))
+			errs = append(errs, m.remove(g))
 		}
 	}
 	return errors.Join(errs...)
@@ -416,7 +433,7 @@ func (m *ResctrlMonitor) dropSources(mt *monTenant, parts map[string][]int, ours
 			continue
 		}
 		if !s.foreign && ours[s.group] {
-			*errs = append(*errs, resctrl.Remove(m.h, s.group))
+			*errs = append(*errs, m.remove(s.group))
 			delete(ours, s.group)
 		}
 		delete(mt.sources, c)
@@ -439,7 +456,9 @@ func (m *ResctrlMonitor) create(g resctrl.Group, mt *monTenant, order []*monTena
 			return err
 		}
 		if ns != nil && ns.Limbo {
-			return fmt.Errorf("not monitored this interval: %v", ns)
+			// Freed RMIDs are still counting old lines: none for anyone
+			// this interval.
+			return fmt.Errorf("%w this interval: %v", errNoRMIDLeft, ns)
 		}
 		// Evict the lowest-priority tenant holding a group, if any is lower.
 		var victim *monTenant
@@ -459,7 +478,7 @@ func (m *ResctrlMonitor) create(g resctrl.Group, mt *monTenant, order []*monTena
 			if s.foreign {
 				continue
 			}
-			if rerr := resctrl.Remove(m.h, s.group); rerr != nil {
+			if rerr := m.remove(s.group); rerr != nil {
 				return rerr
 			}
 			delete(ours, s.group)
@@ -473,9 +492,27 @@ func (m *ResctrlMonitor) create(g resctrl.Group, mt *monTenant, order []*monTena
 // any of lower priority.
 var errNoRMIDLeft = errors.New("not monitored")
 
+// remove removes one of crosstalk's monitoring groups and forgets its open
+// files: a group made again under the same name is a new one (the kernel
+// answers the old descriptors ENODEV; a plain tree would keep serving the
+// removed files' last content).
+func (m *ResctrlMonitor) remove(g resctrl.Group) error {
+	if m.files != nil {
+		m.files.Forget(g.Path() + "/")
+	}
+	return resctrl.Remove(m.h, g)
+}
+
 // setUnmonitored records why a tenant is not monitored (the latest reason).
 func (m *ResctrlMonitor) setUnmonitored(id, reason string) {
-	m.unmonitored = slices.DeleteFunc(m.unmonitored, func(u UnmonitoredTenant) bool { return u.ID == id })
+	if i, ok := m.unmonIdx[id]; ok && i < len(m.unmonitored) && m.unmonitored[i].ID == id {
+		m.unmonitored[i].Reason = reason
+		return
+	}
+	if m.unmonIdx == nil {
+		m.unmonIdx = map[string]int{}
+	}
+	m.unmonIdx[id] = len(m.unmonitored)
 	m.unmonitored = append(m.unmonitored, UnmonitoredTenant{ID: id, Reason: reason})
 }
 
@@ -531,7 +568,11 @@ func (m *ResctrlMonitor) Read() (map[string]ResctrlUsage, error) {
 		}
 		ok := true
 		for _, s := range mt.sources {
-			cur, err := resctrl.ReadMonEvents(m.h, s.group, doms, m.events...)
+			var reader resctrl.StringReader = m.h
+			if m.files != nil {
+				reader = m.files
+			}
+			cur, err := resctrl.ReadMonEventsFrom(m.h, reader, s.group, doms, m.events...)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("tenant %s: %w", id, err))
 				ok = false
@@ -581,7 +622,7 @@ func (m *ResctrlMonitor) Close() error {
 	for _, mt := range m.tenants {
 		for _, s := range mt.sources {
 			if !s.foreign {
-				errs = append(errs, resctrl.Remove(m.h, s.group))
+				errs = append(errs, m.remove(s.group))
 			}
 		}
 	}

@@ -346,3 +346,34 @@ func TestResctrlMonitorReadsOnlyItsDomains(t *testing.T) {
 		t.Errorf("after moving (no previous reading there yet): %+v", ds)
 	}
 }
+
+// MaxNewPerSync spreads group creation over Syncs: each makes at most that
+// many, most important first, and the rest follow in the next ones.
+func TestResctrlMonitorMakesFewGroupsPerSync(t *testing.T) {
+	h, _ := resctrlTree(t, "intel-skx-2s")
+	m := newMonitor(t, h, ResctrlMonitorOptions{MaxNewPerSync: 2})
+	var ts []Tenant
+	for i := range 5 {
+		ts = append(ts, tenantT(fmt.Sprintf("t%d", i), 100+i))
+	}
+	monitored := func() int {
+		n := 0
+		for _, tn := range ts {
+			if resctrl.Exists(h, monOf(tn, "")) {
+				n++
+			}
+		}
+		return n
+	}
+	for sync, want := range []int{2, 4, 5, 5} {
+		if err := m.Sync(ts); err != nil {
+			t.Fatal(err)
+		}
+		if got := monitored(); got != want {
+			t.Fatalf("after Sync %d: %d groups, want %d", sync+1, got, want)
+		}
+	}
+	if !resctrl.Exists(h, monOf(ts[0], "")) || len(m.Unmonitored()) != 0 {
+		t.Errorf("first tenant not monitored first, or some left unmonitored: %v", m.Unmonitored())
+	}
+}
