@@ -435,6 +435,17 @@ grep -q 'domain stopped' "$W/agent3.log" || fail "the agent did not log the doma
 stop_agent "$A3" TERM
 ok "a destroyed domain: lifecycle event logged, agent still running, clean stop"
 
+# ---- 6. crosstalk plan --from-libvirt --apply: live pinning through libvirt ----
+# The victim is pinned to CPU 1 and the bystander to CPU 0; per-node lets both
+# float over the node's CPUs: every vCPU (and emulator) pin must change live.
+"$CROSSTALK" plan --from-libvirt --policy per-node --apply > "$W/plan.txt" 2>&1 || { cat "$W/plan.txt"; fail "crosstalk plan --from-libvirt --apply failed"; }
+grep -q "APPLIED LIVE" "$W/plan.txt" || { cat "$W/plan.txt"; fail "plan --apply reported nothing applied"; }
+for d in ct-libvirt-victim ct-libvirt-bystander; do
+  aff=$($V vcpupin "$d" --live | awk '$1 == "0" {print $NF}')
+  [ "$aff" = "0-1" ] || { cat "$W/plan.txt"; fail "$d vCPU 0 pinned to '$aff' after plan --apply, want 0-1"; }
+done
+ok "plan --from-libvirt --apply re-pinned both running domains live ($(grep -c ' -> ' "$W/plan.txt") changes)"
+
 for d in ct-libvirt-victim ct-libvirt-bystander; do
   journal_has throttle "$d" && fail "the agent throttled $d"
 done

@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/libvirt"
 	"github.com/crosstalk-project/crosstalk/internal/plan"
 )
 
@@ -18,6 +21,9 @@ func newPlanCmd(g *globals) *cobra.Command {
 		reserve    string
 		fromStatus bool
 		policy     string
+		fromLV     bool
+		apply      bool
+		lvSocket   string
 	)
 	cmd := &cobra.Command{
 		Use:   "plan [SPEC.yaml]",
@@ -57,7 +63,11 @@ The spec is YAML; unknown keys are errors:
 --from-status plans the domains running now instead, read from libvirt's status
 files (/run/libvirt/qemu/*.xml under --root; no libvirt connection needed): it
 prints their present topology checks, then the plan for them with --policy.
-Applying a plan live (vcpupin through libvirt) is not part of this command yet.
+--from-libvirt does the same through the libvirt API (the socket under --root),
+with each vCPU's live affinity, and --apply then pins the running domains live
+(vcpupin and emulatorpin through libvirt, only what differs; a failed step
+undoes the steps before it). Topology, NUMA cells and cache mode are not live
+operations: put the printed XML in the domain's definition for its next boot.
 
 Exit status: 0 planned (warnings included), 1 the VMs do not fit or the root is
 unusable, 2 bad input.`,
@@ -67,11 +77,21 @@ unusable, 2 bad input.`,
   crosstalk plan --from-status --policy per-llc`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if fromStatus == (len(args) == 1) {
-				return errors.New("give a spec file or --from-status (one of them)")
+			sources := 0
+			for _, on := range []bool{fromStatus, fromLV, len(args) == 1} {
+				if on {
+					sources++
+				}
 			}
-			if policy != "" && !fromStatus {
-				return errors.New("--policy is for --from-status; a spec gives each VM its policy")
+			if sources != 1 {
+				return errors.New("give a spec file, --from-status or --from-libvirt (one of them)")
+			}
+			running := fromStatus || fromLV
+			if policy != "" && !running {
+				return errors.New("--policy is for --from-status and --from-libvirt; a spec gives each VM its policy")
+			}
+			if apply && !fromLV {
+				return errors.New("--apply pins running domains through libvirt: use it with --from-libvirt")
 			}
 			h, err := g.openHost()
 			if err != nil {
@@ -87,12 +107,41 @@ unusable, 2 bad input.`,
 			var current []*plan.Domain
 			var currentChecks [][]plan.Check
 			var loadErrs []string
-			if fromStatus {
+			var live *libvirt.PlanSource
+			if fromLV {
+				log, err := g.logger()
+				if err != nil {
+					return err
+				}
+				sock := libvirt.SocketPath(h, lvSocket)
+				if _, err := os.Stat(sock); err != nil {
+					return exitError{code: 1, err: fmt.Errorf("no libvirt socket at %s (is libvirtd running? --libvirt-socket names another): %w", sock, err)}
+				}
+				ctx, cancel := context.WithCancel(cmd.Context())
+				defer cancel()
+				client := libvirt.New(libvirt.Options{Socket: libvirt.SocketPath(h, lvSocket), DialTimeout: 2 * time.Second, CallTimeout: 10 * time.Second, Log: log})
+				done := make(chan struct{})
+				go func() { client.Run(ctx); close(done) }()
+				defer func() { cancel(); <-done }()
+				wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+				err = client.WaitConnected(wctx)
+				wcancel()
+				if err != nil {
+					return exitError{code: 1, err: fmt.Errorf("libvirt at %s: %w", libvirt.SocketPath(h, lvSocket), err)}
+				}
+				live = &libvirt.PlanSource{Client: client}
+			}
+			if running {
 				pol := plan.Policy(policy)
 				if pol == "" {
 					pol = plan.OneToOne
 				}
-				doms, errs, err := plan.LoadDomains(cmd.Context(), plan.StatusDir{Host: h})
+				var src plan.DomainSource = plan.StatusDir{Host: h}
+				where := fmt.Sprintf("%s under %s", plan.StatusDirPath, h.Root())
+				if live != nil {
+					src, where = live, "libvirt"
+				}
+				doms, errs, err := plan.LoadDomains(cmd.Context(), src)
 				if err != nil {
 					return exitError{code: 1, err: err}
 				}
@@ -101,7 +150,7 @@ unusable, 2 bad input.`,
 					fmt.Fprintf(g.errOut, "crosstalk plan: skipping a domain: %v\n", e)
 				}
 				if len(doms) == 0 {
-					return exitError{code: 1, err: fmt.Errorf("no running domains in %s under %s", plan.StatusDirPath, h.Root())}
+					return exitError{code: 1, err: fmt.Errorf("no running domains in %s", where)}
 				}
 				current = doms
 				for _, d := range doms {
@@ -132,8 +181,15 @@ unusable, 2 bad input.`,
 				return exitError{code: 1, err: err}
 			}
 
+			var applied []plan.Applied
+			if apply {
+				applied, err = plan.Apply(cmd.Context(), live, p, current, hc.Topo.Online)
+				if err != nil {
+					return exitError{code: 1, err: fmt.Errorf("applying the plan: %w", err)}
+				}
+			}
 			if asJSON {
-				out := planJSON{Host: hostJSON(hc), Plan: p, Warnings: append(hc.Warnings, loadErrs...)}
+				out := planJSON{Host: hostJSON(hc), Plan: p, Warnings: append(hc.Warnings, loadErrs...), Applied: applied}
 				for i, d := range current {
 					out.Current = append(out.Current, domainChecksJSON{Name: d.Name, Source: d.Source, Checks: currentChecks[i]})
 				}
@@ -142,19 +198,39 @@ unusable, 2 bad input.`,
 				return enc.Encode(out)
 			}
 			if current != nil {
-				fmt.Fprintf(g.out, "crosstalk plan --from-status — %s\n\nTOPOLOGY CHECKS OF THE RUNNING DOMAINS\n", plan.HostLine(hc))
+				from := "--from-status"
+				if fromLV {
+					from = "--from-libvirt"
+				}
+				fmt.Fprintf(g.out, "crosstalk plan %s — %s\n\nTOPOLOGY CHECKS OF THE RUNNING DOMAINS\n", from, plan.HostLine(hc))
 				if err := plan.WriteDomainChecks(g.out, current, currentChecks); err != nil {
 					return err
 				}
 				fmt.Fprintf(g.out, "\nPLAN FOR THEM (policy %s)\n\n", spec.VMs[0].Policy)
 			}
-			return plan.WriteText(g.out, hc, p)
+			if err := plan.WriteText(g.out, hc, p); err != nil {
+				return err
+			}
+			if apply {
+				fmt.Fprintf(g.out, "\nAPPLIED LIVE (%d change(s))\n", len(applied))
+				for _, a := range applied {
+					what := fmt.Sprintf("vCPU %d", a.VCPU)
+					if a.VCPU < 0 {
+						what = "emulator"
+					}
+					fmt.Fprintf(g.out, "  %s %s: %s -> %s\n", a.Domain, what, a.From, a.To)
+				}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	cmd.Flags().StringVar(&reserve, "reserve", "", "CPUs kept for the host and emulator threads, e.g. `0,1` or 0,64 (never given to vCPUs)")
 	cmd.Flags().BoolVar(&fromStatus, "from-status", false, "plan the running domains, read from libvirt's status files under --root")
-	cmd.Flags().StringVar(&policy, "policy", "", "policy for --from-status: 1to1 (default), per-llc, per-node or shared")
+	cmd.Flags().StringVar(&policy, "policy", "", "policy for --from-status/--from-libvirt: 1to1 (default), per-llc, per-node or shared")
+	cmd.Flags().BoolVar(&fromLV, "from-libvirt", false, "plan the running domains, read through the libvirt API (with their live vCPU affinity)")
+	cmd.Flags().BoolVar(&apply, "apply", false, "with --from-libvirt: pin the running domains live as planned (vcpupin, emulatorpin)")
+	cmd.Flags().StringVar(&lvSocket, "libvirt-socket", "/run/libvirt/libvirt-sock", "libvirt's socket, below --root")
 	return cmd
 }
 
@@ -163,6 +239,8 @@ type planJSON struct {
 	Current  []domainChecksJSON `json:"current,omitempty"`
 	Plan     *plan.Plan         `json:"plan"`
 	Warnings []string           `json:"warnings,omitempty"`
+	// Applied lists the live pinning changes --apply made.
+	Applied []plan.Applied `json:"applied,omitempty"`
 }
 
 type hostSummary struct {

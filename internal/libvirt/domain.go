@@ -237,16 +237,7 @@ func (c *Client) describe(ctx context.Context, s session, rec golibvirt.DomainSt
 
 // Config reads and parses a domain's live XML now.
 func (c *Client) Config(ctx context.Context, d Domain) (*DomainConfig, error) {
-	ref, err := d.ref()
-	if err != nil {
-		return nil, err
-	}
-	var doc string
-	err = c.call(ctx, "domain "+d.Name+" XML", func(r rpc) error {
-		var err error
-		doc, err = r.DomainGetXMLDesc(ref, 0)
-		return err
-	})
+	doc, err := c.XML(ctx, d)
 	if err != nil {
 		return nil, err
 	}
