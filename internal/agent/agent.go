@@ -988,7 +988,7 @@ func (a *Agent) recordActionLocked(r ActionRecord) {
 	a.totals[r.Kind]++
 	q := r.Quota
 	a.journal(act.Event{Time: r.Time, Kind: r.Kind, Policy: r.Policy, Lever: r.Lever, Tenant: r.Tenant, Name: r.Name, Detail: r.Reason, Quota: &q, DryRun: r.DryRun})
-	a.log.Info("action", "kind", r.Kind, "policy", r.Policy, "lever", r.Lever, "tenant", r.Name, "quota_cpus", r.Quota, "duty", r.Duty, "reason", r.Reason)
+	a.log.Info("action", "kind", r.Kind, "by", r.Policy, "lever", r.Lever, "tenant", r.Name, "quota_cpus", r.Quota, "duty", r.Duty, "reason", r.Reason)
 	if a.d.OnAction != nil {
 		a.d.OnAction(r)
 	}

@@ -177,7 +177,7 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 	hw := NewHardware(cfg, HardwareOptions{Host: h, Topology: topo, Identity: id, State: state, Log: log, Now: o.Now,
 		Events: events, QuotaSteps: cfg.Sparsify().Steps, Files: files})
 	for _, k := range sortedKeys(hw.Off()) {
-		log.Info("hardware policy off", "policy", k, "why", hw.Off()[k])
+		log.Info("hardware policy off", "name", k, "why", hw.Off()[k])
 	}
 	// Always attached, even with every policy off: the state API says why.
 	d.Hardware = hw
