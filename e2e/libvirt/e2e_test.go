@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/testenv"
 )
 
 // TestLibvirtE2E runs run.sh and fails with its output when any check
@@ -30,6 +32,7 @@ func TestLibvirtE2E(t *testing.T) {
 	if testing.Short() {
 		t.Skip("libvirt e2e: skipped in -short mode (about 1.5 minutes of CPU-heavy guests)")
 	}
+	testenv.LockCPUs(t, 10*time.Minute)
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/host"
 	"github.com/crosstalk-project/crosstalk/internal/lab"
+	"github.com/crosstalk-project/crosstalk/internal/testenv"
 )
 
 var (
@@ -50,6 +51,7 @@ func TestLabPolicyLeavesBenignTenantsAlone(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups")
 	}
+	testenv.LockCPUs(t, 10*time.Minute)
 	h, err := host.Open("/")
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/testenv"
 )
 
 // These tests run real tenants in real cgroups: they need root and a host
@@ -46,6 +47,7 @@ func liveHost(t *testing.T) (*host.Host, cgroup.Layout) {
 	if os.Geteuid() != 0 {
 		t.Skip("lab tests need root to create cgroups")
 	}
+	testenv.LockCPUs(t, 10*time.Minute)
 	h, err := host.Open("/")
 	if err != nil {
 		t.Fatal(err)
