@@ -15,15 +15,15 @@
 package plan
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/crosstalk-project/crosstalk/internal/yamlfile"
 )
 
 // Policy is how a VM's vCPUs are pinned.
@@ -176,46 +176,19 @@ const MaxVCPUs = 1024
 // Parse reads a plan spec. Unknown keys are rejected and every error names
 // its line.
 func Parse(data []byte, source string) (*Spec, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var s Spec
-	if err := dec.Decode(&s); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%s: empty spec (want a \"vms:\" list)", source)
-		}
-		return nil, fmt.Errorf("%s: %w", source, err)
+	if err := yamlfile.DecodeStrict(data, source, `empty spec (want a "vms:" list)`, &s); err != nil {
+		return nil, err
 	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err == nil {
-		for i, l := range vmLines(&root) {
-			if i < len(s.VMs) {
-				s.VMs[i].Line = l
-			}
+	for i, line := range yamlfile.ItemLines(data, "vms") {
+		if i < len(s.VMs) {
+			s.VMs[i].Line = line
 		}
 	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	return &s, nil
-}
-
-func vmLines(root *yaml.Node) []int {
-	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
-		root = root.Content[0]
-	}
-	if root.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		if root.Content[i].Value == "vms" && root.Content[i+1].Kind == yaml.SequenceNode {
-			var out []int
-			for _, n := range root.Content[i+1].Content {
-				out = append(out, n.Line)
-			}
-			return out
-		}
-	}
-	return nil
 }
 
 // Validate checks a spec and fills defaults (phys_bits auto).

@@ -1,13 +1,10 @@
 package sim
 
 import (
-	"bytes"
 	"embed"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/yamlfile"
 )
 
 // Roles a tenant plays, for reporting only: the agent never sees them.
@@ -204,75 +202,36 @@ func (s *Scenario) Resolved() []*Tenant { return s.tenants }
 //go:embed scenarios/*.yaml
 var builtinFS embed.FS
 
+var builtins = yamlfile.Catalog{FS: builtinFS, Dir: "scenarios", Kind: "scenario"}
+
 // Builtins lists the built-in scenario names.
-func Builtins() []string {
-	ents, _ := builtinFS.ReadDir("scenarios")
-	var out []string
-	for _, e := range ents {
-		out = append(out, strings.TrimSuffix(e.Name(), ".yaml"))
-	}
-	return out
-}
+func Builtins() []string { return builtins.Names() }
 
 // Load returns a built-in scenario by name, or reads a YAML file.
 func Load(nameOrFile string) (*Scenario, error) {
-	if b, err := builtinFS.ReadFile("scenarios/" + nameOrFile + ".yaml"); err == nil {
-		return Parse(b, nameOrFile+" (built-in)")
-	}
-	b, err := os.ReadFile(nameOrFile)
+	b, source, err := builtins.Read(nameOrFile)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) && !strings.ContainsAny(nameOrFile, "/.") {
-			return nil, fmt.Errorf("no built-in scenario %q (have %s) and no such file", nameOrFile, strings.Join(Builtins(), ", "))
-		}
 		return nil, err
 	}
-	return Parse(b, nameOrFile)
+	return Parse(b, source)
 }
 
 // Parse reads a scenario. Unknown keys are rejected and every error names
 // the line it is about.
 func Parse(data []byte, source string) (*Scenario, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var s Scenario
-	if err := dec.Decode(&s); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%s: empty scenario", source)
-		}
-		return nil, fmt.Errorf("%s: %w", source, err)
+	if err := yamlfile.DecodeStrict(data, source, "empty scenario", &s); err != nil {
+		return nil, err
 	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err == nil {
-		lines := tenantLines(&root)
-		for i := range s.Tenants {
-			if i < len(lines) {
-				s.Tenants[i].line = lines[i]
-			}
+	for i, line := range yamlfile.ItemLines(data, "tenants") {
+		if i < len(s.Tenants) {
+			s.Tenants[i].line = line
 		}
 	}
 	if err := s.validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	return &s, nil
-}
-
-func tenantLines(root *yaml.Node) []int {
-	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
-		root = root.Content[0]
-	}
-	if root.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		if root.Content[i].Value == "tenants" && root.Content[i+1].Kind == yaml.SequenceNode {
-			var out []int
-			for _, n := range root.Content[i+1].Content {
-				out = append(out, n.Line)
-			}
-			return out
-		}
-	}
-	return nil
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
