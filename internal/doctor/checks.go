@@ -9,35 +9,25 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/crosstalk-project/crosstalk/internal/finding"
 	"github.com/crosstalk-project/crosstalk/internal/host"
 )
 
-// Status is a check's verdict.
-type Status string
-
-// Check statuses, from fine to unknowable.
-const (
-	OK      Status = "ok"
-	Info    Status = "info"
-	Warn    Status = "warn"
-	Unknown Status = "unknown"
+// The shape of a finding is plan's too (package finding): doctor reports
+// plan's checks of running domains as they are.
+type (
+	Status   = finding.Status
+	Evidence = finding.Evidence
+	Check    = finding.Check
 )
 
-// Evidence is one file doctor read and the value it found there.
-type Evidence struct {
-	File  string `json:"file"`
-	Value string `json:"value"`
-}
-
-// Check is one finding about the host's tuning.
-type Check struct {
-	ID       string     `json:"id"`
-	Status   Status     `json:"status"`
-	Summary  string     `json:"summary"`
-	Evidence []Evidence `json:"evidence"`
-	Why      string     `json:"why"`
-	Advice   string     `json:"advice,omitempty"`
-}
+// Check statuses.
+const (
+	OK      = finding.OK
+	Info    = finding.Info
+	Warn    = finding.Warn
+	Unknown = finding.Unknown
+)
 
 type checkDef struct {
 	id  string

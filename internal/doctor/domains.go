@@ -47,18 +47,8 @@ func domainReports(e *env) []DomainReport {
 			continue
 		}
 		rep := DomainReport{Name: d.Name, UUID: d.UUID, Source: r.Source, State: d.State, VCPUs: d.VCPUs}
-		for _, c := range plan.CheckDomain(hc, d) {
-			rep.Checks = append(rep.Checks, fromPlanCheck(c))
-		}
+		rep.Checks = plan.CheckDomain(hc, d)
 		out = append(out, rep)
-	}
-	return out
-}
-
-func fromPlanCheck(c plan.Check) Check {
-	out := Check{ID: c.ID, Status: Status(c.Status), Summary: c.Summary, Why: c.Why, Advice: c.Advice, Evidence: []Evidence{}}
-	for _, e := range c.Evidence {
-		out.Evidence = append(out.Evidence, Evidence{File: e.File, Value: e.Value})
 	}
 	return out
 }

@@ -9,36 +9,24 @@ import (
 	"strings"
 
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/finding"
 	"github.com/crosstalk-project/crosstalk/internal/topology"
 )
 
-// Status is a check's verdict; the values are doctor's.
-type Status string
+// The shape of a finding is doctor's too (package finding).
+type (
+	Status   = finding.Status
+	Evidence = finding.Evidence
+	Check    = finding.Check
+)
 
 // Check statuses.
 const (
-	OK      Status = "ok"
-	Info    Status = "info"
-	Warn    Status = "warn"
-	Unknown Status = "unknown"
+	OK      = finding.OK
+	Info    = finding.Info
+	Warn    = finding.Warn
+	Unknown = finding.Unknown
 )
-
-// Evidence is one fact a check used: a file and what it says, or a value
-// the check computed (named "(computed) …").
-type Evidence struct {
-	File  string `json:"file"`
-	Value string `json:"value"`
-}
-
-// Check is one finding about a domain's virtual topology, in doctor's shape.
-type Check struct {
-	ID       string     `json:"id"`
-	Status   Status     `json:"status"`
-	Summary  string     `json:"summary"`
-	Evidence []Evidence `json:"evidence"`
-	Why      string     `json:"why"`
-	Advice   string     `json:"advice,omitempty"`
-}
 
 // Check ids, a stable interface (doctor --json, plan --json).
 const (
