@@ -71,11 +71,9 @@ empty stand-ins), so the tree can be attached to a bug report and replayed with
 				dopt = doctor.LiveOptions(os.Geteuid(), log)
 			}
 			report := doctor.Run(h, dopt)
-			cfg := agent.Defaults()
-			if configFile != "" {
-				if cfg, err = agent.LoadConfig(configFile); err != nil {
-					return err
-				}
+			cfg, err := agentConfig(configFile)
+			if err != nil {
+				return err
 			}
 			for _, p := range agent.HardwareAvailability(cfg, h) {
 				report.Policies = append(report.Policies, doctor.Policy{Name: p.Name, On: p.On, Why: p.Why})

@@ -40,11 +40,9 @@ Exit status: 0 when everything recorded was restored, 2 on any error.
 			if err != nil {
 				return err
 			}
-			cfg := agent.Defaults()
-			if configFile != "" {
-				if cfg, err = agent.LoadConfig(configFile); err != nil {
-					return err
-				}
+			cfg, err := agentConfig(configFile)
+			if err != nil {
+				return err
 			}
 			if cmd.Flags().Changed("state-dir") {
 				cfg.StateDir = stateDir

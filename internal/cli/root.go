@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/host"
 )
 
@@ -126,4 +127,13 @@ version and platform, for fleet inventories.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print version, commit, Go version and platform as JSON")
 	return cmd
+}
+
+// agentConfig is the agent's configuration from file, or the defaults when
+// no file is named.
+func agentConfig(file string) (agent.Config, error) {
+	if file == "" {
+		return agent.Defaults(), nil
+	}
+	return agent.LoadConfig(file)
 }

@@ -62,11 +62,9 @@ README for the configuration file (unknown keys are rejected).`,
 			if err != nil {
 				return err
 			}
-			cfg := agent.Defaults()
-			if configFile != "" {
-				if cfg, err = agent.LoadConfig(configFile); err != nil {
-					return err
-				}
+			cfg, err := agentConfig(configFile)
+			if err != nil {
+				return err
 			}
 			flags := cmd.Flags()
 			if flags.Changed("dry-run") {
