@@ -21,6 +21,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/testenv"
 )
 
 const unitFile = "systemd/crosstalk.service"
@@ -138,22 +139,10 @@ func setpriv(caps []string, args ...string) *exec.Cmd {
 
 func needRootCgroups(t *testing.T) (*host.Host, cgroup.Layout) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for real cgroups")
-	}
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Skip("setpriv not installed (util-linux)")
 	}
-	h, err := host.Open("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	l, err := cgroup.Detect(h)
-	if err != nil || l.CPUControl() == "" {
-		t.Skipf("no cgroup cpu controller: %v", err)
-	}
-	return h, l
+	return testenv.LiveCgroups(t)
 }
 
 // tenantCgroup creates a tenant cgroup for this test (removed at the end).

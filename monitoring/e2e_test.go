@@ -15,7 +15,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
-	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/testenv"
 )
 
 func freePort(t *testing.T) int {
@@ -131,18 +131,7 @@ func TestPrometheusScrapesARealAgent(t *testing.T) {
 	if err != nil {
 		t.Skip("prometheus not installed (apt-get install prometheus; .ci/run installs it)")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the agent watches a real cgroup the test creates")
-	}
-	h, err := host.Open("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	l, err := cgroup.Detect(h)
-	if err != nil || l.CPUControl() == "" {
-		t.Skipf("no cgroup cpu controller: %v", err)
-	}
+	h, l := testenv.LiveCgroups(t) // the agent watches a real cgroup the test creates
 	parent := fmt.Sprintf("/crosstalk-ops-prom-%d", os.Getpid())
 	if _, err := cgroup.Create(h, l, parent+"/web", cpuset.Of(0)); err != nil {
 		t.Fatal(err)

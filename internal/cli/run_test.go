@@ -15,7 +15,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
-	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/testenv"
 )
 
 func TestRunRejectsBadConfig(t *testing.T) {
@@ -34,18 +34,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 // behind: the next `crosstalk run` restores the quota before anything else,
 // and on SIGTERM (here: its context ending) exits with nothing throttled.
 func TestRunRestoresWhatAKilledAgentLeft(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for real cgroups")
-	}
-	h, err := host.Open("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	l, err := cgroup.Detect(h)
-	if err != nil || l.CPUControl() == "" {
-		t.Skipf("no cpu controller: %v", err)
-	}
+	h, l := testenv.LiveCgroups(t)
 	name := fmt.Sprintf("/crosstalk-test-run-%d/left", os.Getpid())
 	g, err := cgroup.Create(h, l, name, cpuset.Of(0))
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/testenv"
 )
 
 // Container IDs as the runtimes make them (64 hex digits).
@@ -581,18 +582,7 @@ func FuzzParseCgroupTenant(f *testing.F) {
 // On the real cgroupfs (root only): two cgroups made with cgroup.Create, a
 // glob to find them, a sleep in one.
 func TestLiveDiscover(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups")
-	}
-	h, err := host.Open("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	l, err := cgroup.Detect(h)
-	if err != nil || l.CPUControl() == "" {
-		t.Skipf("no writable cpu cgroup controller here: %v", err)
-	}
+	h, l := testenv.LiveCgroups(t)
 	base := fmt.Sprintf("/crosstalk-test-discover/run-%d", os.Getpid())
 	t.Cleanup(func() {
 		if err := cgroup.RemoveTree(h, l, base, 2*time.Second); err != nil {

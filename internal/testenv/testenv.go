@@ -11,7 +11,30 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/host"
 )
+
+// LiveCgroups opens this machine's root and its cgroup layout for a test
+// that creates real cgroups, and skips the test where it cannot: not root,
+// or no writable cpu controller. The host closes with the test.
+func LiveCgroups(t testing.TB) (*host.Host, cgroup.Layout) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups")
+	}
+	h, err := host.Open("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	l, err := cgroup.Detect(h)
+	if err != nil || l.CPUControl() == "" {
+		t.Skipf("no writable cgroup cpu controller here: %v", err)
+	}
+	return h, l
+}
 
 // LockCPUs holds, for the rest of the test, a machine-wide lock that every
 // CPU-heavy live test takes: real tenants pinned to CPUs (the lab), real
