@@ -27,10 +27,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -723,12 +723,7 @@ func (hw *Hardware) resctrlLocked(a *Agent, o *hwObservation) {
 
 func (hw *Hardware) biasLocked(a *Agent, o *hwObservation) {
 	in := judge.BiasInput{Now: o.now}
-	ids := make([]int, 0, len(hw.l3))
-	for id := range hw.l3 {
-		ids = append(ids, id)
-	}
-	sort.Ints(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(hw.l3)) {
 		d := hw.l3[id]
 		bd := judge.BiasDomain{ID: id, SizeBytes: d.size, Ways: d.ways, CPUs: float64(d.cpus.Len())}
 		for _, s := range o.samples {
@@ -816,12 +811,7 @@ func (hw *Hardware) biasLocked(a *Agent, o *hwObservation) {
 
 func (hw *Hardware) mbaLocked(a *Agent, o *hwObservation) {
 	in := judge.MBAInput{Now: o.now}
-	ids := make([]int, 0, len(hw.l3))
-	for id := range hw.l3 {
-		ids = append(ids, id)
-	}
-	sort.Ints(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(hw.l3)) {
 		d := hw.l3[id]
 		md := judge.MBADomain{ID: id, CPUs: float64(d.cpus.Len())}
 		for _, s := range o.samples {
