@@ -173,34 +173,6 @@ func TestCorrelation(t *testing.T) {
 	}
 }
 
-func TestProofOutcome(t *testing.T) {
-	tests := []struct {
-		name             string
-		before           float64
-		capped, uncapped []float64
-		want             string
-	}{
-		{"clean A/B/A", 8, []float64{1.1, 1.0, 1.2}, []float64{1.0, 7.5}, ProofGuilty},
-		{"most of the excess gone", 8, []float64{2.5, 2.9, 2.8}, []float64{6}, ProofGuilty},
-		{"contention stays", 8, []float64{7.5, 8.2, 7.9}, nil, ProofInnocent},
-		{"one contended reading clears it", 8, []float64{1.0, 1.1, 6}, []float64{8}, ProofInnocent},
-		{"did not come back", 8, []float64{1.0, 1.1, 1.0}, []float64{1.1, 1.0}, ProofInconclusive},
-		// Cases logged on the dev machine (before, capped, freed → verdict).
-		{"came back only as a blip", 4.23, []float64{1.0, 1.17, 1.0}, []float64{1.55}, ProofInconclusive},
-		{"innocent victim, contention paused by itself", 8.01, []float64{1.25, 1.1}, []float64{1.05, 1.0}, ProofInconclusive},
-		{"polluter, weak comeback", 5.31, []float64{1.22, 1.1}, []float64{1.2, 2.98}, ProofGuilty},
-		{"polluter, moderate contention", 2.41, []float64{1.27, 1.1}, []float64{1.64}, ProofGuilty},
-		{"comeback below twice the capped excess", 5.44, []float64{1.48, 1.2}, []float64{1.57}, ProofInconclusive},
-		{"no readings", 8, nil, nil, ProofInconclusive},
-	}
-	for _, tc := range tests {
-		got, why := ProofOutcome(tc.before, tc.capped, tc.uncapped, 1.25, 1.5)
-		if got != tc.want || why == "" {
-			t.Errorf("%s: %s (%s), want %s", tc.name, got, why, tc.want)
-		}
-	}
-}
-
 // While a polluter is held down, the probes on its domain read its
 // remainder: under the contention threshold, above quiet. Without Hold the
 // baseline learns it and the remainder vanishes from the ratio (which made

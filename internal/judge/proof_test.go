@@ -1,0 +1,285 @@
+package judge
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// world is a synthetic host for proofs: the probe's contention ratio at a
+// time, given whether the suspect is capped.
+type world func(t time.Duration, capped bool) float64
+
+// runProof drives one proof on virtual time against w and returns its
+// verdict and how long the suspect was capped.
+func runProof(t *testing.T, cfg ProofConfig, before float64, seed uint64, w world) (string, time.Duration) {
+	t.Helper()
+	t0 := time.Unix(1000, 0)
+	p := NewProof(cfg, before, t0, seed)
+	var cappedFor time.Duration
+	last, lastCapped := t0, false
+	for range 10000 {
+		plan := p.Plan()
+		if lastCapped {
+			cappedFor += plan.SampleAt.Sub(last)
+		}
+		last, lastCapped = plan.SampleAt, plan.Capped
+		if p.Observe(plan.SampleAt, w(plan.SampleAt.Sub(t0), plan.Capped), true) {
+			v, why := p.Verdict()
+			if why == "" {
+				t.Fatalf("verdict %s without a reason", v)
+			}
+			return v, cappedFor
+		}
+	}
+	t.Fatal("proof never ended")
+	return "", 0
+}
+
+// noise is an autocorrelated lognormal scatter with bursts of a contention
+// nobody in the proof causes (another polluter, or the host), on a random
+// on/off schedule: the noise the proof must not take for evidence.
+type noise struct {
+	rng   *rand.Rand
+	sigma float64 // log-scale scatter of one reading
+	burst float64 // ratio of a burst
+	on    float64 // chance a 20 ms stretch is bursting
+	state float64
+	cur   time.Duration
+	hot   bool
+}
+
+func (n *noise) at(t time.Duration) float64 {
+	for n.cur < t {
+		n.cur += 20 * time.Millisecond
+		n.hot = n.rng.Float64() < n.on
+		n.state = 0.7*n.state + 0.3*n.rng.NormFloat64()
+	}
+	x := math.Exp(n.sigma*(n.state+n.rng.NormFloat64()) + 0)
+	if n.hot {
+		x *= n.burst
+	}
+	return x
+}
+
+func TestProofFalseConvictionBound(t *testing.T) {
+	cfg := ProofConfig{}
+	cfg.Fill()
+	alpha := cfg.FalseConviction()
+	if alpha <= 0 || alpha > 0.01 {
+		t.Fatalf("default bound %.4f: want about 1%%", alpha)
+	}
+	// Positive control: a polluter whose cap takes the contention from 4×
+	// to about 1.1× is convicted, under the same noise.
+	const runs = 3000
+	cases := []struct {
+		name   string
+		before float64
+		// effect is how much capping the suspect lowers the probe (log).
+		effect       func(before float64) float64
+		sigma, burst float64
+		on           float64
+	}{
+		// The suspect does nothing: the contention is someone else's,
+		// bursty and steady.
+		{"null, bursty contention", 4, func(float64) float64 { return 0 }, 0.3, 4, 0.5},
+		{"null, steady contention", 4, func(float64) float64 { return 0 }, 0.4, 4, 1},
+		{"null, heavy scatter", 2, func(float64) float64 { return 0 }, 0.8, 2, 0.3},
+		// The worst case the bound covers: a co-runner whose cap removes
+		// exactly the margin's share of the contention.
+		{"at the margin", 4, func(b float64) float64 { return 0.5 * math.Log(b) }, 0.3, 4, 0.8},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			convicted := 0
+			for seed := range uint64(runs) {
+				n := &noise{rng: rand.New(rand.NewPCG(seed, 7)), sigma: tc.sigma, burst: tc.burst, on: tc.on}
+				shift := tc.effect(tc.before)
+				v, _ := runProof(t, cfg, tc.before, seed*31+1, func(at time.Duration, capped bool) float64 {
+					x := n.at(at)
+					if capped {
+						x *= math.Exp(-shift)
+					}
+					return x
+				})
+				if v == ProofGuilty {
+					convicted++
+				}
+			}
+			rate := float64(convicted) / runs
+			// The bound plus four standard errors of the estimate.
+			if limit := alpha + 4*math.Sqrt(alpha*(1-alpha)/runs); rate > limit {
+				t.Errorf("false convictions %d of %d (%.4f), bound %.4f", convicted, runs, rate, alpha)
+			}
+			t.Logf("false convictions %d of %d (%.4f; bound %.4f)", convicted, runs, rate, alpha)
+		})
+	}
+}
+
+func TestProofConvictsPolluters(t *testing.T) {
+	cfg := ProofConfig{}
+	cfg.Fill()
+	const runs = 1000
+	cases := []struct {
+		name     string
+		before   float64
+		capped   float64 // ratio while capped
+		sigma    float64
+		quietOff float64 // chance a freed 20 ms stretch is quiet anyway (a bursty polluter)
+		minRate  float64
+	}{
+		{"split-lock storm", 6, 1.1, 0.2, 0, 0.99},
+		{"bursty split locks", 5, 1.1, 0.3, 0.1, 0.90},
+		{"moderate contention", 2, 1.05, 0.1, 0, 0.95},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			guilty := 0
+			for seed := range uint64(runs) {
+				rng := rand.New(rand.NewPCG(seed, 11))
+				quiet := map[time.Duration]bool{}
+				v, _ := runProof(t, cfg, tc.before, seed+5, func(at time.Duration, capped bool) float64 {
+					x := math.Exp(tc.sigma * rng.NormFloat64())
+					if capped {
+						return tc.capped * x
+					}
+					k := at / (20 * time.Millisecond)
+					q, ok := quiet[k]
+					if !ok {
+						q = rng.Float64() < tc.quietOff
+						quiet[k] = q
+					}
+					if q {
+						return tc.capped * x
+					}
+					return tc.before * x
+				})
+				if v == ProofGuilty {
+					guilty++
+				}
+			}
+			rate := float64(guilty) / runs
+			if rate < tc.minRate {
+				t.Errorf("convicted %d of %d (%.3f), want at least %.2f", guilty, runs, rate, tc.minRate)
+			}
+			t.Logf("convicted %d of %d", guilty, runs)
+		})
+	}
+}
+
+// An innocent pays little: a proof of a tenant whose cap does nothing stops
+// at its second failed trial, most often within three or four trials.
+func TestProofInnocentCost(t *testing.T) {
+	cfg := ProofConfig{}
+	cfg.Fill()
+	const runs = 2000
+	var total time.Duration
+	worst := time.Duration(0)
+	for seed := range uint64(runs) {
+		n := &noise{rng: rand.New(rand.NewPCG(seed, 3)), sigma: 0.3, burst: 4, on: 0.5}
+		v, capped := runProof(t, cfg, 4, seed, func(at time.Duration, _ bool) float64 { return n.at(at) })
+		if v == ProofGuilty {
+			continue
+		}
+		total += capped
+		worst = max(worst, capped)
+	}
+	mean := total / runs
+	// Each trial caps for one slot; the futility stop comes at the second
+	// failure, after about 2.5 trials on average when each passes with
+	// chance under ½.
+	if limit := 4 * cfg.Slot; mean > limit {
+		t.Errorf("mean cap time of an innocent %s, want at most %s", mean, limit)
+	}
+	if limit := time.Duration(cfg.Trials) * cfg.Slot * 3 / 2; worst > limit {
+		t.Errorf("worst cap time %s beyond %s", worst, limit)
+	}
+	t.Logf("innocent capped %s on average, %s at worst", mean, worst)
+}
+
+func TestProofMissingReadings(t *testing.T) {
+	cfg := ProofConfig{}
+	cfg.Fill()
+	t0 := time.Unix(0, 0)
+	p := NewProof(cfg, 5, t0, 1)
+	for range 1000 {
+		plan := p.Plan()
+		if p.Observe(plan.SampleAt, 0, false) {
+			break
+		}
+	}
+	v, why := p.Verdict()
+	if v != ProofInconclusive || why == "" {
+		t.Fatalf("a proof that never read: %s (%s), want inconclusive", v, why)
+	}
+	// Positive control: the same proof with readings convicts.
+	p = NewProof(cfg, 5, t0, 1)
+	for range 1000 {
+		plan := p.Plan()
+		r := 5.0
+		if plan.Capped {
+			r = 1
+		}
+		if p.Observe(plan.SampleAt, r, true) {
+			break
+		}
+	}
+	if v, _ := p.Verdict(); v != ProofGuilty {
+		t.Fatalf("clean polluter: %s", v)
+	}
+	if got := len(p.Trials()); got != cfg.Need {
+		t.Errorf("a clean polluter took %d trials, want %d (stop at the sure verdict)", got, cfg.Need)
+	}
+}
+
+// The order of capped and freed slots is random and balanced: a fixed
+// order would let a periodic noise line up with it.
+func TestProofOrderIsRandomized(t *testing.T) {
+	cfg := ProofConfig{Trials: 64, Need: 64}
+	cfg.Fill()
+	p := NewProof(cfg, 5, time.Unix(0, 0), 42)
+	first := 0
+	for range 10000 {
+		plan := p.Plan()
+		r := 5.0
+		if plan.Capped {
+			r = 1
+		}
+		if p.Observe(plan.SampleAt, r, true) {
+			break
+		}
+	}
+	for _, tr := range p.Trials() {
+		if tr.CappedFirst {
+			first++
+		}
+	}
+	if n := len(p.Trials()); n != 64 || first < 20 || first > 44 {
+		t.Errorf("%d of %d trials capped first; want a fair coin's share", first, n)
+	}
+}
+
+func TestProofConfigValidate(t *testing.T) {
+	good := ProofConfig{}
+	good.Fill()
+	if err := good.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for _, bad := range []ProofConfig{
+		{Slot: time.Millisecond, Samples: 2, Trials: 10, Need: 9, Effect: 0.5},
+		{Slot: 40 * time.Millisecond, Samples: 2, Trials: 10, Need: 11, Effect: 0.5},
+		{Slot: 40 * time.Millisecond, Samples: 2, Trials: 10, Need: 9, Effect: math.NaN()},
+		{Slot: 40 * time.Millisecond, Samples: 0, Trials: 10, Need: 9, Effect: 0.5},
+	} {
+		if bad.Validate() == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+	if got := (ProofConfig{Trials: 8, Need: 8}).FalseConviction(); math.Abs(got-1.0/256) > 1e-12 {
+		t.Errorf("8 of 8: %v, want 1/256", got)
+	}
+	if got := (ProofConfig{Trials: 14, Need: 12}).FalseConviction(); math.Abs(got-106.0/16384) > 1e-12 {
+		t.Errorf("12 of 14: %v, want 106/16384", got)
+	}
+}
