@@ -125,6 +125,9 @@ type Agent struct {
 	holds     map[string]*tenantHolds // what each policy holds each tenant to
 	proof     *proof
 	pending   map[int]*probeRun // per CPU: a probe that outlived its timeout
+	// capTime is each tenant's proof cap time in the last minute, for the
+	// budget that bounds what proofs may cost an innocent.
+	capTime   map[string][]capSlot
 	lastRatio float64
 	// recent are the last intervals' contention ratios: bursty contention is
 	// judged by its peak, not by whichever interval a proof happens to start in.
@@ -152,38 +155,29 @@ type backoff struct {
 	next  time.Duration
 }
 
-// proof is a perturbation proof in progress: an A/B/A test on one suspect.
-// Phase "capped": the suspect is capped hard and the probe samples the CPU
-// where the contention was worst, proofSamples times across the window.
-// Phase "freed": the cap is lifted and the probe samples again; the
-// contention must come back for a conviction.
+// proof is a perturbation proof in progress (judge.Proof) and what the
+// agent needs to run it: whom it caps, where it reads, and the cap state
+// it applied last.
 type proof struct {
-	tenant   sense.Tenant
-	started  time.Time
-	before   float64
-	domains  []int
-	cpu      CPUDomain // where the contention was seen
-	reason   string
-	phase    string // "capped" or "freed"
-	from     time.Time
-	next     time.Time
-	capped   []float64
-	uncapped []float64
+	tenant sense.Tenant
+	p      *judge.Proof
+	cpu    CPUDomain // where the probe reads
+	kind   string    // the probe kind that showed the contention ("" = all)
+	reason string
+	capped bool      // the cap is applied now
+	since  time.Time // when the cap was last applied
+	next   time.Time // the next reading
 	// signal is the contention being proven: signalProbe (the canary
 	// probes on cpu) or signalWait (the victims' CPU wait, waitFrom their
-	// counters at the start of the current sample).
+	// counters at the previous reading).
 	signal   string
 	victims  []sense.Tenant
 	waitFrom map[string]sense.TenantStats
 }
 
-// proofPeriod is the CFS period of a proof's hard cap.
-const proofPeriod = 100 * time.Millisecond
-
-// proofSamples is how many probe readings the capped half of a proof takes;
-// the freed half takes up to twice as many, stopping at the first contended
-// one (contention from a real polluter comes back in bursts).
-const proofSamples = 3
+// proofPeriod is the CFS period of a proof's hard cap: a slot of the proof
+// is about one period, so the capped suspect runs at most 1 ms in it.
+const proofPeriod = 25 * time.Millisecond
 
 // CPUDomain is a CPU and its L3 domain.
 type CPUDomain struct{ Domain, CPU int }
@@ -215,7 +209,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		wait: judge.NewCPUWait(cfg.WaitThresholds()), waitSusp: judge.NewSuspects(cfg.Judge.Window),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]delayMark{}, throttled: map[string]*throttled{},
 		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{}, holds: map[string]*tenantHolds{},
-		pending: map[int]*probeRun{},
+		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{},
 	}
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
@@ -329,9 +323,11 @@ func (a *Agent) shutdown() {
 		a.releaseLocked(t.tenant, "agent stopping")
 		delete(a.throttled, id)
 	}
-	if a.proof != nil {
-		a.releaseLocked(a.proof.tenant, "agent stopping during a proof")
+	if p := a.proof; p != nil {
+		p.p.Abort("agent stopping")
+		a.uncapLocked(a.d.Now(), p, "agent stopping during a proof")
 		a.proof = nil
+		a.recordLocked(a.d.Now(), p.tenant, "release", 0, 1, "agent stopping during a proof")
 	}
 	for id, h := range a.holds {
 		claims := h.claims
@@ -511,7 +507,7 @@ func (a *Agent) step(now time.Time) {
 			if a.proof != nil && a.proof.tenant.ID == id {
 				return true
 			}
-			return now.Before(a.backoff[id].until)
+			return now.Before(a.backoff[id].until) || a.overBudget(id, now)
 		})
 		if a.proof == nil && v.Persistent && now.Sub(a.lastChange) >= 2*a.cfg.Interval {
 			a.maybeProveLocked(now, v, ranked, present)
@@ -753,31 +749,92 @@ func (a *Agent) maybeProveLocked(now time.Time, v judge.Verdict, ranked []judge.
 	if !ok {
 		return
 	}
-	// Where was it worst? The proof watches that CPU.
-	var worst judge.CPURatio
-	for _, c := range v.CPUs {
-		if slices.Contains(v.Domains, c.Domain) && c.Ratio > worst.Ratio {
-			worst = c
-		}
-	}
+	cpu, kind, before := a.proofCPU(v, s.t.CPUs)
 	reason := fmt.Sprintf("%s; suspect score %.2f: %s", v.Reason, top.Score, strings.Join(top.Reasons, "; "))
 	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: map[string]any{"ratio": v.Ratio, "suspects": ranked}})
+	a.startProofLocked(now, &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}, before)
+}
+
+// proofCPU picks where a proof of a tenant on cpus reads the probe: the
+// most contended CPU of a contended domain that the tenant does not run on
+// (capping a tenant frees its own CPU, and a probe there would read the
+// tenant's absence as relief), else the most contended one. It returns
+// that CPU, the probe kind that read worst there, and its ratio.
+func (a *Agent) proofCPU(v judge.Verdict, cpus cpuset.Set) (CPUDomain, string, float64) {
+	th := a.cont.Thresholds()
+	var away, any judge.CPURatio
+	for _, c := range v.CPUs {
+		if !slices.Contains(v.Domains, c.Domain) {
+			continue
+		}
+		if c.Ratio > any.Ratio {
+			any = c
+		}
+		if !cpus.Contains(c.CPU) && c.Ratio >= th.Ratio && c.Ratio > away.Ratio {
+			away = c
+		}
+	}
+	w := any
+	if away.Ratio > 0 {
+		w = away
+	}
+	return CPUDomain{w.Domain, w.CPU}, w.Kind, max(w.Ratio, 1.01)
+}
+
+// startProofLocked caps or frees the suspect as the proof's first trial
+// asks and schedules its first reading; in dry-run it only says what it
+// would do. before is the contention ratio the proof answers to.
+func (a *Agent) startProofLocked(now time.Time, p *proof, before float64) {
 	if a.cfg.DryRun {
-		a.recordLocked(now, s.t, "proof", 0, 1, "dry run: would cap it to prove it: "+reason)
-		a.backoff[top.ID] = a.nextBackoff(top.ID, now)
+		a.recordLocked(now, p.tenant, "proof", 0, 1, "dry run: would cap it to prove it: "+p.reason)
+		key := backoffKey(p.signal, p.tenant.ID)
+		a.backoff[key] = a.nextBackoff(key, now)
 		return
 	}
-	// Capped hard: the kernel's minimum quota (1 ms) per CPU in a 100 ms
-	// period, so the suspect runs in rare 1 ms slots while the probe samples.
-	q := cgroup.Quota{Quota: time.Duration(max(1, s.t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
-	if err := a.apply(s.t, q, "proof", now); err != nil {
-		a.handleWriteErr(s.t, err)
+	p.p = judge.NewProof(a.cfg.Proof.ProofConfig, before, now, uint64(now.UnixNano()))
+	a.proof = p
+	a.recordLocked(now, p.tenant, "proof", 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", a.cfg.Proof.Trials, p.reason))
+	a.followPlanLocked(now, p)
+}
+
+// followPlanLocked applies the cap state the proof wants now and sets the
+// time of its next reading. A failed write ends the proof.
+func (a *Agent) followPlanLocked(now time.Time, p *proof) {
+	plan := p.p.Plan()
+	p.next = plan.SampleAt
+	if plan.Capped == p.capped {
 		return
 	}
-	before := slices.Max(append([]float64{v.Ratio}, a.recent...))
-	a.proof = &proof{tenant: s.t, started: now, before: before, domains: v.Domains, cpu: CPUDomain{worst.Domain, worst.CPU}, reason: reason,
-		phase: "capped", from: now, next: now.Add(a.cfg.Proof.Window / proofSamples)}
-	a.recordLocked(now, s.t, "proof", q.CPUs(), q.CPUs()/float64(max(1, s.t.CPUs.Len())), "capped hard to prove it: "+reason)
+	if plan.Capped {
+		// Capped hard: the kernel's minimum quota (1 ms) per CPU a period,
+		// so the suspect runs in rare 1 ms slots while the probe reads.
+		q := cgroup.Quota{Quota: time.Duration(max(1, p.tenant.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
+		if err := a.apply(p.tenant, q, "proof", now); err != nil {
+			a.handleWriteErr(p.tenant, err)
+			p.p.Abort("could not cap it: " + err.Error())
+			a.endProofLocked(now, p)
+			return
+		}
+		p.capped, p.since = true, now
+		a.capSpent(p.tenant.ID, now, 0)
+		a.recordSlotLocked(now, p.tenant, "proof", q.CPUs(), "proof: capped for a trial")
+		return
+	}
+	a.uncapLocked(now, p, "proof: freed for a trial")
+}
+
+// uncapLocked lifts a proof's cap (if on) and books the time it was on.
+func (a *Agent) uncapLocked(now time.Time, p *proof, why string) {
+	if !p.capped {
+		return
+	}
+	if err := a.releaseHoldLocked(p.tenant.ID, policyProbe); err != nil {
+		a.log.Error("restore quota", "tenant", p.tenant.ID, "err", err)
+		a.journal(act.Event{Kind: "error", Tenant: p.tenant.ID, Name: p.tenant.Name, Detail: "restore failed: " + err.Error()})
+	}
+	p.capped = false
+	a.capSpent(p.tenant.ID, now, now.Sub(p.since))
+	a.recordSlotLocked(now, p.tenant, "proof-free", 0, why)
 }
 
 func (a *Agent) currentProof() *proof {
@@ -786,10 +843,8 @@ func (a *Agent) currentProof() *proof {
 	return a.proof
 }
 
-// proofSample takes one probe reading for the proof in progress and moves
-// it on: an early acquittal as soon as one capped reading is contended, the
-// cap lifted after the capped half, a conviction as soon as the contention
-// returns, and no verdict if it never does.
+// proofSample takes one reading for the proof in progress and moves it
+// on: the cap state of the next slot, or the verdict.
 func (a *Agent) proofSample(now time.Time) {
 	a.mu.Lock()
 	p := a.proof
@@ -797,77 +852,59 @@ func (a *Agent) proofSample(now time.Time) {
 	if p == nil {
 		return
 	}
-	ratio := -1.0
+	ratio, ok := -1.0, false
 	var waitNow map[string]sense.TenantStats
 	if p.signal == signalWait {
 		waitNow = a.readVictims(p.victims)
-	} else if rs, err := a.measureCPU(p.cpu.Domain, p.cpu.CPU); err == nil {
-		ratio = a.cont.Worst(a.cont.Rate(rs), nil)
+	} else {
+		var kinds []string
+		if p.kind != "" {
+			kinds = []string{p.kind}
+		}
+		if rs, err := a.measureCPU(p.cpu.Domain, p.cpu.CPU, kinds...); err == nil && len(rs) > 0 {
+			ratio, ok = a.cont.Worst(a.cont.Rate(rs), nil), true
+		}
 	}
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.proof != p {
+		return // ended meanwhile (the tenant vanished, the agent stopped)
+	}
 	if p.signal == signalWait {
 		ratio = a.waitProofRatioLocked(p, waitNow)
+		ok = ratio > 0
 	}
-	th := a.cont.Thresholds()
-	if p.signal == signalWait {
-		th = a.wait.Thresholds()
-	}
-	step := a.cfg.Proof.Window / proofSamples
-	if p.phase == "capped" {
-		if ratio >= 0 {
-			p.capped = append(p.capped, ratio)
-		}
-		verdict, why := judge.ProofOutcome(p.before, p.capped, nil, th.Tolerance, th.Ratio)
-		switch {
-		case verdict == judge.ProofInnocent:
-			a.endProofLocked(now, p, verdict, why, true)
-		case len(p.capped) >= proofSamples || now.Sub(p.from) > 2*a.cfg.Proof.Window:
-			if len(p.capped) == 0 {
-				a.endProofLocked(now, p, judge.ProofInconclusive, "the probe could not run while it was capped", true)
-				return
-			}
-			// Lift the cap and see whether the contention comes back.
-			a.releaseLocked(p.tenant, "proof: cap lifted to see whether the contention returns")
-			p.phase, p.from, p.next = "freed", now, now.Add(step)
-		default:
-			p.next = now.Add(step)
-		}
+	if p.p.Observe(now, ratio, ok) {
+		a.endProofLocked(now, p)
 		return
 	}
-	if ratio >= 0 {
-		p.uncapped = append(p.uncapped, ratio)
-	}
-	verdict, why := judge.ProofOutcome(p.before, p.capped, p.uncapped, th.Tolerance, th.Ratio)
-	switch {
-	case verdict == judge.ProofGuilty:
-		a.endProofLocked(now, p, verdict, why, false)
-	case len(p.uncapped) >= 2*proofSamples || now.Sub(p.from) > 3*a.cfg.Proof.Window:
-		a.endProofLocked(now, p, verdict, why, false)
-	default:
-		p.next = now.Add(step)
-	}
+	a.followPlanLocked(now, p)
 }
 
-// endProofLocked records a proof's verdict and acts on it: a polluter is
-// throttled at the start step; anyone else is left (or set) free and not
-// tested again for a while.
-func (a *Agent) endProofLocked(now time.Time, p *proof, verdict, why string, capped bool) {
+// endProofLocked records a proof's verdict, with every trial's evidence,
+// and acts on it: a polluter is throttled at the start step; anyone else is
+// left free and not tested again for a while.
+func (a *Agent) endProofLocked(now time.Time, p *proof) {
 	a.proof = nil
+	verdict, why := p.p.Verdict()
 	a.proofs[verdict]++
 	a.journal(act.Event{Kind: "proof", Tenant: p.tenant.ID, Name: p.tenant.Name, Detail: verdict + ": " + why,
-		Evidence: map[string]any{"before": p.before, "capped": p.capped, "uncapped": p.uncapped, "cpu": p.cpu.CPU}})
+		Evidence: map[string]any{"before": p.p.Before(), "cpu": p.cpu.CPU, "kind": p.kind, "signal": p.signal, "trials": p.p.Trials(),
+			"false_conviction_bound": a.cfg.Proof.FalseConviction()}})
 	key := backoffKey(p.signal, p.tenant.ID)
 	if verdict != judge.ProofGuilty {
-		if capped {
-			a.releaseLocked(p.tenant, verdict+": "+why)
-		}
+		a.uncapLocked(now, p, verdict+": "+why)
 		a.backoff[key] = a.nextBackoff(key, now)
-		a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "why", why)
+		a.recordLocked(now, p.tenant, "release", 0, 1, verdict+": "+why)
+		a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
 		return
 	}
-	thr := a.sp.NewThrottle(now, p.before)
+	if p.capped {
+		a.capSpent(p.tenant.ID, now, now.Sub(p.since))
+	}
+	a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
+	thr := a.sp.NewThrottle(now, p.p.Before())
 	q := a.sp.Quota(thr.Step, p.tenant.CPUs.Len())
 	if err := a.apply(p.tenant, q, "proven polluter", now); err != nil {
 		a.handleWriteErr(p.tenant, err)
@@ -876,6 +913,44 @@ func (a *Agent) endProofLocked(now time.Time, p *proof, verdict, why string, cap
 	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal}
 	delete(a.backoff, key)
 	a.recordLocked(now, p.tenant, "throttle", q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
+}
+
+// capSpent books d of proof cap time on a tenant (at now) and forgets
+// what is older than a minute; it returns what the tenant was capped in
+// the last minute.
+func (a *Agent) capSpent(id string, now time.Time, d time.Duration) time.Duration {
+	spent := a.capTime[id]
+	keep := spent[:0]
+	for _, s := range spent {
+		if now.Sub(s.at) < time.Minute {
+			keep = append(keep, s)
+		}
+	}
+	if d > 0 {
+		keep = append(keep, capSlot{at: now, d: d})
+	}
+	var total time.Duration
+	for _, s := range keep {
+		total += s.d
+	}
+	if len(keep) == 0 {
+		delete(a.capTime, id)
+	} else {
+		a.capTime[id] = keep
+	}
+	return total
+}
+
+// overBudget says a tenant was capped for proofs as much as the budget
+// allows in the last minute: it is not proved again until that passes.
+func (a *Agent) overBudget(id string, now time.Time) bool {
+	return a.capSpent(id, now, 0) >= a.cfg.Proof.Budget
+}
+
+// capSlot is a stretch of proof cap time on a tenant.
+type capSlot struct {
+	at time.Time
+	d  time.Duration
 }
 
 // errProbeBusy says the probe on a CPU did not finish within probeTimeout.
@@ -962,6 +1037,13 @@ func (a *Agent) recordLocked(now time.Time, t sense.Tenant, kind string, quota, 
 	a.recordActionLocked(ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policyProbe, Lever: string(judge.LeverCPUQuota), Quota: quota, Duty: duty, Reason: reason})
 }
 
+// recordSlotLocked notes a proof's cap or release for one trial's slot: on
+// the timeline and in the journal like any action, at debug level in the log
+// (a proof switches a dozen times).
+func (a *Agent) recordSlotLocked(now time.Time, t sense.Tenant, kind string, quota float64, reason string) {
+	a.recordActionLocked(ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policyProbe, Lever: string(judge.LeverCPUQuota), Quota: quota, Duty: 1, Reason: reason})
+}
+
 // recordPolicyLocked notes an action of another policy.
 func (a *Agent) recordPolicyLocked(now time.Time, t sense.Tenant, policy, kind, lever string, duty float64, reason string) {
 	var quota float64
@@ -978,7 +1060,8 @@ func (a *Agent) recordActionLocked(r ActionRecord) {
 	// proof waits for them to settle. Permits are left out: a tenant at
 	// its booking flips between OVER and UNDER every few intervals by
 	// design, and would otherwise keep every proof waiting.
-	if r.Kind != "proof" && r.Policy != policyPermits {
+	slot := r.Kind == "proof" || r.Kind == "proof-free"
+	if !slot && r.Policy != policyPermits {
 		a.lastChange = r.Time
 	}
 	a.actions = append(a.actions, r)
@@ -988,7 +1071,11 @@ func (a *Agent) recordActionLocked(r ActionRecord) {
 	a.totals[r.Kind]++
 	q := r.Quota
 	a.journal(act.Event{Time: r.Time, Kind: r.Kind, Policy: r.Policy, Lever: r.Lever, Tenant: r.Tenant, Name: r.Name, Detail: r.Reason, Quota: &q, DryRun: r.DryRun})
-	a.log.Info("action", "kind", r.Kind, "by", r.Policy, "lever", r.Lever, "tenant", r.Name, "quota_cpus", r.Quota, "duty", r.Duty, "reason", r.Reason)
+	level := slog.LevelInfo
+	if slot && r.Quota > 0 || r.Kind == "proof-free" {
+		level = slog.LevelDebug
+	}
+	a.log.Log(context.Background(), level, "action", "kind", r.Kind, "by", r.Policy, "lever", r.Lever, "tenant", r.Name, "quota_cpus", r.Quota, "duty", r.Duty, "reason", r.Reason)
 	if a.d.OnAction != nil {
 		a.d.OnAction(r)
 	}
@@ -1057,7 +1144,7 @@ func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, 
 		st.Probes = append(st.Probes, ProbeState{Domain: r.Domain, CPU: r.CPU, Kind: r.Kind, LatencyNs: r.Ns, BaselineNs: r.Baseline, Ratio: r.Ratio})
 	}
 	if a.proof != nil {
-		st.Proof = &ProofState{Tenant: a.proof.tenant.ID, Name: a.proof.tenant.Name, Started: a.proof.started, Before: a.proof.before}
+		st.Proof = &ProofState{Tenant: a.proof.tenant.ID, Name: a.proof.tenant.Name, Started: a.proof.p.Started(), Before: a.proof.p.Before(), Trials: a.proof.p.Trials()}
 	}
 	if a.d.Counters != nil {
 		st.PerfFDs = a.d.Counters.FDs()

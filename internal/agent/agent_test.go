@@ -169,7 +169,7 @@ func (fakeCounters) Close() error { return nil }
 func testConfig(dir string) Config {
 	c := Defaults()
 	c.Interval = 50 * time.Millisecond
-	c.Proof.Window = 60 * time.Millisecond
+	c.Proof.Slot = 10 * time.Millisecond
 	c.Proof.Backoff = time.Second
 	c.Throttle.Hold = 200 * time.Millisecond
 	c.StateDir = dir

@@ -188,14 +188,21 @@ type JudgeConfig struct {
 	Window int `yaml:"window"`
 }
 
-// ProofConfig shapes the perturbation proof.
+// ProofConfig shapes the perturbation proof: randomized trials, each a
+// slot with the suspect capped hard and a slot with it free, in an order
+// drawn at random; a conviction needs `need` of `trials` trials in which
+// the cap removed `effect` of the contention (see judge.ProofConfig, and
+// judge.ProofConfig.FalseConviction for the bound this gives).
 type ProofConfig struct {
-	// Window is how long a suspect is capped hard while the probes watch (default 300ms).
-	Window time.Duration `yaml:"window"`
+	judge.ProofConfig `yaml:",inline"`
 	// Backoff before an innocent suspect may be tested again; doubles each
 	// time, up to MaxBackoff (defaults 10s, 5m).
 	Backoff    time.Duration `yaml:"backoff"`
 	MaxBackoff time.Duration `yaml:"max_backoff"`
+	// Budget is the most time a tenant may spend capped for proofs in any
+	// minute (default 1s): a tenant that used it is not proved again until
+	// the minute has passed, so suspicion costs an innocent at most this.
+	Budget time.Duration `yaml:"budget"`
 }
 
 // ThrottleConfig shapes the duty cycling of proven polluters.
@@ -266,8 +273,9 @@ func (c *Config) fill() {
 	if c.Judge.Window == 0 {
 		c.Judge.Window = 16
 	}
-	if c.Proof.Window == 0 {
-		c.Proof.Window = 300 * time.Millisecond
+	c.Proof.Fill()
+	if c.Proof.Budget == 0 {
+		c.Proof.Budget = time.Second
 	}
 	if c.Proof.Backoff == 0 {
 		c.Proof.Backoff = 10 * time.Second
@@ -381,8 +389,11 @@ func (c *Config) Validate() error {
 			bad(field, "bad pattern %q: %v", g, err)
 		}
 	}
-	if c.Proof.Window < 50*time.Millisecond || c.Proof.Window > 5*time.Second {
-		bad("proof.window", "%s outside 50ms-5s", c.Proof.Window)
+	if err := c.Proof.ProofConfig.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Proof.Budget < c.Proof.Slot || c.Proof.Budget > time.Minute {
+		bad("proof.budget", "%s outside proof.slot (%s) to 1m", c.Proof.Budget, c.Proof.Slot)
 	}
 	if c.Proof.Backoff < 0 || c.Proof.MaxBackoff < c.Proof.Backoff {
 		bad("proof.max_backoff", "must be >= proof.backoff")

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
-	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
@@ -94,7 +93,7 @@ func (a *Agent) maybeProveWaitLocked(now time.Time, views []judge.TenantView, pr
 		if a.wait.Gain(id, usage[id]) < minWaitGain {
 			return true
 		}
-		return now.Before(a.backoff[backoffKey(signalWait, id)].until)
+		return now.Before(a.backoff[backoffKey(signalWait, id)].until) || a.overBudget(id, now)
 	})
 	for i := range ranked {
 		ranked[i].Reasons = append(ranked[i].Reasons, fmt.Sprintf("uses %.2f CPU more than before the waits began", a.wait.Gain(ranked[i].ID, usage[ranked[i].ID])))
@@ -135,20 +134,7 @@ func (a *Agent) maybeProveWaitLocked(now time.Time, views []judge.TenantView, pr
 	}
 	reason := fmt.Sprintf("%s; suspect score %.2f: %s", waitReason(wv, vt, present), top.Score, strings.Join(top.Reasons, "; "))
 	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: map[string]any{"cpu_wait_ratio": wv.Ratio, "victims": wv.Victims, "suspects": ranked}})
-	if a.cfg.DryRun {
-		a.recordLocked(now, s.t, "proof", 0, 1, "dry run: would cap it to prove it: "+reason)
-		key := backoffKey(signalWait, top.ID)
-		a.backoff[key] = a.nextBackoff(key, now)
-		return ranked
-	}
-	q := cgroup.Quota{Quota: time.Duration(max(1, s.t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
-	if err := a.apply(s.t, q, "proof", now); err != nil {
-		a.handleWriteErr(s.t, err)
-		return ranked
-	}
-	a.proof = &proof{tenant: s.t, started: now, before: before, reason: reason, phase: "capped", from: now,
-		next: now.Add(a.cfg.Proof.Window / proofSamples), signal: signalWait, victims: vt, waitFrom: a.readVictims(vt)}
-	a.recordLocked(now, s.t, "proof", q.CPUs(), q.CPUs()/float64(max(1, s.t.CPUs.Len())), "capped hard to prove it: "+reason)
+	a.startProofLocked(now, &proof{tenant: s.t, reason: reason, signal: signalWait, victims: vt, waitFrom: a.readVictims(vt)}, before)
 	return ranked
 }
 

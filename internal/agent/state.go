@@ -1,6 +1,10 @@
 package agent
 
-import "time"
+import (
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+)
 
 // State is what a running agent knows, published after every interval: the
 // JSON state API serves it, the Prometheus collector turns it into metrics,
@@ -129,6 +133,8 @@ type ProofState struct {
 	Started time.Time `json:"started"`
 	// Before is the contention ratio when the proof began.
 	Before float64 `json:"before"`
+	// Trials are the proof's randomized capped/freed trials so far.
+	Trials []judge.Trial `json:"trials"`
 }
 
 // ActionRecord is one thing the agent did (or, in dry-run, would have done).

@@ -195,4 +195,3 @@ func si(x float64) string {
 	}
 	return fmt.Sprintf("%.0f", x)
 }
-

@@ -379,8 +379,12 @@ func (r *run) result(pr *PolicyResult) {
 		}
 		switch a.Kind {
 		case "proof":
-			proofs[a.index]++
-		case "release", "cap":
+			// A proof starts with a record of no quota; its trials' caps
+			// follow as "proof" with the cap's quota.
+			if a.Quota == 0 {
+				proofs[a.index]++
+			}
+		case "release", "cap", "proof-free":
 		default:
 			named[a.index] = true
 		}
@@ -403,7 +407,7 @@ func (r *run) result(pr *PolicyResult) {
 		}
 	}
 	for _, a := range r.actions {
-		if a.index >= 0 && r.sc.tenants[a.index].Role == RolePolluter && named[a.index] && a.Kind != "proof" && a.Kind != "release" {
+		if a.index >= 0 && r.sc.tenants[a.index].Role == RolePolluter && named[a.index] && a.Kind != "proof" && a.Kind != "proof-free" && a.Kind != "release" {
 			v := round(a.T, 2)
 			pr.FirstAction = &v
 			break
