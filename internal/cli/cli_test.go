@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/testenv"
 )
 
 func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
@@ -47,35 +49,54 @@ func TestDoctorJSON(t *testing.T) {
 // saw every file doctor used.
 func TestCaptureRoundTrip(t *testing.T) {
 	for _, name := range []string{"dev-epyc-vm", "intel-skx-2s", "amd-milan-1s"} {
-		t.Run(name, func(t *testing.T) {
-			dst := filepath.Join(t.TempDir(), "cap")
-			orig, _, err := run(t, "doctor", "--root", tree(name), "--json", "--capture", dst)
-			if err != nil {
-				t.Fatal(err)
-			}
-			again, _, err := run(t, "doctor", "--root", dst, "--json")
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Messages may name the root (e.g. "the root … is not this
-			// machine"): both roots read as ROOT.
-			strip := func(s string) string {
-				for _, r := range []string{tree(name), dst} {
-					if abs, err := filepath.Abs(r); err == nil {
-						s = strings.ReplaceAll(s, abs, "ROOT")
-					}
-				}
-				var m map[string]any
-				json.Unmarshal([]byte(s), &m)
-				delete(m, "root")
-				b, _ := json.Marshal(m)
-				return string(b)
-			}
-			if strip(orig) != strip(again) {
-				t.Errorf("report from the capture differs from the original")
-			}
-		})
+		t.Run(name, func(t *testing.T) { checkCaptureRoundTrip(t, tree(name)) })
 	}
+}
+
+func checkCaptureRoundTrip(t *testing.T, root string) {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "cap")
+	orig, _, err := run(t, "doctor", "--root", root, "--json", "--capture", dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := run(t, "doctor", "--root", dst, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Messages may name the root (e.g. "the root … is not this
+	// machine"): both roots read as ROOT.
+	strip := func(s string) string {
+		for _, r := range []string{root, dst} {
+			if abs, err := filepath.Abs(r); err == nil {
+				s = strings.ReplaceAll(s, abs, "ROOT")
+			}
+		}
+		var m map[string]any
+		json.Unmarshal([]byte(s), &m)
+		delete(m, "root")
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
+	if strip(orig) != strip(again) {
+		t.Errorf("report from the capture differs from the original")
+	}
+}
+
+// `crosstalk doctor --root DIR` on a real machine's lscpu dump (see
+// testdata/lscpu/README.md), whose nodes have only a cpumap: the report
+// shows its 8 nodes and 16 L3 domains, and a capture of it keeps the cpumaps.
+func TestDoctorLscpuDump(t *testing.T) {
+	root := testenv.UnpackTree(t, filepath.Join("..", "..", "testdata", "lscpu", "x86_64-epyc_7451.tar.gz"))
+	out, _, err := run(t, "doctor", "--root", root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "96 CPUs (0-95), 2 package(s), 48 cores, 2 thread(s)/core, 8 NUMA node(s)") ||
+		!strings.Contains(out, "node7: 42-47,90-95") || strings.Count(out, "  L3 #") != 16 {
+		t.Errorf("doctor on the EPYC 7451 dump, want 8 nodes and 16 L3 domains:\n%s", out)
+	}
+	checkCaptureRoundTrip(t, root)
 }
 
 func TestBadRootExitsOne(t *testing.T) {

@@ -56,9 +56,21 @@ func TestParseMask(t *testing.T) {
 		{in: "1", want: "0"},
 		{in: "3\n", want: "0-1"},
 		{in: "ff,00000001", want: "0,32-39"},
-		{in: "00000000,00000000", want: ""},
+		{in: "00000000,00000000", want: ""}, // a memory-only node
 		{in: "0x0f", want: "0-3"},
 		{in: "00ff00ff", want: "0-7,16-23"},
+		// node cpumaps of real machines (util-linux's lscpu dumps): the
+		// kernel pads every word but the first, which is as wide as
+		// nr_cpu_ids needs.
+		{in: "0000,55555555,55555555", want: "0,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,32,34,36,38,40,42,44,46,48,50,52,54,56,58,60,62"},
+		{in: "00000000,003f0000,0000003f", want: "0-5,48-53"},
+		{in: "fc000000,0000fc00,00000000", want: "42-47,90-95"},
+		{in: "00000000,00000000,00000000,00000000,00000000,00000000,00000000,0000000f", want: "0-3"},
+		{in: "0000000g", wantErr: true},
+		{in: "ff,,ff", wantErr: true},
+		{in: ",ff", wantErr: true},
+		{in: "ff 00", wantErr: true},
+		{in: "-1", wantErr: true},
 		{in: "", wantErr: true},
 		{in: "xyz", wantErr: true},
 		{in: "1,", wantErr: true},

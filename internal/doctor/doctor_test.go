@@ -3,6 +3,7 @@ package doctor
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/testenv"
 )
 
 func hostsDir(name string) string { return filepath.Join("..", "..", "testdata", "hosts", name) }
@@ -430,5 +432,74 @@ func TestDoctorMalformedDomain(t *testing.T) {
 	}
 	if good.Error != "" || len(good.Checks) != 5 || good.State != "running" {
 		t.Errorf("good = %+v", good)
+	}
+}
+
+// A real machine's dump as util-linux's lscpu tests keep it: nodes described
+// by cpumap alone (no cpulist) and eight of them, two CCX L3s per node.
+// Everything else doctor reads is absent, which it must report, not trip on.
+func TestDoctorLscpuEpyc7451(t *testing.T) {
+	root := testenv.UnpackTree(t, filepath.Join("..", "..", "testdata", "lscpu", "x86_64-epyc_7451.tar.gz"))
+	m := runJSON(t, root)
+	if got := get(t, m, "capabilities.topology.numa_nodes"); got != 8.0 {
+		t.Errorf("numa_nodes = %v, want 8", got)
+	}
+	nodes := get(t, m, "capabilities.topology.nodes").([]any)
+	if len(nodes) != 8 {
+		t.Fatalf("nodes = %v", nodes)
+	}
+	if n := nodes[7].(map[string]any); n["id"] != 7.0 || n["cpus"] != "42-47,90-95" {
+		t.Errorf("node7 = %v, want CPUs 42-47,90-95", n)
+	}
+	l3 := get(t, m, "capabilities.topology.l3").([]any)
+	if len(l3) != 16 {
+		t.Fatalf("%d L3 domains, want 16", len(l3))
+	}
+	if c := l3[1].(map[string]any); c["cpus"] != "3-5,51-53" || c["size_bytes"] != float64(8<<20) {
+		t.Errorf("L3[1] = %v, want CPUs 3-5,51-53 and 8 MiB", c)
+	}
+	if w := get(t, m, "capabilities.topology"); w.(map[string]any)["warnings"] != nil {
+		t.Errorf("topology warnings: %v", w.(map[string]any)["warnings"])
+	}
+
+	var buf bytes.Buffer
+	if err := WriteText(&buf, Run(openHost(t, root), Options{EUID: -1})); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{
+		"96 CPUs (0-95), 2 package(s), 48 cores, 2 thread(s)/core, 8 NUMA node(s)",
+		"node0: 0-5,48-53", "node7: 42-47,90-95",
+		"L3 #0: CPUs 0-2,48-50, 8 MiB, 16-way", "L3 #15: CPUs 45-47,93-95, 8 MiB, 16-way",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text output lacks %q", want)
+		}
+	}
+	if n := strings.Count(out, "  L3 #"); n != 16 {
+		t.Errorf("text output lists %d L3 domains, want 16", n)
+	}
+}
+
+// A kernel before 4.14 names no cache ids: the L3 line shows the CPUs
+// without an invented "#-1".
+func TestWriteTextL3WithoutID(t *testing.T) {
+	cache := "sys/devices/system/cpu/cpu%d/cache/index3/"
+	files := map[string]string{"sys/devices/system/cpu/online": "0-1\n"}
+	for cpu := range 2 {
+		files[fmt.Sprintf("sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu)] = "0\n"
+		files[fmt.Sprintf("sys/devices/system/cpu/cpu%d/topology/core_id", cpu)] = fmt.Sprintf("%d\n", cpu)
+		files[fmt.Sprintf(cache+"level", cpu)] = "3\n"
+		files[fmt.Sprintf(cache+"type", cpu)] = "Unified\n"
+		files[fmt.Sprintf(cache+"size", cpu)] = "18432K\n"
+		files[fmt.Sprintf(cache+"ways_of_associativity", cpu)] = "24\n"
+		files[fmt.Sprintf(cache+"shared_cpu_list", cpu)] = "0-1\n"
+	}
+	var buf bytes.Buffer
+	if err := WriteText(&buf, Run(openHost(t, writeTree(t, files)), Options{EUID: -1})); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); !strings.Contains(out, "L3: CPUs 0-1, 18 MiB, 24-way") || strings.Contains(out, "#-1") {
+		t.Errorf("L3 line without a cache id:\n%s", out)
 	}
 }

@@ -134,7 +134,12 @@ func capabilityLines(c Capabilities) [][2]string {
 			add("", fmt.Sprintf("node%d: %s", n.ID, n.CPUs))
 		}
 		for _, l3 := range t.L3 {
-			add("", fmt.Sprintf("L3 #%d: CPUs %s, %s, %d-way", l3.ID, l3.CPUs, bytesIEC(l3.SizeBytes), l3.Ways))
+			// Kernels before 4.14 have no cache id file; the CPUs name the domain.
+			id := "L3"
+			if l3.ID >= 0 {
+				id = fmt.Sprintf("L3 #%d", l3.ID)
+			}
+			add("", fmt.Sprintf("%s: CPUs %s, %s, %d-way", id, l3.CPUs, bytesIEC(l3.SizeBytes), l3.Ways))
 		}
 		for _, w := range t.Warnings {
 			add("", "warning: "+w)

@@ -219,14 +219,9 @@ func readNodes(h *host.Host, t *Topology, warn func(string, ...any)) map[int]int
 		if err != nil {
 			continue
 		}
-		s, err := h.ReadString(d + "/cpulist")
+		cpus, err := readNodeCPUs(h, d)
 		if err != nil {
 			warn("node%d: %v", id, err)
-			continue
-		}
-		cpus, err := cpuset.Parse(s)
-		if err != nil {
-			warn("node%d cpulist: %v", id, err)
 			continue
 		}
 		n := Node{ID: id, CPUs: cpus}
@@ -251,6 +246,30 @@ func readNodes(h *host.Host, t *Topology, warn func(string, ...any)) map[int]int
 	}
 	slices.SortFunc(t.Nodes, func(a, b Node) int { return cmp.Compare(a.ID, b.ID) })
 	return nodeOf
+}
+
+// readNodeCPUs reads a node directory's CPUs from cpulist or, where the
+// kernel or a capture has no cpulist, from the cpumap hex mask that every
+// kernel with NUMA sysfs writes (lscpu's own dumps keep only cpumap).
+func readNodeCPUs(h *host.Host, dir string) (cpuset.Set, error) {
+	s, err := h.ReadString(dir + "/cpulist")
+	if err == nil {
+		cpus, err := cpuset.Parse(s)
+		if err != nil {
+			return cpuset.Set{}, fmt.Errorf("cpulist: %w", err)
+		}
+		return cpus, nil
+	}
+	listErr := err
+	s, err = h.ReadString(dir + "/cpumap")
+	if err != nil {
+		return cpuset.Set{}, fmt.Errorf("no cpulist (%v) and no cpumap (%w)", listErr, err)
+	}
+	cpus, err := cpuset.ParseMask(s)
+	if err != nil {
+		return cpuset.Set{}, fmt.Errorf("cpumap: %w", err)
+	}
+	return cpus, nil
 }
 
 // readCaches adds cpu's caches to the set of cache instances, keyed by level,

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
@@ -195,6 +197,91 @@ func TestParseSize(t *testing.T) {
 	for _, bad := range []string{"", "K", "-1K", "12Q", "99999999999999G"} {
 		if _, err := ParseSize(bad); err == nil {
 			t.Errorf("ParseSize(%q) accepted", bad)
+		}
+	}
+}
+
+// A node's CPUs come from cpulist, else from the cpumap mask that lscpu's
+// dumps (and any capture of only what lscpu reads) keep instead.
+func TestReadNodeCPUs(t *testing.T) {
+	tests := []struct {
+		name    string
+		files   map[string]string
+		want    string
+		wantErr string
+	}{
+		{name: "cpulist", files: map[string]string{"cpulist": "0-5,48-53"}, want: "0-5,48-53"},
+		{name: "cpumap only", files: map[string]string{"cpumap": "00000000,003f0000,0000003f"}, want: "0-5,48-53"},
+		{name: "short leading word", files: map[string]string{"cpumap": "0000,22222222,22222222"}, want: "1,5,9,13,17,21,25,29,33,37,41,45,49,53,57,61"},
+		{name: "memory-only node", files: map[string]string{"cpumap": "00000000,00000000"}, want: ""},
+		// The kernel writes both from one mask; cpulist is read first.
+		{name: "cpulist first", files: map[string]string{"cpulist": "0-1", "cpumap": "f0"}, want: "0-1"},
+		{name: "bad cpulist", files: map[string]string{"cpulist": "0-x", "cpumap": "3"}, wantErr: "cpulist"},
+		{name: "bad cpumap", files: map[string]string{"cpumap": "0000000g"}, wantErr: "cpumap"},
+		{name: "empty cpumap", files: map[string]string{"cpumap": ""}, wantErr: "cpumap"},
+		{name: "neither", files: map[string]string{"distance": "10"}, wantErr: "no cpulist"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			dir := filepath.Join(root, "sys/devices/system/node/node2")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for name, body := range tc.files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(body+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := readNodeCPUs(openTree(t, root), "/sys/devices/system/node/node2")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("readNodeCPUs = %s, %v; want error naming %s", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got.String() != tc.want {
+				t.Errorf("readNodeCPUs = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// Nodes named 0, 2 and 3 by cpumap alone, CPUs interleaved across them, as
+// on util-linux's 4-socket X7550 dump: every CPU gets its own node's number,
+// and no node 1 appears.
+func TestNodesByCPUMapNonContiguous(t *testing.T) {
+	siblings := map[int]string{}
+	for c := range 8 {
+		siblings[c] = fmt.Sprint(c)
+	}
+	root := writeSynthetic(t, "0-7", siblings, nil, []string{"0-7"}, true)
+	for node, mask := range map[int]string{0: "00000055", 2: "00000022", 3: "00000088"} {
+		p := filepath.Join(root, fmt.Sprintf("sys/devices/system/node/node%d/cpumap", node))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(mask+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tp, err := Read(openTree(t, root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tp.Warnings) > 0 {
+		t.Errorf("warnings: %v", tp.Warnings)
+	}
+	var got []string
+	for _, n := range tp.Nodes {
+		got = append(got, fmt.Sprintf("%d:%s", n.ID, n.CPUs))
+	}
+	if want := []string{"0:0,2,4,6", "2:1,5", "3:3,7"}; !slices.Equal(got, want) {
+		t.Errorf("nodes = %v, want %v", got, want)
+	}
+	for cpu, want := range map[int]int{0: 0, 1: 2, 3: 3, 6: 0, 7: 3} {
+		if c, _ := tp.CPU(cpu); c.Node != want {
+			t.Errorf("cpu%d node = %d, want %d", cpu, c.Node, want)
 		}
 	}
 }
