@@ -175,9 +175,10 @@ type proof struct {
 	waitFrom map[string]sense.TenantStats
 }
 
-// proofPeriod is the CFS period of a proof's hard cap: a slot of the proof
-// is about one period, so the capped suspect runs at most 1 ms in it.
-const proofPeriod = 25 * time.Millisecond
+// proofPeriod is the CFS period of a proof's hard cap: the capped suspect
+// runs at most 1 ms of it, mostly right when the cap is set (before a
+// slot's first reading) and then in one reading of a hundred.
+const proofPeriod = 100 * time.Millisecond
 
 // CPUDomain is a CPU and its L3 domain.
 type CPUDomain struct{ Domain, CPU int }
@@ -759,26 +760,46 @@ func (a *Agent) maybeProveLocked(now time.Time, v judge.Verdict, ranked []judge.
 // most contended CPU of a contended domain that the tenant does not run on
 // (capping a tenant frees its own CPU, and a probe there would read the
 // tenant's absence as relief), else the most contended one. It returns
-// that CPU, the probe kind that read worst there, and its ratio.
+// that CPU, the probe kind to read there and the kind's ratio. The DRAM
+// probe is preferred where it shows the contention: it answers a cap within
+// milliseconds, while the LLC probe shares the cache with whatever runs
+// beside it and wanders (measured on the dev machines: a capped split-lock
+// polluter left the DRAM probe at 1.0× and the LLC probe anywhere in 1-18×).
 func (a *Agent) proofCPU(v judge.Verdict, cpus cpuset.Set) (CPUDomain, string, float64) {
 	th := a.cont.Thresholds()
-	var away, any judge.CPURatio
-	for _, c := range v.CPUs {
-		if !slices.Contains(v.Domains, c.Domain) {
+	type key struct{ domain, cpu int }
+	worst := map[key]float64{}
+	dram := map[key]float64{}
+	kinds := map[key]string{}
+	for _, r := range v.Readings {
+		if !slices.Contains(v.Domains, r.Domain) {
 			continue
 		}
-		if c.Ratio > any.Ratio {
-			any = c
+		k := key{r.Domain, r.CPU}
+		x := a.cont.Worst([]judge.RatedReading{r}, nil)
+		if x > worst[k] {
+			worst[k], kinds[k] = x, r.Kind
 		}
-		if !cpus.Contains(c.CPU) && c.Ratio >= th.Ratio && c.Ratio > away.Ratio {
-			away = c
+		if r.Kind == sense.ProbeDRAM {
+			dram[k] = max(dram[k], x)
 		}
 	}
-	w := any
-	if away.Ratio > 0 {
-		w = away
+	var best key
+	bestRatio, bestAway := 0.0, false
+	for k, x := range worst {
+		away := !cpus.Contains(k.cpu) && x >= th.Ratio
+		if away && !bestAway || away == bestAway && x > bestRatio {
+			best, bestRatio, bestAway = k, x, away
+		}
 	}
-	return CPUDomain{w.Domain, w.CPU}, w.Kind, max(w.Ratio, 1.01)
+	if bestRatio == 0 {
+		return CPUDomain{}, "", 1.01
+	}
+	kind := kinds[best]
+	if d := dram[best]; d >= th.Ratio {
+		kind, bestRatio = sense.ProbeDRAM, d
+	}
+	return CPUDomain{best.domain, best.cpu}, kind, max(bestRatio, 1.01)
 }
 
 // startProofLocked caps or frees the suspect as the proof's first trial

@@ -25,9 +25,9 @@ type ProofConfig struct {
 	// milliseconds of it running or not.
 	Slot time.Duration `yaml:"slot" json:"slot"`
 	// Samples is how many probe readings each slot takes (default 3); the
-	// slot's value is the worst of them: a bursty polluter's contention
-	// shows in one reading of a freed slot if not in both. (The same
-	// statistic on both slots keeps the proof's guarantee.)
+	// slot's value is their median: a capped suspect still runs its 1 ms a
+	// CFS period, and a reading that falls in it must not undo the slot.
+	// (The same statistic on both slots keeps the proof's guarantee.)
 	Samples int `yaml:"samples" json:"samples"`
 	// Trials is the most trials a proof runs, Need how many of them must
 	// show the cap's effect for a conviction (defaults 14 and 12: at most
@@ -117,7 +117,7 @@ type Trial struct {
 	CappedFirst bool      `json:"capped_first"`
 	Capped      []float64 `json:"capped"` // contention ratios read while capped
 	Freed       []float64 `json:"freed"`  // and while free
-	// Drop is log(freed) − log(capped) of the slots' worst readings: how
+	// Drop is log(freed) − log(capped) of the slots' median readings: how
 	// much of the contention the cap removed, in log-ratio.
 	Drop float64 `json:"drop"`
 	Pass bool    `json:"pass"`
@@ -221,7 +221,7 @@ func (p *Proof) score(t *Trial) {
 		t.Void = true
 		return
 	}
-	t.Drop = math.Log(slices.Max(t.Freed)) - math.Log(slices.Max(t.Capped))
+	t.Drop = math.Log(median(t.Freed)) - math.Log(median(t.Capped))
 	t.Pass = t.Drop > p.margin
 }
 

@@ -117,6 +117,10 @@ func TestProofFalseConvictionBound(t *testing.T) {
 	}
 }
 
+// A polluter is convicted under the noise seen on the dev VM with a
+// split-lock polluter and the DRAM probe: freed slots read it at 6-8×, now
+// and then quiet; capped slots read 1.0-1.2×, but for the reading that falls
+// in the 1 ms a CFS period the capped polluter still runs.
 func TestProofConvictsPolluters(t *testing.T) {
 	cfg := ProofConfig{}
 	cfg.Fill()
@@ -126,34 +130,30 @@ func TestProofConvictsPolluters(t *testing.T) {
 		before   float64
 		capped   float64 // ratio while capped
 		sigma    float64
-		quietOff float64 // chance a freed 20 ms stretch is quiet anyway (a bursty polluter)
+		quietOff float64 // chance a freed reading is quiet anyway (a bursty polluter)
+		leak     float64 // chance a capped reading catches the polluter's 1 ms
 		minRate  float64
 	}{
-		{"split-lock storm", 6, 1.1, 0.2, 0, 0.99},
-		{"bursty split locks", 5, 1.1, 0.3, 0.1, 0.90},
-		{"moderate contention", 2, 1.05, 0.1, 0, 0.95},
+		{"split-lock storm", 7, 1.05, 0.1, 0, 0, 0.999},
+		{"as measured on the dev VM", 7, 1.05, 0.15, 0.05, 0.05, 0.97},
+		// Quiet in one freed reading of five: the trials fail often enough
+		// that a third of the proofs acquit; the agent proves it again after
+		// its backoff.
+		{"bursty polluter", 5, 1.1, 0.3, 0.2, 0.05, 0.6},
+		{"moderate contention", 2, 1.05, 0.1, 0.05, 0.05, 0.95},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			guilty := 0
 			for seed := range uint64(runs) {
 				rng := rand.New(rand.NewPCG(seed, 11))
-				quiet := map[time.Duration]bool{}
-				v, _ := runProof(t, cfg, tc.before, seed+5, func(at time.Duration, capped bool) float64 {
+				v, _ := runProof(t, cfg, tc.before, seed+5, func(_ time.Duration, capped bool) float64 {
 					x := math.Exp(tc.sigma * rng.NormFloat64())
-					if capped {
-						return tc.capped * x
+					hot := !capped && rng.Float64() >= tc.quietOff || capped && rng.Float64() < tc.leak
+					if hot {
+						return tc.before * x
 					}
-					k := at / (20 * time.Millisecond)
-					q, ok := quiet[k]
-					if !ok {
-						q = rng.Float64() < tc.quietOff
-						quiet[k] = q
-					}
-					if q {
-						return tc.capped * x
-					}
-					return tc.before * x
+					return tc.capped * x
 				})
 				if v == ProofGuilty {
 					guilty++
@@ -161,7 +161,7 @@ func TestProofConvictsPolluters(t *testing.T) {
 			}
 			rate := float64(guilty) / runs
 			if rate < tc.minRate {
-				t.Errorf("convicted %d of %d (%.3f), want at least %.2f", guilty, runs, rate, tc.minRate)
+				t.Errorf("convicted %d of %d (%.3f), want at least %.3f", guilty, runs, rate, tc.minRate)
 			}
 			t.Logf("convicted %d of %d", guilty, runs)
 		})
