@@ -127,7 +127,11 @@ type Agent struct {
 	pending   map[int]*probeRun // per CPU: a probe that outlived its timeout
 	// capTime is each tenant's proof cap time in the last minute, for the
 	// budget that bounds what proofs may cost an innocent.
-	capTime   map[string][]capSlot
+	capTime map[string][]capSlot
+	// survey is how many start-up surveys of the quiet probe level are
+	// left (see surveyQuiet); none once baselines were calibrated or
+	// restored.
+	survey    int
 	lastRatio float64
 	// recent are the last intervals' contention ratios: bursty contention is
 	// judged by its peak, not by whichever interval a proof happens to start in.
@@ -210,7 +214,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		wait: judge.NewCPUWait(cfg.WaitThresholds()), waitSusp: judge.NewSuspects(cfg.Judge.Window),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]delayMark{}, throttled: map[string]*throttled{},
 		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{}, holds: map[string]*tenantHolds{},
-		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{},
+		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{}, survey: surveyRounds,
 	}
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
@@ -247,6 +251,7 @@ func (a *Agent) Calibrate(ctx context.Context, n int) error {
 		}
 		a.cont.Calibrate(rs)
 	}
+	a.survey = 0
 	return nil
 }
 
@@ -254,16 +259,21 @@ func (a *Agent) Calibrate(ctx context.Context, n int) error {
 func (a *Agent) Baselines() map[string]judge.Baseline { return a.cont.Baselines() }
 
 // RestoreBaselines imports saved baselines.
-func (a *Agent) RestoreBaselines(b map[string]judge.Baseline) { a.cont.Restore(b) }
+func (a *Agent) RestoreBaselines(b map[string]judge.Baseline) {
+	a.cont.Restore(b)
+	if len(a.cont.Baselines()) > 0 {
+		a.survey = 0
+	}
+}
 
 // Run loops until ctx ends, then restores every tenant it throttled.
 func (a *Agent) Run(ctx context.Context) error {
 	a.restoreLeftovers()
 	defer a.shutdown()
 
-	tick := time.NewTicker(a.cfg.Interval)
-	defer tick.Stop()
-	a.step(time.Now())
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	next := time.Time{}
 	for {
 		var proofTimer <-chan time.Time
 		if p := a.currentProof(); p != nil {
@@ -272,8 +282,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case now := <-tick.C:
-			a.step(now)
+		case now := <-timer.C:
+			next = a.Tick(now, next)
+			timer.Reset(time.Until(next))
 		case now := <-proofTimer:
 			a.proofSample(now)
 		}
@@ -283,17 +294,97 @@ func (a *Agent) Run(ctx context.Context) error {
 // Tick drives the agent on a caller's clock instead of Run's timers (the
 // simulator runs on virtual time): it takes a proof sample when one is due
 // and runs an interval when next has passed, and returns when the next
-// interval is due. Call Start first and Stop at the end.
+// interval is due: an interval on, or a fifth of one while a first sign of
+// contention waits to be confirmed. Call Start first and Stop at the end.
 func (a *Agent) Tick(now, next time.Time) time.Time {
 	if p := a.currentProof(); p != nil && !now.Before(p.next) {
 		a.proofSample(now)
 	}
 	if next.IsZero() || !now.Before(next) {
-		a.step(now)
+		if a.step(now) {
+			return now.Add(max(a.cfg.Interval/5, quickInterval))
+		}
 		return now.Add(a.cfg.Interval)
 	}
 	return next
 }
+
+// surveyRounds is how many intervals at start survey the quiet level.
+const surveyRounds = 2
+
+// surveyMax bounds the tenants a survey caps at once.
+const surveyMax = 16
+
+// surveyQuiet learns what the probes read when no tenant runs, for an
+// agent that starts with no baselines (none saved, none calibrated) on a
+// host that may already be contended: whatever the probes read first would
+// otherwise become "quiet", and a polluter already running would never
+// show. Every busy tenant is capped hard at once for a few milliseconds
+// while the probes read; those readings only ever lower the baselines.
+// It runs surveyRounds times, on intervals where tenants have rates, and
+// costs each busy tenant a few tens of milliseconds of CPU once; in
+// dry-run it is skipped (nothing may be written).
+func (a *Agent) surveyQuiet(now time.Time, samples []sample) {
+	if a.cfg.DryRun {
+		a.survey = 0
+		return
+	}
+	var busy []sense.Tenant
+	fresh := false
+	for _, s := range samples {
+		fresh = fresh || s.fresh
+		if s.fresh && s.usage >= 0.05 && !a.protected(s.t) && len(busy) < surveyMax {
+			busy = append(busy, s.t)
+		}
+	}
+	if !fresh {
+		return // no rates yet: who is busy is not known
+	}
+	a.survey--
+	if len(busy) == 0 {
+		return
+	}
+	a.mu.Lock()
+	var capped []sense.Tenant
+	for _, t := range busy {
+		if a.heldLocked(t.ID, "") {
+			continue
+		}
+		q := cgroup.Quota{Quota: time.Duration(max(1, t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
+		if err := a.apply(t, q, "survey", now); err != nil {
+			a.handleWriteErr(t, err)
+			continue
+		}
+		capped = append(capped, t)
+		a.recordSlotLocked(now, t, "proof", q.CPUs(), "start-up survey: capped for a moment to read the probes' quiet level")
+	}
+	a.mu.Unlock()
+	start := a.d.Now()
+	a.d.Sleep(a.cfg.Proof.Slot / 4)
+	var readings []sense.ProbeReading
+	for range 2 {
+		for _, t := range a.d.Probe.Targets() {
+			if rs, err := a.measureCPU(t.Domain, t.CPU, t.Kinds...); err == nil {
+				readings = append(readings, rs...)
+			}
+		}
+	}
+	a.cont.Lower(readings)
+	a.mu.Lock()
+	end := a.d.Now()
+	for _, t := range capped {
+		if err := a.releaseHoldLocked(t.ID, policyProbe); err != nil {
+			a.log.Error("restore quota", "tenant", t.ID, "err", err)
+		}
+		a.capSpent(t.ID, end, end.Sub(start))
+		a.recordSlotLocked(end, t, "proof-free", 0, "start-up survey done")
+	}
+	a.mu.Unlock()
+	a.log.Info("surveyed the probes' quiet level with busy tenants capped", "tenants", len(capped), "readings", len(readings))
+}
+
+// quickInterval is the shortest interval: the probes' own cost bounds it.
+const quickInterval = 50 * time.Millisecond
 
 // Start does what Run does before its first interval: restore throttles a
 // previous run left behind.
@@ -379,8 +470,12 @@ type delayMark struct {
 	usage time.Duration
 }
 
-// step runs one interval: sense, judge, act, publish.
-func (a *Agent) step(now time.Time) {
+// step runs one interval: sense, judge, act, publish. It returns true when
+// the probes saw a first sign of contention that the next interval should
+// confirm (or clear) soon rather than an interval later: a reaction waits
+// for persistent contention, and a polluter should not run free for two
+// whole intervals before it is proved.
+func (a *Agent) step(now time.Time) (quick bool) {
 	cpuBefore := selfCPU()
 	a.steps++
 	if a.steps%120 == 0 {
@@ -392,6 +487,9 @@ func (a *Agent) step(now time.Time) {
 	}
 	a.budgetRunDelay(tenants)
 	samples := a.sampleTenants(tenants)
+	if a.survey > 0 {
+		a.surveyQuiet(now, samples)
+	}
 
 	var counters map[string]map[string]float64
 	if a.d.Counters != nil {
@@ -463,7 +561,7 @@ func (a *Agent) step(now time.Time) {
 		}
 		a.publishLocked(now, judge.Verdict{Ratio: a.lastRatio}, samples, ranked, nil, cpuBefore)
 		a.mu.Unlock()
-		return
+		return false
 	}
 	a.mu.Lock()
 	held := a.heldDomainsLocked()
@@ -518,6 +616,7 @@ func (a *Agent) step(now time.Time) {
 		ranked = append(ranked, a.maybeProveWaitLocked(now, views, present)...)
 	}
 	a.publishLocked(now, v, samples, ranked, readings, cpuBefore)
+	return a.proof == nil && len(a.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent
 }
 
 // runDelayBudget is how many threads' run delay (a /proc/TID/schedstat

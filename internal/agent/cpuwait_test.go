@@ -165,6 +165,7 @@ func newCPUHarness(t *testing.T, w *cpuWorld, tweak ...func(*Config)) *cpuHarnes
 		t.Fatal(err)
 	}
 	a.cont.Calibrate(quietProbe{}.reading(0))
+	a.survey = 0 // calibrated: no start-up survey
 	hs.a = a
 	return hs
 }

@@ -111,6 +111,16 @@ func (c *Contention) Calibrate(rs []sense.ProbeReading) {
 	}
 }
 
+// Lower feeds readings that may only lower the baselines (taken with the
+// tenants held down, at start): a reading under a baseline pulls it down as
+// a quiet one would; a louder one teaches nothing. A baseline not yet
+// learned starts from the reading.
+func (c *Contention) Lower(rs []sense.ProbeReading) {
+	for _, r := range rs {
+		c.baseline(r.Domain, r.Kind).Observe(r.Ns, true)
+	}
+}
+
 func (c *Contention) baseline(domain int, kind string) *Baseline {
 	k := probeKey{domain, kind}
 	b := c.baselines[k]
