@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -134,5 +135,98 @@ func TestDoctorText(t *testing.T) {
 	out, _, err := run(t, "doctor", "--root", tree("amd-milan-1s"))
 	if err != nil || !strings.Contains(out, "ls_locks.bus_lock") || !strings.Contains(out, "[warn]    psi") {
 		t.Errorf("text: %v\n%s", err, out)
+	}
+}
+
+func TestCaptureRefusesNonEmptyDir(t *testing.T) {
+	dst := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dst, "mine.txt"), []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := run(t, "doctor", "--root", tree("dev-epyc-vm"), "--capture", dst)
+	if err == nil || !strings.Contains(err.Error(), "not empty") || !strings.Contains(err.Error(), "--force") {
+		t.Errorf("non-empty --capture: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "proc")); err == nil {
+		t.Error("wrote into the refused directory")
+	}
+	if _, _, err := run(t, "doctor", "--root", tree("dev-epyc-vm"), "--capture", dst, "--force"); err != nil {
+		t.Fatalf("--force: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "proc", "cpuinfo")); err != nil {
+		t.Errorf("--force did not capture: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "mine.txt")); string(b) != "keep" {
+		t.Error("--force lost a file already there")
+	}
+	// An empty directory, and one that does not exist yet, are fine.
+	for _, d := range []string{t.TempDir(), filepath.Join(t.TempDir(), "new")} {
+		if _, _, err := run(t, "doctor", "--root", tree("dev-epyc-vm"), "--capture", d); err != nil {
+			t.Errorf("--capture %s: %v", d, err)
+		}
+	}
+}
+
+// perf_event_paranoid's status depends on who runs doctor; a capture of
+// this machine must replay it the same.
+func TestCaptureLiveParanoidSameReplayed(t *testing.T) {
+	if _, err := os.Stat("/proc/sys/kernel/perf_event_paranoid"); err != nil {
+		t.Skip("no perf_event_paranoid here")
+	}
+	status := func(out string) string {
+		var r struct {
+			Checks []struct{ ID, Status, Summary string }
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range r.Checks {
+			if c.ID == "perf_event_paranoid" {
+				return c.Status + " " + c.Summary
+			}
+		}
+		t.Fatal("no perf_event_paranoid check")
+		return ""
+	}
+	dst := filepath.Join(t.TempDir(), "cap")
+	live, _, err := run(t, "doctor", "--root", "/", "--json", "--capture", dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed, _, err := run(t, "doctor", "--root", dst, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := status(live), status(replayed); a != b {
+		t.Errorf("live %q, replayed %q", a, b)
+	}
+}
+
+func TestDoctorTextWidth(t *testing.T) {
+	t.Setenv("COLUMNS", "")
+	out, _, err := run(t, "doctor", "--root", tree("intel-skx-4s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "\nVERDICT") {
+		t.Errorf("no verdict:\n%s", out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if n := len([]rune(l)); n > 80 {
+			t.Errorf("%d wide with no terminal (80): %q", n, l)
+		}
+	}
+	t.Setenv("COLUMNS", "120")
+	out, _, _ = run(t, "doctor", "--root", tree("intel-skx-4s"))
+	wide := 0
+	for _, l := range strings.Split(out, "\n") {
+		if n := len([]rune(l)); n > 120 {
+			t.Errorf("%d wide at COLUMNS=120: %q", n, l)
+		} else if n > 80 {
+			wide++
+		}
+	}
+	if wide == 0 {
+		t.Error("COLUMNS=120 not followed: no line over 80")
 	}
 }

@@ -2,10 +2,13 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/doctor"
@@ -13,7 +16,7 @@ import (
 )
 
 func newDoctorCmd(g *globals) *cobra.Command {
-	var asJSON bool
+	var asJSON, force bool
 	var capture, configFile string
 	cmd := &cobra.Command{
 		Use:   "doctor",
@@ -42,9 +45,15 @@ vm_numa_span, vm_smt_siblings, vm_l3_sharing, vm_copy_threshold, vm_phys_bits.
 Anything missing or unreadable is reported as unknown with the reason; doctor
 exits 0 unless the root itself is unusable (exit 1).
 
+The text report starts with the verdict: what 'crosstalk run' will do on this
+host (the canary probe, CPU wait, the CPU-quota lever, the PMU counters and
+each hardware policy) and, one line each, why the rest is off. It is wrapped to
+the terminal's width ($COLUMNS, else 80 when not a terminal).
+
 --capture DIR copies every file doctor read into DIR (devices and sockets as
 empty stand-ins), so the tree can be attached to a bug report and replayed with
-'crosstalk doctor --root DIR'.`,
+'crosstalk doctor --root DIR'. DIR must be new or empty; --force writes into a
+directory that is not (its other files stay).`,
 		Example: `  crosstalk doctor
   crosstalk doctor --json | jq .capabilities.pmu
   crosstalk doctor --root testdata/hosts/intel-skx-2s
@@ -54,6 +63,11 @@ empty stand-ins), so the tree can be attached to a bug report and replayed with
 			log, err := g.logger()
 			if err != nil {
 				return err
+			}
+			if capture != "" && !force {
+				if err := emptyOrAbsent(capture); err != nil {
+					return err
+				}
 			}
 			var rec host.Recorder
 			var opts []host.Option
@@ -66,9 +80,9 @@ empty stand-ins), so the tree can be attached to a bug report and replayed with
 			}
 			defer h.Close()
 
-			dopt := doctor.Options{EUID: -1, Log: log}
+			dopt := doctor.Options{Log: log}
 			if h.IsLive() {
-				dopt = doctor.LiveOptions(os.Geteuid(), log)
+				dopt = doctor.LiveOptions(log)
 			}
 			report := doctor.Run(h, dopt)
 			cfg, err := agentConfig(configFile)
@@ -78,6 +92,7 @@ empty stand-ins), so the tree can be attached to a bug report and replayed with
 			for _, p := range agent.HardwareAvailability(cfg, h) {
 				report.Policies = append(report.Policies, doctor.Policy{Name: p.Name, On: p.On, Why: p.Why})
 			}
+			report.Verdict = doctor.Verdict(report)
 
 			if capture != "" {
 				m, err := host.Capture(h, rec.Touched(), capture)
@@ -92,11 +107,27 @@ empty stand-ins), so the tree can be attached to a bug report and replayed with
 				enc.SetIndent("", "  ")
 				return enc.Encode(report)
 			}
-			return doctor.WriteText(g.out, report)
+			return doctor.WriteText(g.out, report, termSize(0, "COLUMNS", g.out, func(ws *unix.Winsize) uint16 { return ws.Col }, 80))
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON (a stable interface)")
 	cmd.Flags().StringVar(&capture, "capture", "", "also copy the files doctor reads into `DIR`, for bug reports and tests")
+	cmd.Flags().BoolVar(&force, "force", false, "let --capture write into a directory that is not empty")
 	cmd.Flags().StringVar(&configFile, "config", "", "judge the hardware policies with this agent configuration `FILE` (default: the defaults)")
 	return cmd
+}
+
+// emptyOrAbsent refuses a --capture directory with something in it: files
+// left from another capture would be replayed as this host's.
+func emptyOrAbsent(dir string) error {
+	ents, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("--capture %s: %w", dir, err)
+	case len(ents) > 0:
+		return fmt.Errorf("--capture %s: the directory is not empty (%d entries); name a new one, or add --force to write into it", dir, len(ents))
+	}
+	return nil
 }

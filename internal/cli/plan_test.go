@@ -126,7 +126,7 @@ func TestPlanErrorsCLI(t *testing.T) {
 		{[]string{"plan", "--from-status", "--from-libvirt"}, "one of them", 0},
 		{[]string{"plan", "--apply", writeSpec(t, "vms: []\n")}, "use it with --from-libvirt", 0},
 		{[]string{"plan", "--root", tree("intel-skx-2s"), "--from-libvirt", "--libvirt-socket", "/run/ct-no-such.sock"}, "no libvirt socket at", 1},
-		{[]string{"plan", "--root", tree("intel-skx-2s"), writeSpec(t, "vms:\n  - {name: a, vcpus: 2, memory: 1GiB, policy: 1to1, colour: red}\n")}, "line 2: field colour not found", 0},
+		{[]string{"plan", "--root", tree("intel-skx-2s"), writeSpec(t, "vms:\n  - {name: a, vcpus: 2, memory: 1GiB, policy: 1to1, colour: red}\n")}, `line 2: unknown key "colour"`, 0},
 		{[]string{"plan", "--root", tree("intel-skx-2s"), writeSpec(t, "vms:\n  - {name: a, vcpus: 40, memory: 1GiB, policy: 1to1}\n")}, "needs 40 free whole cores", 1},
 		{[]string{"plan", "--root", tree("intel-skx-2s"), "--from-status"}, "no running domains", 1},
 		{[]string{"plan", "--root", tree("intel-skx-2s"), "--reserve", "x", writeSpec(t, "vms:\n  - {name: a, vcpus: 2, memory: 1GiB, policy: shared}\n")}, "--reserve", 0},

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/http/httptest"
 	"strings"
@@ -45,7 +46,9 @@ func TestTopOnce(t *testing.T) {
 		t.Errorf("--once output has ANSI codes: %q", out)
 	}
 	for _, want := range []string{
-		"crosstalk  node-7  2026-03-14 09:26:53 UTC  interval 1s  PMU no  dry-run no",
+		// The state's time is long past: the header says so in words.
+		"crosstalk  STALE: ",
+		"node-7  2026-03-14 09:26:53 UTC  interval 1s  PMU no",
 		"contention YES  ratio 1.80x",
 		"       0  lock     0    900ns     500ns  1.80x  SLOW",
 		"BUSLOCK/s",
@@ -86,6 +89,10 @@ func TestTopErrors(t *testing.T) {
 		{[]string{"--once", "--addr", noState}, "agent at " + noState + ": no state yet", 1},
 		{[]string{"--refresh", "10ms"}, "--refresh must be at least 100ms", 0},
 		{[]string{"--width", "-1"}, "--width must be >= 0", 0},
+		{[]string{"--height", "-1"}, "--height must be >= 0", 0},
+		{[]string{"--limit", "-1"}, "--limit must be >= 0", 0},
+		{[]string{"--sort", "memory"}, `--sort "memory": want one of score, cpu, throttle, name`, 0},
+		{[]string{"--filter", "web[1"}, `--filter "web[1"`, 0},
 		{[]string{"extra"}, "unknown command", 0},
 	} {
 		out, _, err := run(t, append([]string{"top"}, tc.args...)...)
@@ -105,7 +112,8 @@ func TestTopErrors(t *testing.T) {
 
 func TestTopDefaults(t *testing.T) {
 	cmd := newTopCmd(&globals{})
-	for flag, want := range map[string]string{"addr": "127.0.0.1:9477", "refresh": "1s", "once": "false", "width": "0"} {
+	for flag, want := range map[string]string{"addr": "127.0.0.1:9477", "refresh": "1s", "once": "false", "width": "0",
+		"height": "0", "sort": "score", "filter": "", "limit": "0"} {
 		if got := cmd.Flags().Lookup(flag).DefValue; got != want {
 			t.Errorf("--%s default %q, want %q", flag, got, want)
 		}
@@ -123,5 +131,55 @@ func TestTermWidth(t *testing.T) {
 	}
 	if w := termWidth(60, &bytes.Buffer{}); w != 60 {
 		t.Errorf("--width: %d", w)
+	}
+}
+
+func TestTermHeight(t *testing.T) {
+	t.Setenv("LINES", "")
+	if h := termHeight(0, &bytes.Buffer{}); h != 0 {
+		t.Errorf("no terminal: %d, want 0 (no limit)", h)
+	}
+	t.Setenv("LINES", "31")
+	if h := termHeight(0, &bytes.Buffer{}); h != 31 {
+		t.Errorf("$LINES: %d", h)
+	}
+	if h := termHeight(20, &bytes.Buffer{}); h != 20 {
+		t.Errorf("--height: %d", h)
+	}
+}
+
+// Forty tenants on a 24-line terminal: the header stays, the busiest
+// tenants are listed and the rest counted.
+func TestTopOnceFitsAndChooses(t *testing.T) {
+	t0 := time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)
+	s := agent.State{Time: t0, Interval: 1, Host: "node-7", Contention: true, ContentionRatio: 1.8}
+	for i := range 40 {
+		s.Tenants = append(s.Tenants, agent.TenantState{ID: fmt.Sprintf("vm:web-%02d", i), Kind: "vm", Name: fmt.Sprintf("web-%02d", i), CPU: float64(i) / 10, Duty: 1})
+	}
+	addr := topAgent(t, topSource{ok: true, s: s})
+	t.Setenv("LINES", "24")
+	t.Setenv("COLUMNS", "80")
+	out, errOut, err := run(t, "top", "--once", "--addr", addr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) > 24 || !strings.HasPrefix(lines[0], "crosstalk  STALE: ") || !strings.Contains(strings.Join(lines[:4], "\n"), "\ncontention YES") {
+		t.Errorf("%d lines, header not on top:\n%s", len(lines), out)
+	}
+	if !strings.Contains(out, "  web-39  ") || !strings.Contains(out, "more\n") {
+		t.Errorf("busiest tenant not first or no \"more\" line:\n%s", out)
+	}
+	out, _, err = run(t, "top", "--once", "--addr", addr, "--sort", "name", "--filter", "web-1*", "--limit", "3", "--height", "100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`TENANTS  40 (10 match "web-1*"), by name`, "  web-10  ", "  web-12  ", "  … 7 more"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "web-13") || strings.Contains(out, "web-20") {
+		t.Errorf("beyond --limit or --filter:\n%s", out)
 	}
 }

@@ -486,16 +486,56 @@ func checkPerfParanoid(e *env) Check {
 		c.Status, c.Summary = Unknown, fmt.Sprintf("perf_event_paranoid %q is not a number", v)
 		return c
 	}
-	switch {
-	case n <= 0:
+	if n <= 0 {
 		c.Status, c.Summary = OK, fmt.Sprintf("perf_event_paranoid=%d: cgroup-mode counters allowed", n)
-	case e.opt.EUID == 0:
-		c.Status, c.Summary = OK, fmt.Sprintf("perf_event_paranoid=%d, but crosstalk runs as root", n)
-	default:
-		c.Status, c.Summary = Info, fmt.Sprintf("perf_event_paranoid=%d: the agent needs CAP_PERFMON or CAP_SYS_ADMIN", n)
-		c.Advice = "Run the agent as root or with CAP_PERFMON (the shipped systemd unit and DaemonSet do); do not lower the sysctl host-wide for it."
+		return c
 	}
+	// Who may open the counters is a property of the process, read from a
+	// file like everything else so that a captured tree answers the same as
+	// the host it was captured on (the process's uid, which is no file, would
+	// not be captured).
+	if caps, ok := perfCapabilities(e); ok {
+		c.Status, c.Summary = OK, fmt.Sprintf("perf_event_paranoid=%d, but crosstalk runs with %s", n, caps)
+		return c
+	}
+	c.Status, c.Summary = Info, fmt.Sprintf("perf_event_paranoid=%d: the agent needs CAP_PERFMON or CAP_SYS_ADMIN", n)
+	c.Advice = "Run the agent as root or with CAP_PERFMON (the shipped systemd unit and DaemonSet do); do not lower the sysctl host-wide for it."
 	return c
+}
+
+// Capability bits in /proc/PID/status CapEff (linux/capability.h).
+const (
+	capSysAdmin = 21
+	capPerfmon  = 38
+)
+
+// perfCapabilities says which of CAP_PERFMON and CAP_SYS_ADMIN this process
+// holds, from /proc/self/status; false when it holds neither or the file is
+// not there (a tree captured without it).
+func perfCapabilities(e *env) (string, bool) {
+	s, err := e.h.ReadString("/proc/self/status")
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(s, "\n") {
+		hex, ok := strings.CutPrefix(line, "CapEff:")
+		if !ok {
+			continue
+		}
+		bits, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+		if err != nil {
+			return "", false
+		}
+		var held []string
+		if bits&(1<<capSysAdmin) != 0 {
+			held = append(held, "CAP_SYS_ADMIN")
+		}
+		if bits&(1<<capPerfmon) != 0 {
+			held = append(held, "CAP_PERFMON")
+		}
+		return strings.Join(held, " and "), len(held) > 0
+	}
+	return "", false
 }
 
 func checkPSI(e *env) Check {

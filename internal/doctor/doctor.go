@@ -19,15 +19,12 @@ import (
 type Options struct {
 	// ProbePerf tries to open a hardware counter; nil skips the probe (trees).
 	ProbePerf func() error
-	// EUID is the effective user id of the agent on the live host, -1 when
-	// doctor looks at a tree.
-	EUID int
-	Log  *slog.Logger
+	Log       *slog.Logger
 }
 
 // LiveOptions returns the options for looking at the machine we run on.
-func LiveOptions(euid int, log *slog.Logger) Options {
-	return Options{ProbePerf: pmu.ProbeCycles, EUID: euid, Log: log}
+func LiveOptions(log *slog.Logger) Options {
+	return Options{ProbePerf: pmu.ProbeCycles, Log: log}
 }
 
 // Report is doctor's whole answer; its JSON form is a stable interface.
@@ -43,6 +40,9 @@ type Report struct {
 	// would run on this host, and why the others would not (filled by the
 	// caller, which builds them as the agent does).
 	Policies []Policy `json:"policies,omitempty"`
+	// Verdict is what `crosstalk run` will do here (Verdict of the rest of
+	// the report, filled by the caller once Policies are in).
+	Verdict []VerdictItem `json:"verdict,omitempty"`
 }
 
 // Policy is one of the agent's hardware policies or levers on this host.

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/crosstalk-project/crosstalk/internal/host"
 	"github.com/crosstalk-project/crosstalk/internal/testenv"
@@ -30,7 +32,7 @@ func openHost(t *testing.T, root string) *host.Host {
 // test checks the stable interface (key names and types), not Go structs.
 func runJSON(t *testing.T, root string) map[string]any {
 	t.Helper()
-	r := Run(openHost(t, root), Options{EUID: -1})
+	r := Run(openHost(t, root), Options{})
 	b, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +207,7 @@ func TestDoctorTrees(t *testing.T) {
 }
 
 func TestDoctorDetails(t *testing.T) {
-	intel := Run(openHost(t, hostsDir("intel-skx-2s")), Options{EUID: -1})
+	intel := Run(openHost(t, hostsDir("intel-skx-2s")), Options{})
 	r := intel.Capabilities.Resctrl
 	if r.MBADetail == nil || r.MBADetail.Units != "percent" || r.MBADetail.MinBandwidth != 10 || !r.MBADetail.DelayLinear {
 		t.Errorf("intel MBA = %+v", r.MBADetail)
@@ -220,7 +222,7 @@ func TestDoctorDetails(t *testing.T) {
 		t.Errorf("intel cpu control %q microarch %q", intel.Capabilities.Cgroup.CPUControl, intel.Capabilities.CPU.Microarch)
 	}
 
-	amd := Run(openHost(t, hostsDir("amd-milan-1s")), Options{EUID: -1})
+	amd := Run(openHost(t, hostsDir("amd-milan-1s")), Options{})
 	if mb := amd.Capabilities.Resctrl.MBADetail; mb == nil || mb.Units != "1/8GBps" || mb.Max != 2048 || mb.DelayLinear {
 		t.Errorf("amd MBA = %+v", mb)
 	}
@@ -234,23 +236,144 @@ func TestDoctorDetails(t *testing.T) {
 		t.Errorf("amd L3 domains = %d, want 4 CCDs", len(amd.Capabilities.Topology.L3))
 	}
 
-	dev := Run(openHost(t, hostsDir("dev-epyc-vm")), Options{EUID: 0})
+	dev := Run(openHost(t, hostsDir("dev-epyc-vm")), Options{})
 	if ev := dev.Capabilities.PMU.ModelBusLockEvent; ev == nil || ev.Config != 0x125 {
 		t.Errorf("dev model event = %+v, want Zen 3 ls_locks.bus_lock", ev)
 	}
 	if !strings.Contains(dev.Capabilities.PMU.BusLockReason, "no hardware PMU") {
 		t.Errorf("dev bus-lock reason = %q", dev.Capabilities.PMU.BusLockReason)
 	}
-	for _, c := range dev.Checks {
-		if c.ID == "perf_event_paranoid" && c.Status != OK {
-			t.Errorf("paranoid as root = %s", c.Status)
+}
+
+// Who may open counters is read from /proc/self/status, a file, so that a
+// capture replays the same status as the live host it was taken on.
+func TestPerfParanoidReadsCapabilities(t *testing.T) {
+	for _, tc := range []struct {
+		name, paranoid, status string
+		want                   Status
+		summary                string
+	}{
+		{"allowed to all", "-1", "", OK, "cgroup-mode counters allowed"},
+		{"root", "2", "Name:\tcrosstalk\nCapEff:\t000001ffffffffff\n", OK, "runs with CAP_SYS_ADMIN and CAP_PERFMON"},
+		{"perfmon only", "2", "CapEff:\t0000004000000000\n", OK, "runs with CAP_PERFMON"},
+		{"no capabilities", "2", "CapEff:\t0000000000000000\n", Info, "needs CAP_PERFMON"},
+		{"garbled", "2", "CapEff:\tzz\n", Info, "needs CAP_PERFMON"},
+		{"tree without it", "2", "", Info, "needs CAP_PERFMON"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files := map[string]string{"proc/sys/kernel/perf_event_paranoid": tc.paranoid + "\n"}
+			if tc.status != "" {
+				files["proc/self/status"] = tc.status
+			}
+			r := Run(openHost(t, writeTree(t, files)), Options{})
+			for _, c := range r.Checks {
+				if c.ID == "perf_event_paranoid" && (c.Status != tc.want || !strings.Contains(c.Summary, tc.summary)) {
+					t.Errorf("%s %q, want %s %q", c.Status, c.Summary, tc.want, tc.summary)
+				}
+			}
+		})
+	}
+}
+
+// Every line of the text report of every captured host fits 80 columns,
+// and the verdict comes first, with the canary probe, CPU wait and the
+// CPU-quota lever, and each policy given, one entry each.
+func TestWriteTextFitsAndLeadsWithVerdict(t *testing.T) {
+	ents, err := os.ReadDir(hostsDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := 0
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
 		}
+		hosts++
+		t.Run(e.Name(), func(t *testing.T) {
+			r := Run(openHost(t, hostsDir(e.Name())), Options{})
+			r.Policies = []Policy{{Name: "buslocks", On: true}, {Name: "llc", Why: "resctrl unavailable: not mounted and the CPU shows no RDT/PQoS flags: no cache (the canary probe)"}}
+			for _, width := range []int{80, 60, 40} {
+				var buf bytes.Buffer
+				if err := WriteText(&buf, r, width); err != nil {
+					t.Fatal(err)
+				}
+				out := buf.String()
+				for i, l := range strings.Split(out, "\n") {
+					if n := utf8.RuneCountInString(l); n > width {
+						t.Errorf("width %d, line %d is %d wide: %q", width, i+1, n, l)
+					}
+					if strings.HasSuffix(l, " ") {
+						t.Errorf("line %d has trailing blanks: %q", i+1, l)
+					}
+				}
+				if width != 80 {
+					continue
+				}
+				verdict := strings.Index(out, "\nVERDICT")
+				if verdict < 0 || verdict > strings.Index(out, "\nCAPABILITIES") {
+					t.Errorf("verdict not first:\n%s", out)
+				}
+				for _, want := range []string{
+					`\n  runs  canary probe +lock, LLC, DRAM latency in `,
+					`\n  runs  CPU wait +run delay of every tenant`,
+					`\n  runs  cpu_quota +caps the polluter's CPU \(cgroup v`,
+					`\n  runs  buslocks +holds each tenant to a share of a bus-lock budget\n`,
+					`\n  off   llc +resctrl unavailable\n`,
+				} {
+					if !regexp.MustCompile(want).MatchString(out) {
+						t.Errorf("no %q in:\n%s", want, out)
+					}
+				}
+			}
+		})
+	}
+	if hosts < 5 {
+		t.Errorf("%d captured hosts, want the 5 of testdata/hosts", hosts)
+	}
+}
+
+func TestVerdictWithoutCPUControl(t *testing.T) {
+	r := Run(openHost(t, t.TempDir()), Options{})
+	got := map[string]VerdictItem{}
+	for _, v := range Verdict(r) {
+		got[v.Name] = v
+	}
+	for name, want := range map[string]string{
+		"canary probe": "topology unknown", "cpu_quota": "no cgroup CPU controller", "PMU counters": "no hardware PMU",
+	} {
+		if v := got[name]; v.On || !strings.Contains(v.What, want) {
+			t.Errorf("%s = %+v, want off: %q", name, v, want)
+		}
+	}
+}
+
+func TestShortReason(t *testing.T) {
+	for in, want := range map[string]string{
+		"resctrl unavailable: not mounted (the canary probe: still)":                                   "resctrl unavailable",
+		"disabled (power.enabled: false): a socket budget is a property of the SKU":                    "disabled (power.enabled: false)",
+		"no llc_cap booked (permits.default, permits.classes, permits.tenants)":                        "no llc_cap booked",
+		"AMD CPUs have no IA32_CLOCK_MODULATION (MSR 0x19a is Intel's): power and bus":                 "AMD CPUs have no IA32_CLOCK_MODULATION",
+		"the root /a/very/long/path/to/a/tree is not this machine (its CPU is X), so CPUID cannot say": "the root /a/very/long/path/to/a/tree is not this machine",
+		"": "",
+	} {
+		if got := shortReason(in); got != want {
+			t.Errorf("shortReason(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParaWraps(t *testing.T) {
+	tx := &text{width: 20}
+	tx.para("  key ", "      ", "one two three four /a/path/longer/than/a/line end")
+	want := "  key one two three\n      four\n      /a/path/longer\n      /than/a/line\n      end\n"
+	if got := tx.b.String(); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 }
 
 // A live probe failure must withhold the event even when sysfs lists a PMU.
 func TestDoctorLiveProbeFailure(t *testing.T) {
-	r := Run(openHost(t, hostsDir("intel-skx-2s")), Options{EUID: 0, ProbePerf: func() error { return os.ErrPermission }})
+	r := Run(openHost(t, hostsDir("intel-skx-2s")), Options{ProbePerf: func() error { return os.ErrPermission }})
 	if r.Capabilities.PMU.BusLockEvent != nil || !strings.Contains(r.Capabilities.PMU.BusLockReason, "cannot be opened") {
 		t.Errorf("pmu = %+v", r.Capabilities.PMU)
 	}
@@ -310,7 +433,7 @@ func TestDoctorGarbageTree(t *testing.T) {
 		"sys/class/powercap/intel-rapl:0/energy_uj":                "-1\n",
 		"sys/module/kvm_intel/parameters/ept":                      "perhaps\n",
 	})
-	r := Run(openHost(t, root), Options{EUID: -1})
+	r := Run(openHost(t, root), Options{})
 	got := map[string]Status{}
 	for _, c := range r.Checks {
 		got[c.ID] = c.Status
@@ -333,15 +456,15 @@ func TestDoctorGarbageTree(t *testing.T) {
 		t.Errorf("rapl zones = %+v", z)
 	}
 	var buf bytes.Buffer
-	if err := WriteText(&buf, r); err != nil || !strings.Contains(buf.String(), "[unknown]") {
+	if err := WriteText(&buf, r, 100); err != nil || !strings.Contains(buf.String(), "[unknown]") {
 		t.Errorf("text render: %v\n%s", err, buf.String())
 	}
 }
 
 func TestWriteText(t *testing.T) {
-	r := Run(openHost(t, hostsDir("intel-skx-2s")), Options{EUID: -1})
+	r := Run(openHost(t, hostsDir("intel-skx-2s")), Options{})
 	var buf bytes.Buffer
-	if err := WriteText(&buf, r); err != nil {
+	if err := WriteText(&buf, r, 100); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
@@ -399,9 +522,9 @@ func TestDoctorDomains(t *testing.T) {
 			t.Errorf("%s: host checks changed: %v", tree, statuses(t, m))
 		}
 	}
-	r := Run(openHost(t, hostsDir("intel-skx-4s")), Options{EUID: -1})
+	r := Run(openHost(t, hostsDir("intel-skx-4s")), Options{})
 	var buf bytes.Buffer
-	if err := WriteText(&buf, r); err != nil {
+	if err := WriteText(&buf, r, 100); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"DOMAINS", "sap-hana (112 vCPUs, /run/libvirt/qemu/sap-hana.xml): 3 of 5 checks ok", "[warn]    vm_phys_bits", "0x2b57fffffff", "<maxphysaddr mode='passthrough'/>", "3 domain(s): 9 ok, 0 info, 6 warn, 0 unknown."} {
@@ -422,7 +545,7 @@ func TestDoctorMalformedDomain(t *testing.T) {
 		"run/libvirt/qemu/bad.xml":                                 "<domstatus><domain><name>bad",
 		"run/libvirt/qemu/good.xml":                                "<domstatus state='running'><domain type='kvm'><name>good</name><memory>1048576</memory><vcpu>2</vcpu></domain></domstatus>",
 	})
-	r := Run(openHost(t, root), Options{EUID: -1})
+	r := Run(openHost(t, root), Options{})
 	if len(r.Domains) != 2 {
 		t.Fatalf("domains %+v", r.Domains)
 	}

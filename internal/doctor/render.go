@@ -4,46 +4,60 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
+	"unicode/utf8"
 )
 
-// WriteText prints the report for a person: capabilities as aligned
-// sections, then the checks with their reasons and advice.
-func WriteText(w io.Writer, r Report) error {
-	var b strings.Builder
+// WriteText prints the report for a person, wrapped to width columns (80
+// when width is 0 or less) with hanging indents: the verdict first (what
+// `crosstalk run` will do here and why the rest is off), then the
+// capabilities, the checks with their reasons and advice, the domains and
+// the policies in full.
+func WriteText(w io.Writer, r Report, width int) error {
+	if width <= 0 {
+		width = 80
+	}
+	t := &text{width: max(width, minTextWidth)}
 	name := r.Host.Hostname
 	if name == "" {
 		name = "(unknown host)"
 	}
-	fmt.Fprintf(&b, "crosstalk doctor — %s, kernel %s, root %s\n\n", name, orUnknown(r.Host.Kernel), r.Root)
+	t.para("", "  ", fmt.Sprintf("crosstalk doctor — %s, kernel %s, root %s", name, orUnknown(r.Host.Kernel), r.Root))
 
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	c := r.Capabilities
-	fmt.Fprintln(tw, "CAPABILITIES\t")
-	for _, l := range capabilityLines(c) {
-		fmt.Fprintf(tw, "  %s\t%s\n", l[0], l[1])
+	t.blank()
+	t.line("VERDICT (what `crosstalk run` will do on this host)")
+	items := Verdict(r)
+	nameWidth := 0
+	for _, v := range items {
+		nameWidth = max(nameWidth, len(v.Name))
 	}
-	tw.Flush()
+	for _, v := range items {
+		state := "runs"
+		if !v.On {
+			state = "off"
+		}
+		first := fmt.Sprintf("  %-4s  %-*s  ", state, nameWidth, v.Name)
+		t.para(first, strings.Repeat(" ", len(first)), v.What)
+	}
 
-	b.WriteString("\nCHECKS\n")
+	t.blank()
+	t.line("CAPABILITIES")
+	c := r.Capabilities
+	for _, l := range capabilityLines(c) {
+		first := fmt.Sprintf("  %-10s  ", l[0])
+		t.para(first, strings.Repeat(" ", len(first)), l[1])
+	}
+
+	t.blank()
+	t.line("CHECKS")
 	for _, ch := range r.Checks {
-		fmt.Fprintf(&b, "  %-9s %-20s %s\n", "["+string(ch.Status)+"]", ch.ID, ch.Summary)
-		if ch.Status == OK {
-			continue
-		}
-		for _, ev := range ch.Evidence {
-			fmt.Fprintf(&b, "%33s %s = %s\n", "read:", ev.File, ev.Value)
-		}
-		wrap(&b, "why:", ch.Why)
-		if ch.Advice != "" {
-			wrap(&b, "advice:", ch.Advice)
-		}
+		t.check(ch)
 	}
 	if len(r.Domains) > 0 {
-		b.WriteString("\nDOMAINS (topology of running libvirt guests, from their status files)\n")
+		t.blank()
+		t.para("", "  ", "DOMAINS (topology of running libvirt guests, from their status files)")
 		for _, d := range r.Domains {
 			if d.Error != "" {
-				fmt.Fprintf(&b, "  %-9s %-20s %s\n", "[unknown]", d.Name, d.Error)
+				t.check(Check{Status: Unknown, ID: d.Name, Summary: d.Error})
 				continue
 			}
 			ok := 0
@@ -52,32 +66,25 @@ func WriteText(w io.Writer, r Report) error {
 					ok++
 				}
 			}
-			fmt.Fprintf(&b, "  %s (%d vCPUs, %s): %d of %d checks ok\n", d.Name, d.VCPUs, d.Source, ok, len(d.Checks))
+			t.para("  ", "    ", fmt.Sprintf("%s (%d vCPUs, %s): %d of %d checks ok", d.Name, d.VCPUs, d.Source, ok, len(d.Checks)))
 			for _, ch := range d.Checks {
-				if ch.Status == OK {
-					continue
-				}
-				fmt.Fprintf(&b, "  %-9s %-20s %s\n", "["+string(ch.Status)+"]", ch.ID, ch.Summary)
-				for _, ev := range ch.Evidence {
-					fmt.Fprintf(&b, "%33s %s = %s\n", "read:", ev.File, ev.Value)
-				}
-				wrap(&b, "why:", ch.Why)
-				if ch.Advice != "" {
-					wrap(&b, "advice:", ch.Advice)
+				if ch.Status != OK {
+					t.check(ch)
 				}
 			}
 		}
 	}
 	if len(r.Policies) > 0 {
-		b.WriteString("\nPOLICIES (the agent's hardware policies and levers, built as `crosstalk run` would)\n")
+		t.blank()
+		t.para("", "  ", "POLICIES (the agent's hardware policies and levers, built as `crosstalk run` would)")
 		for _, p := range r.Policies {
 			state := "[on]"
 			if !p.On {
 				state = "[off]"
 			}
-			fmt.Fprintf(&b, "  %-9s %s\n", state, p.Name)
+			t.line(fmt.Sprintf("  %-9s %s", state, p.Name))
 			if p.Why != "" {
-				wrap(&b, "why:", p.Why)
+				t.label("why:", p.Why)
 			}
 		}
 	}
@@ -85,26 +92,111 @@ func WriteText(w io.Writer, r Report) error {
 	for _, ch := range r.Checks {
 		counts[ch.Status]++
 	}
-	fmt.Fprintf(&b, "\n%d ok, %d info, %d warn, %d unknown. `crosstalk doctor --json` for the full report.\n", counts[OK], counts[Info], counts[Warn], counts[Unknown])
+	t.blank()
+	t.para("", "", fmt.Sprintf("%d ok, %d info, %d warn, %d unknown. `crosstalk doctor --json` for the full report.", counts[OK], counts[Info], counts[Warn], counts[Unknown]))
 	if len(r.Domains) > 0 {
-		fmt.Fprintf(&b, "%s.\n", domainCounts(r.Domains))
+		t.para("", "", domainCounts(r.Domains)+".")
 	}
-	_, err := io.WriteString(w, b.String())
+	_, err := io.WriteString(w, t.b.String())
 	return err
 }
 
-// wrap writes a labelled paragraph indented under a check, wrapped at 100 columns.
-func wrap(b *strings.Builder, label, text string) {
-	const indent, width = 34, 100
-	line := fmt.Sprintf("%33s", label)
-	for _, word := range strings.Fields(text) {
-		if len(line)+1+len(word) > width && len(line) > indent {
-			b.WriteString(line + "\n")
-			line = strings.Repeat(" ", indent-1)
-		}
-		line += " " + word
+// minTextWidth is the narrowest the report is laid out at.
+const minTextWidth = 40
+
+// labelWidth is where the labels (read:, why:, advice:) of a check end; the
+// text after them starts one column further. Narrow terminals get less.
+func (t *text) labelWidth() int {
+	if t.width >= 80 {
+		return 33
 	}
-	b.WriteString(line + "\n")
+	return t.width / 3
+}
+
+// text is a report being written at a width.
+type text struct {
+	b     strings.Builder
+	width int
+}
+
+func (t *text) blank() { t.b.WriteByte('\n') }
+
+// line writes s, wrapped under its own leading blanks plus two.
+func (t *text) line(s string) {
+	lead := s[:len(s)-len(strings.TrimLeft(s, " "))]
+	t.para(lead, lead+"  ", s)
+}
+func (t *text) label(l, s string) {
+	first := fmt.Sprintf("%*s ", t.labelWidth(), l)
+	t.para(first, strings.Repeat(" ", len(first)), s)
+}
+
+// check writes one finding: its status, id and summary; unless it is ok,
+// the files read, why it matters and the advice.
+func (t *text) check(ch Check) {
+	first := fmt.Sprintf("  %-9s %-20s ", "["+string(ch.Status)+"]", ch.ID)
+	if utf8.RuneCountInString(first) > t.labelWidth()+1 {
+		// A long id: the summary goes under it.
+		t.line(strings.TrimRight(first, " "))
+		first = strings.Repeat(" ", t.labelWidth()+1)
+	}
+	t.para(first, strings.Repeat(" ", utf8.RuneCountInString(first)), ch.Summary)
+	if ch.Status == OK {
+		return
+	}
+	for _, ev := range ch.Evidence {
+		t.label("read:", ev.File+" = "+ev.Value)
+	}
+	t.label("why:", ch.Why)
+	if ch.Advice != "" {
+		t.label("advice:", ch.Advice)
+	}
+}
+
+// para writes s word by word after first, wrapping at the width onto lines
+// that start with indent (a hanging indent). A word longer than a line is
+// cut where the line ends, so that no line is ever wider than the width.
+func (t *text) para(first, indent, s string) {
+	if utf8.RuneCountInString(indent) >= t.width/2 {
+		indent = "    "
+	}
+	line := first
+	n := utf8.RuneCountInString(line)
+	fresh := true // nothing after the prefix yet
+	flush := func() {
+		t.b.WriteString(strings.TrimRight(line, " "))
+		t.b.WriteByte('\n')
+		line, n, fresh = indent, utf8.RuneCountInString(indent), true
+	}
+	for _, word := range strings.Fields(s) {
+		wn := utf8.RuneCountInString(word)
+		sep := 1
+		if fresh {
+			sep = 0
+		}
+		if !fresh && n+sep+wn > t.width {
+			flush()
+			sep = 0
+		}
+		for n+sep+wn > t.width {
+			// The word does not fit even on a line of its own.
+			room := t.width - n - sep
+			if room <= 0 {
+				flush()
+				sep = 0
+				continue
+			}
+			r := []rune(word)
+			line += strings.Repeat(" ", sep) + string(r[:room])
+			word, wn = string(r[room:]), wn-room
+			flush()
+			sep = 0
+		}
+		line += strings.Repeat(" ", sep) + word
+		n += sep + wn
+		fresh = false
+	}
+	flush()
 }
 
 func capabilityLines(c Capabilities) [][2]string {

@@ -39,8 +39,8 @@ func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name, yaml, want string
 	}{
-		{"unknown top field", "name: x\nphase: 1s\nflavour: spicy\ntenants: []\n", "line 3: field flavour not found"},
-		{"unknown tenant field", "name: x\nphase: 1s\ntenants:\n  - name: v\n    role: victim\n    load: chase\n    cpus: \"0\"\n    colour: red\n", "line 8: field colour not found"},
+		{"unknown top field", "name: x\nphase: 1s\nflavour: spicy\ntenants: []\n", `line 3: unknown key "flavour"`},
+		{"unknown tenant field", "name: x\nphase: 1s\ntenants:\n  - name: v\n    role: victim\n    load: chase\n    cpus: \"0\"\n    colour: red\n", `line 8: unknown key "colour"`},
 		{"bad role", "name: x\nphase: 1s\ntenants:\n  - name: v\n    role: victim\n    load: chase\n    cpus: \"0\"\n  - name: p\n    role: villain\n    load: cpu\n    cpus: \"0\"\n", "line 8: tenant \"p\": role \"villain\""},
 		{"unknown load", "name: x\nphase: 1s\ntenants:\n  - name: v\n    role: victim\n    load: chess\n    cpus: \"0\"\n", "line 4: tenant \"v\": load \"chess\": built-in loads are"},
 		{"no victim", "name: x\nphase: 1s\ntenants:\n  - name: p\n    role: polluter\n    load: cpu\n    cpus: \"0\"\n", "exactly one victim"},

@@ -40,8 +40,8 @@ func TestParseSpecErrors(t *testing.T) {
 	tests := []struct{ yaml, want string }{
 		{"", "empty spec"},
 		{"vms: []\n", "at least one VM"},
-		{"vms:\n  - name: a\n    vcpus: 2\n    memory: 1GiB\n    policy: 1to1\n    cpus: 3\n", "line 6: field cpus not found"},
-		{"vm:\n  - name: a\n", "line 1: field vm not found"},
+		{"vms:\n  - name: a\n    vcpus: 2\n    memory: 1GiB\n    policy: 1to1\n    cpus: 3\n", `line 6: unknown key "cpus" (did you mean "vcpus"?)`},
+		{"vm:\n  - name: a\n", `line 1: unknown key "vm" (did you mean "vms"?)`},
 		{"vms:\n  - name: a\n    vcpus: 2\n    memory: 1GiB\n    policy: pinned\n", `line 2: vm "a": policy "pinned"`},
 		{"vms:\n  - name: a\n    vcpus: 0\n    memory: 1GiB\n    policy: 1to1\n", "line 2: vm \"a\": vcpus: 0 outside"},
 		{"vms:\n  - name: a\n    vcpus: 2\n    policy: 1to1\n", "memory: required"},

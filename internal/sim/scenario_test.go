@@ -9,8 +9,8 @@ import (
 func TestParseErrors(t *testing.T) {
 	base := "name: p\nmachine: {cpu: skylakex, sockets: 1, cores_per_socket: 4}\n"
 	for _, c := range []struct{ yaml, want string }{
-		{base + "tenants:\n  - name: a\n    role: victim\n    cpus: \"0\"\n    colour: red\n", "line 7: field colour not found"},
-		{base + "tenants:\n  - {name: a, role: victim, cpus: \"0\", phases: [{from: 0s, bus_lock: 1}]}\n", "field bus_lock not found"},
+		{base + "tenants:\n  - name: a\n    role: victim\n    cpus: \"0\"\n    colour: red\n", `line 7: unknown key "colour"`},
+		{base + "tenants:\n  - {name: a, role: victim, cpus: \"0\", phases: [{from: 0s, bus_lock: 1}]}\n", `unknown key "bus_lock" (did you mean "bus_locks"?)`},
 		{base + "tenants:\n  - name: a\n    role: hero\n    cpus: \"0\"\n", `line 4: tenant "a": role "hero"`},
 		{base + "tenants:\n  - {name: a, role: victim, cpus: \"0-9\"}\n", "the machine has CPUs 0-3"},
 		{base + "tenants:\n  - {name: a, role: victim, cpus: \"0\", phases: [{from: 0s, working_set: lots}]}\n", `"lots" is not a size`},
@@ -20,7 +20,7 @@ func TestParseErrors(t *testing.T) {
 		{base + "tenants:\n  - {name: a, role: victim, cpus: \"0\"}\n  - {name: a, role: victim, cpus: \"1\"}\n", `name "a" repeats`},
 		{"name: p\nmachine: {cpu: pentium, sockets: 1, cores_per_socket: 4}\ntenants: [{name: a, role: victim, cpus: \"0\"}]\n", `cpu: "pentium" unknown`},
 		{base + "agent: {interval: 1ms}\ntenants: [{name: a, role: victim, cpus: \"0\"}]\n", "interval: 1ms outside"},
-		{base + "agent: {intervall: 1s}\ntenants: [{name: a, role: victim, cpus: \"0\"}]\n", "field intervall not found"},
+		{base + "agent: {intervall: 1s}\ntenants: [{name: a, role: victim, cpus: \"0\"}]\n", `unknown key "intervall" (did you mean "interval"?)`},
 		{base, "tenants: at least one"},
 	} {
 		_, err := Parse([]byte(c.yaml), "t.yaml")

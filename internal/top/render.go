@@ -39,23 +39,118 @@ const (
 	sReset  = "\x1b[0m"
 )
 
-// Render writes one frame of s, no line wider than width columns. With color
-// it highlights with ANSI colours (the text is the same without them): slow
-// probes, contention, throttled and protected tenants, suspects. It reads
-// nothing but its arguments, so the same State always gives the same frame.
-func Render(w io.Writer, s agent.State, width int, color bool) error {
-	if width < minWidth {
-		width = minWidth
+// Render writes one frame of s laid out as v says: no line wider than
+// v.Width, no more lines than v.Height (when set), the header always first.
+// With colour it highlights with ANSI colours (the text is the same without
+// them): slow probes, contention, throttled and protected tenants, suspects.
+// It reads nothing but its arguments, so the same State and View always give
+// the same frame. The only error is w's, or a View's bad Filter.
+func Render(w io.Writer, s agent.State, v View) error {
+	match, err := ParseFilter(v.Filter)
+	if err != nil {
+		return err
 	}
-	f := &frame{width: width, color: color}
-	f.header(s)
-	f.probes(s.Probes)
-	f.tenants(s.Tenants)
-	f.suspects(s.Suspects)
-	f.proof(s)
-	f.actions(s)
-	_, err := io.WriteString(w, f.b.String())
+	v.Width = max(v.Width, minWidth)
+	section := func(draw func(f *frame)) string {
+		f := &frame{width: v.Width, color: v.Color}
+		draw(f)
+		return f.b.String()
+	}
+	var ts []agent.TenantState
+	for _, t := range s.Tenants {
+		if match(tenantName(t)) {
+			ts = append(ts, t)
+		}
+	}
+	ts = sortTenants(ts, v.Sort)
+	list := tenantList{all: len(s.Tenants), shown: ts, sort: v.Sort, filter: v.Filter}
+	if v.Limit > 0 && len(list.shown) > v.Limit {
+		list.shown = list.shown[:v.Limit]
+	}
+
+	header := section(func(f *frame) { f.header(s, v.Stale) })
+	probes := section(func(f *frame) { f.probes(s.Probes) })
+	proof := section(func(f *frame) { f.proof(s) })
+	layout := fit{
+		tenants:     func(rows int) string { return section(func(f *frame) { f.tenants(list, ts, rows) }) },
+		suspects:    func(lines int) string { return section(func(f *frame) { f.suspects(s.Suspects, lines) }) },
+		actions:     func(rows int) string { return section(func(f *frame) { f.actions(s, rows) }) },
+		fixed:       header + probes,
+		afterFixed:  proof,
+		height:      v.Height,
+		tenantRows:  len(list.shown),
+		actionRows:  min(len(s.Actions), MaxActions),
+		suspectRows: -1,
+	}
+	_, err = io.WriteString(w, layout.frame())
 	return err
+}
+
+// tenantList is the tenants a frame lists and how they were chosen.
+type tenantList struct {
+	all    int // tenants in the state
+	shown  []agent.TenantState
+	sort   SortKey
+	filter string
+}
+
+// fit lays a frame out in a height: the header and probes as they are, the
+// tenants as many as fit (at least minTenantRows), then the suspects, the
+// proof and the actions, which give up rows first when even that is too
+// tall. What is left over is cut at the bottom, so the header stays.
+type fit struct {
+	fixed, afterFixed string
+	tenants           func(rows int) string
+	suspects          func(lines int) string // lines < 0: all
+	actions           func(rows int) string
+	height            int
+	tenantRows        int // rows wanted
+	actionRows        int
+	suspectRows       int
+}
+
+// minTenantRows is the fewest tenant rows fit keeps before it takes rows
+// from the sections under the tenant list.
+const minTenantRows = 3
+
+func lineCount(s string) int { return strings.Count(s, "\n") }
+
+func (l fit) frame() string {
+	build := func(tenantRows, actionRows, suspectLines int) string {
+		return l.fixed + l.tenants(tenantRows) + l.suspects(suspectLines) + l.afterFixed + l.actions(actionRows)
+	}
+	out := build(l.tenantRows, l.actionRows, -1)
+	if l.height <= 0 || lineCount(out) <= l.height {
+		return out
+	}
+	// The tenants take what the other sections leave.
+	rows := l.tenantRows
+	over := lineCount(out) - l.height
+	floor := min(l.tenantRows, minTenantRows)
+	rows = max(floor, rows-over)
+	out = build(rows, l.actionRows, -1)
+	// Hiding rows adds the "… N more" line.
+	for rows > floor && lineCount(out) > l.height {
+		rows--
+		out = build(rows, l.actionRows, -1)
+	}
+	// Then the actions give up rows, then the suspects lines.
+	actionRows := l.actionRows
+	if over := lineCount(out) - l.height; over > 0 {
+		actionRows = max(0, actionRows-over)
+		out = build(rows, actionRows, -1)
+	}
+	if over := lineCount(out) - l.height; over > 0 {
+		// At least the title, the top suspect and a line counting the
+		// others: suspects are what an operator looks for.
+		suspects := lineCount(l.suspects(-1))
+		out = build(rows, actionRows, max(4, suspects-over))
+	}
+	if lineCount(out) > l.height {
+		lines := strings.SplitAfter(out, "\n")
+		out = strings.Join(lines[:l.height], "")
+	}
+	return out
 }
 
 type seg struct{ text, style string }
@@ -111,7 +206,7 @@ func (f *frame) title(name, note string) {
 	f.line(seg{name, sBold}, seg{"  " + note, sDim})
 }
 
-func (f *frame) header(s agent.State) {
+func (f *frame) header(s agent.State, stale string) {
 	when := "-"
 	if !s.Time.IsZero() {
 		when = s.Time.Format("2006-01-02 15:04:05 MST")
@@ -131,6 +226,11 @@ func (f *frame) header(s agent.State) {
 		{{"interval " + seconds(s.Interval), ""}},
 		{{"PMU " + yesNo(s.PMU), ""}},
 		{{"dry-run ", ""}, dry},
+	}
+	if stale != "" {
+		// In words and first after the name, so that it shows without
+		// colour and on the narrowest terminal.
+		items = slices.Insert(items, 1, []seg{{"STALE: " + clean(stale), sRed}})
 	}
 	if v := clean(s.Version); v != "" {
 		items = append(items, []seg{{"agent " + v, sDim}})
@@ -232,20 +332,6 @@ func probeOrder(kind string) int {
 	return 3
 }
 
-// Tenants sort by suspect score, then CPU, both descending.
-func sortTenants(ts []agent.TenantState) []agent.TenantState {
-	ts = slices.Clone(ts)
-	slices.SortStableFunc(ts, func(a, b agent.TenantState) int {
-		return cmp.Or(
-			cmpDesc(a.Score, b.Score),
-			cmpDesc(a.CPU, b.CPU),
-			strings.Compare(tenantName(a), tenantName(b)),
-			strings.Compare(a.ID, b.ID),
-		)
-	})
-	return ts
-}
-
 func cmpDesc(a, b float64) int {
 	// NaN sorts last.
 	switch {
@@ -266,17 +352,36 @@ func tenantName(t agent.TenantState) string {
 	return clean(t.ID)
 }
 
-func (f *frame) tenants(ts []agent.TenantState) {
+// tenants lists up to rows of list.shown; matched is every tenant the
+// filter kept, so that the columns are the same whatever the height.
+func (f *frame) tenants(list tenantList, matched []agent.TenantState, rows int) {
 	f.blank()
-	if len(ts) == 0 {
-		f.title("TENANTS", "none")
+	note := ""
+	if list.filter != "" {
+		note = fmt.Sprintf(" (%d match %q)", len(matched), list.filter)
+	}
+	if len(list.shown) == 0 || rows <= 0 {
+		switch {
+		case list.all == 0:
+			f.title("TENANTS", "none")
+		case len(matched) == 0:
+			f.title("TENANTS", fmt.Sprintf("%d, none match %q", list.all, list.filter))
+		default:
+			f.title("TENANTS", fmt.Sprintf("%d%s, %s", list.all, note, list.sort.describe()))
+			f.line(seg{fmt.Sprintf("  … %d more (a taller terminal, or --height, shows them)", len(matched)), sDim})
+		}
 		return
 	}
-	f.title("TENANTS", fmt.Sprintf("%d, by suspect score then CPU", len(ts)))
-	ts = sortTenants(ts)
+	ts := list.shown[:min(rows, len(list.shown))]
+	f.title("TENANTS", fmt.Sprintf("%d%s, %s", list.all, note, list.sort.describe()))
+	defer func() {
+		if more := len(matched) - len(ts); more > 0 {
+			f.line(seg{fmt.Sprintf("  … %d more", more), sDim})
+		}
+	}()
 
 	has := func(ev ...string) bool {
-		for _, t := range ts {
+		for _, t := range matched {
 			ok := true
 			for _, e := range ev {
 				if _, found := t.Counters[e]; !found {
@@ -315,7 +420,7 @@ func (f *frame) tenants(ts []agent.TenantState) {
 	score := &column{head: "SCORE", right: true, keep: 99}
 	cols = append(cols, quota, duty, flags, score)
 	var heldBy *column
-	for _, t := range ts {
+	for _, t := range matched {
 		if len(t.Holds) > 0 {
 			heldBy = &column{head: "HELD BY", keep: 0} // the first to go on a narrow terminal
 			cols = append(cols, heldBy)
@@ -392,7 +497,13 @@ func (f *frame) tenants(ts []agent.TenantState) {
 	f.table(cols)
 }
 
-func (f *frame) suspects(ss []agent.Suspect) {
+// suspects lists the suspects, highest score first, in at most lines lines
+// (title included) when lines >= 0: reasons go first, then whole suspects,
+// counted in a "… N more" line.
+func (f *frame) suspects(ss []agent.Suspect, lines int) {
+	if lines == 0 {
+		return
+	}
 	f.blank()
 	if len(ss) == 0 {
 		f.title("SUSPECTS", "none")
@@ -401,15 +512,38 @@ func (f *frame) suspects(ss []agent.Suspect) {
 	f.title("SUSPECTS", "")
 	ss = slices.Clone(ss)
 	slices.SortStableFunc(ss, func(a, b agent.Suspect) int { return cmpDesc(a.Score, b.Score) })
-	for _, s := range ss {
+	used := 2 // the blank and the title
+	for i, s := range ss {
 		name := clean(s.Name)
 		if name == "" {
 			name = clean(s.Tenant)
 		}
-		f.flow("    ", []seg{{"  " + name + idNote(s.Tenant, name), sRed}}, []seg{{fmt.Sprintf("score %.2f", s.Score), ""}})
+		one := &frame{width: f.width, color: f.color}
+		one.flow("    ", []seg{{"  " + name + idNote(s.Tenant, name), sRed}}, []seg{{fmt.Sprintf("score %.2f", s.Score), ""}})
+		bare := one.b.String()
 		for _, r := range s.Reasons {
-			f.line(seg{"    - " + clean(r), ""})
+			one.line(seg{"    - " + clean(r), ""})
 		}
+		text := one.b.String()
+		if lines >= 0 {
+			// Room for this suspect and, if any follow, for the line
+			// counting them.
+			room := lines - used
+			if i < len(ss)-1 {
+				room--
+			}
+			if lineCount(text) > room {
+				text = bare
+			}
+			if lineCount(text) > room {
+				if lines-used > 0 {
+					f.line(seg{fmt.Sprintf("  … %d more", len(ss)-i), sDim})
+				}
+				return
+			}
+		}
+		f.b.WriteString(text)
+		used += lineCount(text)
 	}
 }
 
@@ -445,7 +579,9 @@ func idNote(id, name string) string {
 	return " (" + clean(id) + ")"
 }
 
-func (f *frame) actions(s agent.State) {
+// actions shows the last rows actions (at most MaxActions), and the
+// totals; rows 0 shows the totals only.
+func (f *frame) actions(s agent.State, rows int) {
 	f.blank()
 	var totals []string
 	for _, k := range sortedKeys(s.ActionsTotal) {
@@ -465,9 +601,14 @@ func (f *frame) actions(s agent.State) {
 		totalsLine()
 		return
 	}
+	if rows <= 0 {
+		f.title("ACTIONS", fmt.Sprintf("%d recent, not shown for want of lines", min(len(s.Actions), MaxActions)))
+		totalsLine()
+		return
+	}
 	acts := s.Actions
-	if len(acts) > MaxActions {
-		acts = acts[len(acts)-MaxActions:]
+	if n := min(rows, MaxActions); len(acts) > n {
+		acts = acts[len(acts)-n:]
 	}
 	f.title("ACTIONS", fmt.Sprintf("last %d, newest last", len(acts)))
 	totalsLine()

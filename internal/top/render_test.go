@@ -87,7 +87,7 @@ func sample() agent.State {
 func render(t *testing.T, s agent.State, width int, color bool) string {
 	t.Helper()
 	var b bytes.Buffer
-	if err := Render(&b, s, width, color); err != nil {
+	if err := Render(&b, s, View{Width: width, Color: color}); err != nil {
 		t.Fatal(err)
 	}
 	return b.String()

@@ -119,19 +119,47 @@ type Options struct {
 	Color bool
 	// Width returns the terminal width; it is asked before every frame so a
 	// resized terminal is followed. Nil means 120.
-	Width  func() int
+	Width func() int
+	// Height returns the terminal height, asked like Width; 0 or a nil func
+	// means no limit (the frame is as tall as it needs).
+	Height func() int
+	// Sort, Filter and Limit choose and order the tenants listed (View).
+	Sort   SortKey
+	Filter string
+	Limit  int
 	Client *http.Client
-	// Now is the clock (for the live footer); nil means time.Now.
+	// Now is the clock (for the live footer and staleness); nil means time.Now.
 	Now func() time.Time
 }
 
 // ANSI: clear the screen and move the cursor home.
 const clearHome = "\x1b[2J\x1b[H"
 
+// staleIntervals is how many of the agent's intervals old a state may be
+// before a frame marks it STALE.
+const staleIntervals = 3
+
+// staleness says why s is stale at now ("" when it is not): the agent has
+// not published for staleIntervals of its intervals (it is stuck, or its
+// clock and ours disagree).
+func staleness(s agent.State, now time.Time) string {
+	if s.Time.IsZero() || s.Interval <= 0 {
+		return ""
+	}
+	age := now.Sub(s.Time)
+	if age.Seconds() <= staleIntervals*s.Interval {
+		return ""
+	}
+	if age >= time.Minute {
+		return fmt.Sprintf("%s old", age.Round(time.Second))
+	}
+	return fmt.Sprintf("%s old", age.Round(100*time.Millisecond))
+}
+
 // Run draws the agent's state on w: one plain frame with Once, else a live
 // view redrawn every Refresh until ctx ends (then it returns nil). It returns
 // an error at once when no agent answers at the start; once connected it keeps
-// the last frame on screen and says what failed while it retries.
+// the last frame on screen, marked STALE, and says what failed while it retries.
 func Run(ctx context.Context, w io.Writer, o Options) error {
 	if o.Client == nil {
 		o.Client = NewClient()
@@ -139,15 +167,24 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 	if o.Width == nil {
 		o.Width = func() int { return 120 }
 	}
+	if o.Height == nil {
+		o.Height = func() int { return 0 }
+	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if _, err := ParseFilter(o.Filter); err != nil {
+		return err
+	}
+	view := func(color bool, height int, stale string) View {
+		return View{Width: o.Width(), Height: height, Color: color, Sort: o.Sort, Filter: o.Filter, Limit: o.Limit, Stale: stale}
 	}
 	if o.Once {
 		s, err := Fetch(ctx, o.Client, o.Addr)
 		if err != nil {
 			return err
 		}
-		return Render(w, s, o.Width(), false)
+		return Render(w, s, view(false, o.Height(), staleness(s, o.Now())))
 	}
 	if o.Refresh <= 0 {
 		o.Refresh = time.Second
@@ -173,14 +210,14 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 		}
 		started = true
 
+		// The footer first: the frame takes the lines it leaves.
 		width := o.Width()
-		buf.Reset()
-		buf.WriteString(clearHome)
+		stale := ""
 		if have {
-			if rerr := Render(&buf, last, width, o.Color); rerr != nil {
-				return rerr
+			stale = staleness(last, o.Now())
+			if err != nil && stale == "" {
+				stale = "the agent did not answer"
 			}
-			buf.WriteByte('\n')
 		}
 		f := &frame{width: max(width, minWidth), color: o.Color}
 		switch {
@@ -194,13 +231,31 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 			f.flow("  ", items...)
 		default:
 			age := o.Now().Sub(last.Time).Round(100 * time.Millisecond)
-			st := sDim
-			if last.Interval > 0 && age.Seconds() > 3*last.Interval {
-				st = sRed
+			st, mark := sDim, ""
+			if stale != "" {
+				st, mark = sRed, "  STALE"
 			}
-			f.line(seg{fmt.Sprintf("%s  updated %s ago  refresh %s  Ctrl-C quits", o.Addr, age, o.Refresh), st})
+			f.line(seg{fmt.Sprintf("%s  updated %s ago%s  refresh %s  Ctrl-C quits", o.Addr, age, mark, o.Refresh), st})
 		}
-		buf.WriteString(f.b.String())
+		footer := f.b.String()
+
+		buf.Reset()
+		buf.WriteString(clearHome)
+		if have {
+			height := o.Height()
+			if height > 0 {
+				// A blank line and the footer under the frame; a frame of
+				// at least one line (the header's first) whatever is left.
+				height = max(1, height-1-lineCount(footer))
+			}
+			if rerr := Render(&buf, last, view(o.Color, height, stale)); rerr != nil {
+				return rerr
+			}
+			buf.WriteByte('\n')
+		}
+		// No newline after the last line: on a full screen it would scroll
+		// the header away.
+		buf.WriteString(strings.TrimSuffix(footer, "\n"))
 		if _, werr := w.Write(buf.Bytes()); werr != nil {
 			return werr
 		}

@@ -126,7 +126,8 @@ func TestRunOnce(t *testing.T) {
 	src.set(sample())
 	addr, _ := agentServer(t, src)
 	var out bytes.Buffer
-	err := Run(context.Background(), &out, Options{Addr: addr, Once: true, Color: true, Width: func() int { return 80 }})
+	err := Run(context.Background(), &out, Options{Addr: addr, Once: true, Color: true, Width: func() int { return 80 },
+		Now: func() time.Time { return t0.Add(time.Second) }})
 	if err != nil {
 		t.Fatal(err)
 	}

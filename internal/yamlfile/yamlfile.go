@@ -12,24 +12,67 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// DecodeStrict decodes data into v, rejecting keys v does not have. A
-// document with nothing in it is an error whose text is empty (after the
-// source): what the reader should have written.
+// DecodeStrict decodes data into v, rejecting keys v does not have. Its
+// errors are *Error values (several joined when the document has several
+// problems), each naming source and the line, in the words of the document:
+// an unknown key as written with the closest known key, a value with what
+// was wanted instead. A document with nothing in it is an error whose text
+// is empty (after the source): what the reader should have written.
 func DecodeStrict(data []byte, source, empty string, v any) error {
+	c := &checker{source: source, scalars: map[int][]*yaml.Node{}, types: map[string]reflect.Type{}}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return c.syntaxError(err)
+	}
+	if root.Kind == 0 || len(root.Content) == 0 {
+		return &Error{Source: source, Msg: empty}
+	}
+	if t := reflect.TypeOf(v); t != nil {
+		c.indexTypes(t)
+		c.indexScalars(&root)
+		c.walk(&root, t)
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("%s: %s", source, empty)
+	err := dec.Decode(v)
+	var te *yaml.TypeError
+	switch {
+	case err == nil, errors.Is(err, io.EOF):
+	case errors.As(err, &te):
+		for _, msg := range te.Errors {
+			e := c.decoderError(msg)
+			// The walk has said it already, with the closest key.
+			if !slices.ContainsFunc(c.errs, func(o *Error) bool { return *o == *e || o.Line == e.Line && strings.HasPrefix(e.Msg, "unknown key") }) {
+				c.errs = append(c.errs, e)
+			}
 		}
-		return fmt.Errorf("%s: %w", source, err)
+	default:
+		// A type's own reader (a size, a rate) says what is wrong in words
+		// and names its line; only the file is missing.
+		e := &Error{Source: source, Msg: err.Error()}
+		if m := reLine.FindStringSubmatch(e.Msg); m != nil {
+			e.Line, _ = strconv.Atoi(m[1])
+			e.Msg = m[2]
+		}
+		c.errs = append(c.errs, e)
 	}
-	return nil
+	if len(c.errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(c.errs, func(a, b *Error) int { return a.Line - b.Line })
+	errs := make([]error, len(c.errs))
+	for i, e := range c.errs {
+		errs[i] = e
+	}
+	return errors.Join(errs...)
 }
 
 // ItemLines returns the line of each item of the list under the top-level
