@@ -89,6 +89,7 @@ func checkCaptureRoundTrip(t *testing.T, root string) {
 // shows its 8 nodes and 16 L3 domains, and a capture of it keeps the cpumaps.
 func TestDoctorLscpuDump(t *testing.T) {
 	root := testenv.UnpackTree(t, filepath.Join("..", "..", "testdata", "lscpu", "x86_64-epyc_7451.tar.gz"))
+	t.Setenv("COLUMNS", "200") // one topology line, unwrapped
 	out, _, err := run(t, "doctor", "--root", root)
 	if err != nil {
 		t.Fatal(err)

@@ -586,7 +586,7 @@ func TestDoctorLscpuEpyc7451(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	if err := WriteText(&buf, Run(openHost(t, root), Options{EUID: -1})); err != nil {
+	if err := WriteText(&buf, Run(openHost(t, root), Options{}), 200); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
@@ -619,7 +619,7 @@ func TestWriteTextL3WithoutID(t *testing.T) {
 		files[fmt.Sprintf(cache+"shared_cpu_list", cpu)] = "0-1\n"
 	}
 	var buf bytes.Buffer
-	if err := WriteText(&buf, Run(openHost(t, writeTree(t, files)), Options{EUID: -1})); err != nil {
+	if err := WriteText(&buf, Run(openHost(t, writeTree(t, files)), Options{}), 80); err != nil {
 		t.Fatal(err)
 	}
 	if out := buf.String(); !strings.Contains(out, "L3: CPUs 0-1, 18 MiB, 24-way") || strings.Contains(out, "#-1") {

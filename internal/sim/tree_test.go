@@ -74,7 +74,7 @@ tenants: [{name: a, role: victim, cpus: "0"}]
 				t.Fatal(err)
 			}
 			defer s.close()
-			rep := doctor.Run(s.h, doctor.Options{EUID: -1})
+			rep := doctor.Run(s.h, doctor.Options{})
 			if len(rep.Capabilities.Topology.Warnings) > 0 {
 				t.Errorf("topology warnings: %v", rep.Capabilities.Topology.Warnings)
 			}
