@@ -128,6 +128,12 @@ type Agent struct {
 	// capTime is each tenant's proof cap time in the last minute, for the
 	// budget that bounds what proofs may cost an innocent.
 	capTime map[string][]capSlot
+	// watchAt is when the next watch is due, watchN counts watches (for
+	// the CPU rotation), watchKind is the probe kind it reads: DRAM where
+	// the probe has it, else the first kind the intervals read.
+	watchAt   time.Time
+	watchN    int
+	watchKind string
 	// survey is how many start-up surveys of the quiet probe level are
 	// left (see surveyQuiet); none once baselines were calibrated or
 	// restored.
@@ -284,7 +290,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case now := <-timer.C:
 			next = a.Tick(now, next)
-			timer.Reset(time.Until(next))
+			wake := next
+			if !a.watchAt.IsZero() && a.watchAt.Before(wake) {
+				wake = a.watchAt
+			}
+			timer.Reset(time.Until(wake))
 		case now := <-proofTimer:
 			a.proofSample(now)
 		}
@@ -292,21 +302,71 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // Tick drives the agent on a caller's clock instead of Run's timers (the
-// simulator runs on virtual time): it takes a proof sample when one is due
-// and runs an interval when next has passed, and returns when the next
-// interval is due: an interval on, or a fifth of one while a first sign of
-// contention waits to be confirmed. Call Start first and Stop at the end.
+// simulator runs on virtual time): it takes a proof sample when one is due,
+// runs an interval when next has passed, and between intervals watches for
+// a first sign of contention (see watch). It returns when the next interval
+// is due: an interval on, or a fifth of one while a first sign of
+// contention waits to be confirmed. Call it at least as often as WatchEvery;
+// call Start first and Stop at the end.
 func (a *Agent) Tick(now, next time.Time) time.Time {
 	if p := a.currentProof(); p != nil && !now.Before(p.next) {
 		a.proofSample(now)
 	}
-	if next.IsZero() || !now.Before(next) {
-		if a.step(now) {
-			return now.Add(max(a.cfg.Interval/5, quickInterval))
-		}
-		return now.Add(a.cfg.Interval)
+	due := next.IsZero() || !now.Before(next)
+	if !due && !a.watchAt.IsZero() && !now.Before(a.watchAt) {
+		a.watchAt = now.Add(a.WatchEvery())
+		due = a.watch()
 	}
-	return next
+	if !due {
+		return next
+	}
+	quick := a.step(now)
+	a.watchAt = now.Add(a.WatchEvery())
+	if quick {
+		return now.Add(a.WatchEvery())
+	}
+	return now.Add(a.cfg.Interval)
+}
+
+// WatchEvery is how often the agent looks for a first sign of contention
+// between intervals, and how soon it confirms one: a fifth of an interval,
+// at least quickInterval.
+func (a *Agent) WatchEvery() time.Duration { return max(a.cfg.Interval/5, quickInterval) }
+
+// quickInterval is the shortest watch: the probes' own cost bounds it.
+const quickInterval = 50 * time.Millisecond
+
+// watch takes one cheap probe reading between intervals — the DRAM kind
+// (about 0.2 ms of CPU on the dev machines) on one CPU, in turn — and
+// reports whether it reads contended, so that the interval runs now: a
+// polluter that starts just after an interval would otherwise run free for
+// most of one before anyone looks. It teaches the baselines nothing, and
+// stays quiet while a proof or a throttle is running (the interval then
+// watches closely enough), or before the first interval's readings.
+func (a *Agent) watch() bool {
+	a.mu.Lock()
+	busy := a.proof != nil || len(a.throttled) > 0 || a.watchKind == ""
+	a.mu.Unlock()
+	if busy {
+		return false
+	}
+	targets := a.d.Probe.Domains()
+	if len(targets) == 0 {
+		return false
+	}
+	a.watchN++
+	d := targets[a.watchN%len(targets)]
+	cpus := d.CPUs.List()
+	if len(cpus) == 0 {
+		return false
+	}
+	cpu := cpus[(a.watchN/len(targets))%len(cpus)]
+	rs, err := a.measureCPU(d.ID, cpu, a.watchKind)
+	if err != nil || len(rs) == 0 {
+		return false
+	}
+	rated := a.cont.Rate(rs)
+	return a.cont.Worst(rated, nil) >= a.cont.Thresholds().Ratio && a.cont.Above(rated[0])
 }
 
 // surveyRounds is how many intervals at start survey the quiet level.
@@ -382,9 +442,6 @@ func (a *Agent) surveyQuiet(now time.Time, samples []sample) {
 	a.mu.Unlock()
 	a.log.Info("surveyed the probes' quiet level with busy tenants capped", "tenants", len(capped), "readings", len(readings))
 }
-
-// quickInterval is the shortest interval: the probes' own cost bounds it.
-const quickInterval = 50 * time.Millisecond
 
 // Start does what Run does before its first interval: restore throttles a
 // previous run left behind.
@@ -565,6 +622,13 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	}
 	a.mu.Lock()
 	held := a.heldDomainsLocked()
+	if a.watchKind != sense.ProbeDRAM {
+		for _, r := range readings {
+			if r.Kind == sense.ProbeDRAM || a.watchKind == "" {
+				a.watchKind = r.Kind
+			}
+		}
+	}
 	a.mu.Unlock()
 	a.cont.Hold(held)
 	v := a.cont.Update(readings)

@@ -196,6 +196,13 @@ func (c *Contention) Rate(rs []sense.ProbeReading) []RatedReading {
 	return out
 }
 
+// Above reports whether a rated reading is over its kind's contention
+// ratio and outside its baseline's noise, as Update counts it.
+func (c *Contention) Above(r RatedReading) bool {
+	ratio, _ := c.th.For(r.Kind)
+	return c.baseline(r.Domain, r.Kind).Above(r.Ns, ratio, c.th.Noise)
+}
+
 // Update judges one interval's readings and then learns from them.
 func (c *Contention) Update(rs []sense.ProbeReading) Verdict {
 	v := Verdict{Ratio: 1, Readings: c.Rate(rs)}
