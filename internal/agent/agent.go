@@ -1059,6 +1059,7 @@ func (a *Agent) proofSample(now time.Time) {
 		ratio = a.waitProofRatioLocked(p, waitNow)
 		ok = ratio > 0
 	}
+	a.log.Debug("proof reading", "tenant", p.tenant.Name, "capped", p.capped, "ratio", ratio, "ok", ok, "cpu", p.cpu.CPU, "kind", p.kind)
 	if p.p.Observe(now, ratio, ok) {
 		a.endProofLocked(now, p)
 		return
@@ -1079,7 +1080,15 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 	key := backoffKey(p.signal, p.tenant.ID)
 	if verdict != judge.ProofGuilty {
 		a.uncapLocked(now, p, verdict+": "+why)
-		a.backoff[key] = a.nextBackoff(key, now)
+		if verdict == judge.ProofInconclusive {
+			// Not acquitted: proved again soon, within the budget, with
+			// the backoff it had.
+			b := a.backoff[key]
+			b.until = now.Add(inconclusiveRetry)
+			a.backoff[key] = b
+		} else {
+			a.backoff[key] = a.nextBackoff(key, now)
+		}
 		a.recordLocked(now, p.tenant, "release", 0, 1, verdict+": "+why)
 		a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
 		return
@@ -1098,6 +1107,10 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 	delete(a.backoff, key)
 	a.recordLocked(now, p.tenant, "throttle", q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
 }
+
+// inconclusiveRetry is how soon a suspect whose proof was inconclusive
+// may be proved again.
+const inconclusiveRetry = time.Second
 
 // capSpent books d of proof cap time on a tenant (at now) and forgets
 // what is older than a minute; it returns what the tenant was capped in
