@@ -174,9 +174,12 @@ type proof struct {
 	cpu    CPUDomain // where the probe reads
 	kind   string    // the probe kind that showed the contention ("" = all)
 	reason string
-	capped bool      // the cap is applied now
-	since  time.Time // when the cap was last applied
-	next   time.Time // the next reading
+	capped bool // the cap is applied now
+	// switched says the cap state changed since the last reading: a
+	// CPU-wait reading's window then spans both states.
+	switched bool
+	since    time.Time // when the cap was last applied
+	next     time.Time // the next reading
 	// signal is the contention being proven: signalProbe (the canary
 	// probes on cpu) or signalWait (the victims' CPU wait, waitFrom their
 	// counters at the previous reading).
@@ -975,7 +978,14 @@ func (a *Agent) startProofLocked(now time.Time, p *proof, before float64) {
 		a.backoff[key] = a.nextBackoff(key, now)
 		return
 	}
-	p.p = judge.NewProof(a.cfg.Proof.ProofConfig, before, now, uint64(now.UnixNano()))
+	cfg := a.cfg.Proof.ProofConfig
+	if p.signal == signalWait {
+		// CPU wait is read over the time between two readings: a few
+		// windows a slot, the first of which (it spans the switch) only
+		// starts the count.
+		cfg.Samples = min(cfg.Samples, 4)
+	}
+	p.p = judge.NewProof(cfg, before, now, uint64(now.UnixNano()))
 	a.proof = p
 	a.recordLocked(now, p.tenant, "proof", 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", a.cfg.Proof.Trials, p.reason))
 	a.followPlanLocked(now, p)
@@ -989,6 +999,7 @@ func (a *Agent) followPlanLocked(now time.Time, p *proof) {
 	if plan.Capped == p.capped {
 		return
 	}
+	p.switched = true
 	if plan.Capped {
 		// Capped hard: the kernel's minimum quota (1 ms) per CPU a period,
 		// so the suspect runs in rare 1 ms slots while the probe reads.
@@ -1057,8 +1068,9 @@ func (a *Agent) proofSample(now time.Time) {
 	}
 	if p.signal == signalWait {
 		ratio = a.waitProofRatioLocked(p, waitNow)
-		ok = ratio > 0
+		ok = ratio > 0 && !p.switched
 	}
+	p.switched = false
 	a.log.Debug("proof reading", "tenant", p.tenant.Name, "capped", p.capped, "ratio", ratio, "ok", ok, "cpu", p.cpu.CPU, "kind", p.kind)
 	if p.p.Observe(now, ratio, ok) {
 		a.endProofLocked(now, p)

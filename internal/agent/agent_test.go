@@ -319,7 +319,7 @@ func TestAgentRestoresAfterKill(t *testing.T) {
 	for i := 0; i < 200 && !hs.has("throttle", "polluter"); i++ {
 		now := time.Now()
 		hs.agent.step(now)
-		if p := hs.agent.currentProof(); p != nil {
+		for p := hs.agent.currentProof(); p != nil; p = hs.agent.currentProof() {
 			time.Sleep(time.Until(p.next))
 			hs.agent.proofSample(time.Now())
 		}
