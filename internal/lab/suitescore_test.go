@@ -296,3 +296,29 @@ func TestSuiteTextAndJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestSuiteReportHTML(t *testing.T) {
+	seed := int64(3)
+	sr := &SuiteResult{Seed: 3, Host: "<host>", Policies: []string{"none", "crosstalk"}, Runs: []RunScore{
+		{Name: "gen-3", Repetition: 1, Seed: &seed, Class: ClassPolluter, Victim: "chase-1MiB", Polluter: "stream", Timing: TimingPause, Placement: PlaceWithVictim,
+			Bystanders: []string{"steady", "redis"}, Convicted: true, FirstCapSeconds: fp(0.5), ConvictionSeconds: fp(0.9), ReleaseSeconds: fp(0.3), AlreadyRunning: true,
+			VictimSlowdown: map[string]*float64{"none": fp(2), "crosstalk": fp(1.25)}, VictimSlowdownAfter: map[string]*float64{"none": fp(2.5), "crosstalk": fp(1.05)}},
+		{Name: "my-<file>", Repetition: 2, Class: ClassControl, Error: "tenant <x> failed"},
+	}}
+	sr.Summarize()
+	var b bytes.Buffer
+	if err := WriteSuiteReport(&b, sr); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	wantAll(t, page, "<title>crosstalk lab suite</title>", "host <b>&lt;host&gt;</b>", "2 run(s)",
+		"100% of 1", "0.90s / 0.90s", "0.30s / 0.30s",
+		">chase-1MiB<", ">stream<", ">pause<", ">with-victim<", "steady, redis", `class="verdict-caught">caught<`, "0.50s ⁱ",
+		"2.00× / 2.50×", "1.25× / 1.05×", "my-&lt;file&gt; #2", "error: tenant &lt;x&gt; failed")
+	if strings.Contains(page, "<host>") || strings.Contains(page, "<x>") {
+		t.Error("names from the result are not escaped")
+	}
+	if err := WriteSuiteReport(&b, nil); err == nil {
+		t.Error("no error for a nil result")
+	}
+}
