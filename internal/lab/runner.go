@@ -434,7 +434,7 @@ func (r *runner) phase(ctx context.Context, name string, length, policyAt time.D
 			out.values[t.Name] = v
 		} else if err := p.noMetric(length); err != nil {
 			return out, fmt.Errorf("phase %s: %w", name, err)
-		} else {
+		} else if t.Load != "" || t.Metric != nil {
 			r.log.Warn("tenant reported no metric", "tenant", t.Name, "phase", name)
 		}
 		p.mu.Lock()
