@@ -48,8 +48,7 @@ slowdown, overall and by run class.
 
 Needs root (it creates cgroups), except --list.`,
 		Example: `  crosstalk lab suite --seed 1 --runs 30 --list
-  crosstalk lab suite --seed 1 --runs 30 --builtins --out /tmp/suite
-  crosstalk lab suite my-scenario.yaml --repetitions 5 --json`,
+  crosstalk lab suite --seed 1 --runs 1 --duration 2s`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			h, err := g.openHost()
 			if err != nil {
