@@ -244,7 +244,7 @@ func (g *gen) redisPort(tenant int) int {
 // redisCommand runs a redis server and redis-benchmark against it in a
 // loop, each benchmark short enough to report several times a phase.
 func redisCommand(port int, quietOutput bool) []string {
-	bench := fmt.Sprintf("redis-benchmark -p %d -q -t get -n 20000", port)
+	bench := fmt.Sprintf("redis-benchmark -p %d -q -t get -n 5000", port)
 	if !quietOutput {
 		bench += " >/dev/null"
 	}
