@@ -53,11 +53,16 @@ func (p *labPolicy) Begin(ctx context.Context, env *lab.PolicyEnv) error {
 		return fmt.Errorf("crosstalk agent: %w", err)
 	}
 	p.agent, p.close = a, closeFn
-	// The tenants have not started yet: what the probes read now is quiet.
-	if err := a.Calibrate(ctx, 4); err != nil {
-		closeFn()
-		os.RemoveAll(dir)
-		return fmt.Errorf("crosstalk agent: calibrating probes: %w", err)
+	// Before the tenants start, what the probes read is a quiet host: a
+	// baseline worth calibrating on. Among tenants already running (a
+	// polluter among them, perhaps) it is not; the agent then starts as it
+	// would on a busy host, with no calibrated baseline.
+	if !env.TenantsRunning {
+		if err := a.Calibrate(ctx, 4); err != nil {
+			closeFn()
+			os.RemoveAll(dir)
+			return fmt.Errorf("crosstalk agent: calibrating probes: %w", err)
+		}
 	}
 	actx, cancel := context.WithCancel(context.Background())
 	p.cancel, p.done = cancel, make(chan error, 1)

@@ -301,3 +301,67 @@ func TestLiveShortBuslock(t *testing.T) {
 	}
 	t.Logf("victim slowdown under none with %.1fs phases: %.2fx (a measurement, not asserted)", s.Phase.Seconds(), *res.Results[0].VictimSlowdown)
 }
+
+// startsLate is a policy that records what the lab told it when it began.
+type startsLate struct {
+	began          time.Duration
+	tenantsRunning bool
+}
+
+func (*startsLate) Name() string { return "late" }
+func (p *startsLate) Begin(_ context.Context, env *PolicyEnv) error {
+	p.began, p.tenantsRunning = env.Since(), env.TenantsRunning
+	return nil
+}
+func (*startsLate) End(context.Context) error { return nil }
+
+// A policy that starts into the phase sees the tenants already running and
+// is told so; a pause window stops the tenant's processes (no CPU used while
+// paused) and is marked on the timeline; SoloVictimOnly runs only the
+// victim's solo phase.
+func TestLivePolicyStartAndPause(t *testing.T) {
+	h, l := liveHost(t)
+	vc, oc := twoCPUs(t, h)
+	s, err := Parse([]byte(fmt.Sprintf(`name: late
+phase: 1500ms
+policy_start: 400ms
+tenants:
+  - {name: victim, role: victim, load: chase, args: ["--size", "256KiB"], cpus: "%s"}
+  - {name: busy, role: bystander, load: cpu, cpus: "%s", pause: 300ms, resume: 1200ms}
+`, vc, oc)), "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := &startsLate{}
+	reg := DefaultPolicies()
+	reg["late"] = func() Policy { return pol }
+	res, err := Run(context.Background(), s, Options{Host: h, Self: crosstalkBin, Policies: []string{"late"}, Registry: reg,
+		Interval: 100 * time.Millisecond, SoloVictimOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertClean(t, h, l, os.Getpid())
+	if !pol.tenantsRunning || pol.began < 400*time.Millisecond || pol.began > 900*time.Millisecond {
+		t.Errorf("policy began at %v (tenants running: %v), want ~400ms and true", pol.began, pol.tenantsRunning)
+	}
+	pr := res.Results[0]
+	if pr.PolicyStartSeconds < 0.4 || pr.PolicyStartSeconds > 0.9 {
+		t.Errorf("policy_start_seconds = %v", pr.PolicyStartSeconds)
+	}
+	at := map[string]float64{}
+	for _, e := range pr.Timeline.Events {
+		if e.Tenant == "busy" {
+			at[e.Kind] = e.T
+		}
+	}
+	if p, r := at["pause"], at["resume"]; p < 0.3 || p > 0.6 || r < 1.2 || r > 1.5 {
+		t.Errorf("busy events %v: want a pause at ~0.3s and a resume at ~1.2s", at)
+	}
+	// Paused for 0.9 s of a 1.5 s phase: its CPU time shows it stopped.
+	if cpu := pr.Tenants["busy"].CPUSeconds; cpu > 1.0 {
+		t.Errorf("busy used %.2fs of CPU in 1.5s with 0.9s paused", cpu)
+	}
+	if res.Solo["busy"].Value != nil || res.Solo["victim"].Value == nil {
+		t.Errorf("solo values: victim %v, busy %v (want only the victim's)", res.Solo["victim"].Value, res.Solo["busy"].Value)
+	}
+}

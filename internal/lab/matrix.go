@@ -105,7 +105,7 @@ func RunMatrix(ctx context.Context, mo MatrixOptions, opt Options) (*Matrix, err
 	for _, v := range mo.Victims {
 		t := matrixTenant("victim", RoleVictim, v, mo.VictimCPUs)
 		r.log.Info("matrix solo", "load", v)
-		out, err := r.phase(ctx, "solo-"+v, mo.Phase, []Tenant{t}, nonePolicy{})
+		out, err := r.phase(ctx, "solo-"+v, mo.Phase, 0, []Tenant{t}, nonePolicy{})
 		if err != nil {
 			return nil, err
 		}
@@ -119,7 +119,7 @@ func RunMatrix(ctx context.Context, mo MatrixOptions, opt Options) (*Matrix, err
 		for _, p := range mo.Polluters {
 			r.log.Info("matrix pair", "victim", v, "polluter", p)
 			ts := []Tenant{matrixTenant("victim", RoleVictim, v, mo.VictimCPUs), matrixTenant("polluter", RolePolluter, p, mo.PolluterCPUs)}
-			out, err := r.phase(ctx, "pair-"+v+"-"+p, mo.Phase, ts, nonePolicy{})
+			out, err := r.phase(ctx, "pair-"+v+"-"+p, mo.Phase, 0, ts, nonePolicy{})
 			if err != nil {
 				return nil, err
 			}

@@ -34,6 +34,10 @@ type PolicyEnv struct {
 	Since func() time.Duration
 	// Record notes an action on the timeline.
 	Record func(Action)
+	// TenantsRunning says the tenants started before the policy began (the
+	// scenario's policy_start): what the policy reads first is not a quiet
+	// host, so it must not take it as one.
+	TenantsRunning bool
 }
 
 // PolicyTenant is a tenant as a policy sees it.

@@ -636,8 +636,13 @@ func (s *svgDoc) eventMarkers(a plotArea, x linearScale, events []TenantEvent) [
 		px := x.at(e.T)
 		color := roleColor(e.Role)
 		dash, verb := "", "starts"
-		if e.Kind == "stop" {
+		switch e.Kind {
+		case "stop":
 			dash, verb = ` stroke-dasharray="2 3"`, "stops"
+		case "pause":
+			dash, verb = ` stroke-dasharray="2 3"`, "pauses"
+		case "resume":
+			verb = "resumes"
 		}
 		s.group(`class="event"`, fmt.Sprintf("%.2fs: %s %s (%s)", e.T, e.Tenant, verb, e.Role))
 		s.line(px, a.top-6, px, a.bottom, `stroke="`+color+`" stroke-width="1.5"`+dash)
@@ -647,7 +652,7 @@ func (s *svgDoc) eventMarkers(a plotArea, x linearScale, events []TenantEvent) [
 		if !seen[key] {
 			seen[key] = true
 			d := ""
-			if e.Kind == "stop" {
+			if e.Kind == "stop" || e.Kind == "pause" {
 				d = "2 3"
 			}
 			legend = append(legend, legendItem{label: e.Role + " " + verb, color: color, dash: d})

@@ -43,6 +43,9 @@ type PolicyResult struct {
 	// was never throttled).
 	FirstActionSeconds *float64 `json:"first_action_seconds"`
 	ReleaseSeconds     *float64 `json:"release_seconds"`
+	// PolicyStartSeconds is when the policy began, into the phase (the
+	// scenario's policy_start; 0 when it began before any tenant).
+	PolicyStartSeconds float64 `json:"policy_start_seconds,omitempty"`
 }
 
 // TenantResult is a tenant's outcome under one policy.
@@ -67,7 +70,7 @@ type TenantEvent struct {
 	T      float64 `json:"t"`
 	Tenant string  `json:"tenant"`
 	Role   string  `json:"role"`
-	Kind   string  `json:"kind"` // "start" or "stop"
+	Kind   string  `json:"kind"` // "start", "stop", "pause" or "resume"
 }
 
 // Slowdown orients a co-located value against solo so that > 1 is worse.

@@ -34,7 +34,11 @@ type Options struct {
 	Interval time.Duration
 	// Grace is how long tenants get after their end before they are killed.
 	Grace time.Duration
-	Log   *slog.Logger
+	// SoloVictimOnly skips the solo phases of every tenant but the victim:
+	// only the victim's slowdown is then known, in a third less time or
+	// better (the suite, which scores attribution, needs no more).
+	SoloVictimOnly bool
+	Log            *slog.Logger
 }
 
 type runner struct {
@@ -161,11 +165,14 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 
 	for rep := 1; rep <= s.Repetitions; rep++ {
 		for _, t := range s.Tenants {
+			if r.opt.SoloVictimOnly && t.Role != RoleVictim {
+				continue
+			}
 			solo := t
-			solo.Start, solo.Stop = 0, 0
+			solo.Start, solo.Stop, solo.Pause, solo.Resume = 0, 0, 0, 0
 			length := t.RunLength(s.Phase)
 			r.log.Info("solo phase", "tenant", t.Name, "load", t.What(), "seconds", length.Seconds(), "repetition", rep)
-			out, err := r.phase(ctx, fmt.Sprintf("r%d-solo-%s", rep, t.Name), length, []Tenant{solo}, nonePolicy{})
+			out, err := r.phase(ctx, fmt.Sprintf("r%d-solo-%s", rep, t.Name), length, 0, []Tenant{solo}, nonePolicy{})
 			if err != nil {
 				return nil, err
 			}
@@ -175,7 +182,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 		for _, pname := range r.opt.Policies {
 			r.log.Info("co-located phase", "policy", pname, "seconds", s.Phase.Seconds(), "repetition", rep)
-			out, err := r.phase(ctx, fmt.Sprintf("r%d-%s", rep, pname), s.Phase, s.Tenants, r.opt.Registry[pname]())
+			out, err := r.phase(ctx, fmt.Sprintf("r%d-%s", rep, pname), s.Phase, s.PolicyStart, s.Tenants, r.opt.Registry[pname]())
 			if err != nil {
 				return nil, err
 			}
@@ -204,7 +211,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	for _, pname := range r.opt.Policies {
 		out := last[pname]
 		pr := PolicyResult{Policy: pname, Tenants: map[string]TenantResult{}, Actions: out.actions,
-			Timeline: Timeline{Victim: out.victim, Events: out.events}}
+			Timeline: Timeline{Victim: out.victim, Events: out.events}, PolicyStartSeconds: out.policyStart.Seconds()}
 		if pr.Actions == nil {
 			pr.Actions = []Action{}
 		}
@@ -286,10 +293,13 @@ type phaseOut struct {
 	victim  []Sample
 	events  []TenantEvent
 	actions []Action
+	// policyStart is when the policy began, into the phase.
+	policyStart time.Duration
 }
 
-// phase runs tenants for length under a policy, then tears everything down.
-func (r *runner) phase(ctx context.Context, name string, length time.Duration, tenants []Tenant, pol Policy) (out phaseOut, err error) {
+// phase runs tenants for length under a policy that begins policyAt into
+// the phase (0: before any tenant starts), then tears everything down.
+func (r *runner) phase(ctx context.Context, name string, length, policyAt time.Duration, tenants []Tenant, pol Policy) (out phaseOut, err error) {
 	out = phaseOut{values: map[string]float64{}, stats: map[string][2]time.Duration{}}
 	phaseCG := path.Join(labRoot, r.runID, name)
 	defer func() {
@@ -314,10 +324,20 @@ func (r *runner) phase(ctx context.Context, name string, length time.Duration, t
 		env.Tenants = append(env.Tenants, PolicyTenant{Name: t.Name, Role: t.Role, CPUs: t.cpus, Group: g})
 	}
 
-	if err := pol.Begin(ctx, env); err != nil {
-		return out, fmt.Errorf("phase %s: policy %s: %w", name, pol.Name(), err)
+	begun := false
+	begin := func() error {
+		env.TenantsRunning = policyAt > 0
+		if err := pol.Begin(ctx, env); err != nil {
+			return fmt.Errorf("phase %s: policy %s: %w", name, pol.Name(), err)
+		}
+		begun = true
+		out.policyStart = since()
+		return nil
 	}
 	defer func() {
+		if !begun {
+			return
+		}
 		// Restore even when ctx is cancelled: a fresh, bounded context.
 		ectx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -325,6 +345,14 @@ func (r *runner) phase(ctx context.Context, name string, length time.Duration, t
 			err = errors.Join(err, fmt.Errorf("phase %s: policy %s: %w", name, pol.Name(), perr))
 		}
 	}()
+	if policyAt == 0 {
+		// The policy may calibrate on the quiet host first: the phase's
+		// clock starts after it.
+		if err := begin(); err != nil {
+			return out, err
+		}
+		out.policyStart = 0
+	}
 	start.Store(time.Now().UnixNano())
 
 	procs := map[string]*proc{}
@@ -356,7 +384,18 @@ func (r *runner) phase(ctx context.Context, name string, length time.Duration, t
 			out.events = append(out.events, TenantEvent{T: p.startAt.Seconds(), Tenant: t.Name, Role: t.Role, Kind: "start"})
 			next++
 		}
-		allDone := next == len(order)
+		if !begun && now >= policyAt {
+			if err := begin(); err != nil {
+				stopAll()
+				return out, err
+			}
+		}
+		for _, p := range procs {
+			if kind := p.pauseStep(now); kind != "" {
+				out.events = append(out.events, TenantEvent{T: now.Seconds(), Tenant: p.t.Name, Role: p.t.Role, Kind: kind})
+			}
+		}
+		allDone := next == len(order) && begun
 		for _, p := range procs {
 			select {
 			case <-p.done:
@@ -393,7 +432,9 @@ func (r *runner) phase(ctx context.Context, name string, length time.Duration, t
 		p := procs[t.Name]
 		if v, ok := p.value(); ok {
 			out.values[t.Name] = v
-		} else {
+		} else if err := p.noMetric(length); err != nil {
+			return out, fmt.Errorf("phase %s: %w", name, err)
+		} else if t.Load != "" || t.Metric != nil {
 			r.log.Warn("tenant reported no metric", "tenant", t.Name, "phase", name)
 		}
 		p.mu.Lock()

@@ -35,6 +35,11 @@ type Scenario struct {
 	Description string        `yaml:"description" json:"description,omitempty"`
 	Phase       time.Duration `yaml:"phase" json:"phase"`
 	Repetitions int           `yaml:"repetitions" json:"repetitions"`
+	// PolicyStart is when the policy begins, as an offset into the
+	// co-located phase (0: before any tenant starts). Tenants that start
+	// before it are already running when the policy first looks, as on a
+	// host where the agent is started or restarted among busy tenants.
+	PolicyStart time.Duration `yaml:"policy_start" json:"policy_start,omitempty"`
 	Tenants     []Tenant      `yaml:"tenants" json:"tenants"`
 }
 
@@ -53,6 +58,11 @@ type Tenant struct {
 	// Start and Stop are offsets into the co-located phase; Stop 0 = phase end.
 	Start time.Duration `yaml:"start" json:"start,omitempty"`
 	Stop  time.Duration `yaml:"stop" json:"stop,omitempty"`
+	// Pause and Resume, offsets into the co-located phase, stop every
+	// process of the tenant (SIGSTOP) and let them go on (SIGCONT): a tenant
+	// that goes quiet and comes back without restarting.
+	Pause  time.Duration `yaml:"pause" json:"pause,omitempty"`
+	Resume time.Duration `yaml:"resume" json:"resume,omitempty"`
 
 	line int // line of the tenant in the YAML, for errors
 	cpus cpuset.Set
@@ -151,6 +161,9 @@ func (s *Scenario) validate() error {
 	if s.Repetitions < 0 || s.Repetitions > 100 {
 		return fmt.Errorf("repetitions: %d outside 1-100", s.Repetitions)
 	}
+	if s.PolicyStart < 0 || s.PolicyStart >= s.Phase {
+		return fmt.Errorf("policy_start %s: must be within the phase (0 to %s)", s.PolicyStart, s.Phase)
+	}
 	if len(s.Tenants) == 0 {
 		return errors.New("tenants: at least a victim is needed")
 	}
@@ -243,13 +256,46 @@ func (t *Tenant) validate(phase time.Duration) error {
 	if t.Stop > phase {
 		return fmt.Errorf("stop %s: after the phase ends (%s)", t.Stop, phase)
 	}
-	if t.Role == RoleVictim && (t.Start != 0 || t.Stop != 0) {
-		return errors.New("start/stop: the victim runs the whole phase")
+	if t.Role == RoleVictim && (t.Start != 0 || t.Stop != 0 || t.Pause != 0 || t.Resume != 0) {
+		return errors.New("start/stop/pause/resume: the victim runs the whole phase")
 	}
-	if t.Load == "splitlock" && t.RunLength(phase) > MaxSplitLockPhase {
+	if err := t.validatePause(phase); err != nil {
+		return err
+	}
+	if t.SplitLocks() && t.RunLength(phase) > MaxSplitLockPhase {
 		return fmt.Errorf("a split-lock tenant may run at most %s per phase (it slows the whole machine); shorten phase or set stop", MaxSplitLockPhase)
 	}
 	return nil
+}
+
+func (t *Tenant) validatePause(phase time.Duration) error {
+	if t.Pause == 0 && t.Resume == 0 {
+		return nil
+	}
+	end := t.Start + t.RunLength(phase)
+	switch {
+	case t.Pause <= t.Start:
+		return fmt.Errorf("pause %s: must come after start %s", t.Pause, t.Start)
+	case t.Resume <= t.Pause:
+		return fmt.Errorf("resume %s: must come after pause %s", t.Resume, t.Pause)
+	case t.Resume >= end:
+		return fmt.Errorf("resume %s: must come before the tenant stops (%s)", t.Resume, end)
+	}
+	return nil
+}
+
+// SplitLocks says whether the tenant makes split locks: the built-in
+// splitlock load, or stress-ng's bus-lock stressor.
+func (t Tenant) SplitLocks() bool {
+	if t.Load == "splitlock" {
+		return true
+	}
+	for _, a := range t.Command {
+		if a == "--lockbus" || strings.HasPrefix(a, "--lockbus=") || strings.Contains(a, " --lockbus ") {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *Metric) validate() error {
@@ -277,16 +323,19 @@ func (m *Metric) validate() error {
 }
 
 // WithPhase returns a copy of the scenario with a different phase length,
-// scaling start/stop offsets with it (the --duration flag).
+// scaling every offset with it: start, stop, pause, resume and policy_start
+// (the --duration flag).
 func (s *Scenario) WithPhase(d time.Duration) (*Scenario, error) {
 	c := *s
 	c.Tenants = slices.Clone(s.Tenants)
 	scale := float64(d) / float64(s.Phase)
+	at := func(d time.Duration) time.Duration { return time.Duration(float64(d) * scale).Round(time.Millisecond) }
 	for i := range c.Tenants {
 		t := &c.Tenants[i]
-		t.Start = time.Duration(float64(t.Start) * scale).Round(time.Millisecond)
-		t.Stop = time.Duration(float64(t.Stop) * scale).Round(time.Millisecond)
+		t.Start, t.Stop = at(t.Start), at(t.Stop)
+		t.Pause, t.Resume = at(t.Pause), at(t.Resume)
 	}
+	c.PolicyStart = at(s.PolicyStart)
 	c.Phase = d
 	if err := c.validate(); err != nil {
 		return nil, err

@@ -59,6 +59,12 @@ func TestParseErrors(t *testing.T) {
 		{"bad phase", "name: x\nphase: soon\ntenants: []\n", "line 2"},
 		{"empty", "", "empty scenario"},
 		{"bad name", "name: Hello World\nphase: 1s\ntenants: []\n", "scenario name"},
+		{"policy start after phase", "name: x\nphase: 5s\npolicy_start: 5s\ntenants:\n  - {name: v, role: victim, load: chase, cpus: \"1\"}\n", "policy_start 5s: must be within the phase"},
+		{"pause without resume", "name: x\nphase: 5s\ntenants:\n  - {name: v, role: victim, load: chase, cpus: \"1\"}\n  - {name: p, role: polluter, load: cpu, cpus: \"0\", pause: 2s}\n", "resume 0s: must come after pause 2s"},
+		{"pause before start", "name: x\nphase: 5s\ntenants:\n  - {name: v, role: victim, load: chase, cpus: \"1\"}\n  - {name: p, role: polluter, load: cpu, cpus: \"0\", start: 2s, pause: 1s, resume: 3s}\n", "pause 1s: must come after start 2s"},
+		{"resume after stop", "name: x\nphase: 5s\ntenants:\n  - {name: v, role: victim, load: chase, cpus: \"1\"}\n  - {name: p, role: polluter, load: cpu, cpus: \"0\", stop: 3s, pause: 1s, resume: 3s}\n", "must come before the tenant stops (3s)"},
+		{"victim paused", "name: x\nphase: 5s\ntenants:\n  - {name: v, role: victim, load: chase, cpus: \"1\", pause: 1s, resume: 2s}\n", "the victim runs the whole phase"},
+		{"long stress-ng bus locks", "name: x\nphase: 20s\ntenants:\n  - {name: v, role: victim, load: chase, cpus: \"1\"}\n  - {name: p, role: polluter, command: [stress-ng, --lockbus, \"1\"], cpus: \"0\"}\n", "at most 15s"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,6 +123,69 @@ tenants:
 	}
 	if _, err := s.WithPhase(40 * time.Second); err == nil {
 		t.Error("WithPhase let split locks run 20 s")
+	}
+}
+
+// Every offset scales with the phase, the policy's start and a pause window
+// included, and a scaled scenario still validates.
+func TestWithPhaseScalesEveryOffset(t *testing.T) {
+	s, err := Parse([]byte(`name: late
+phase: 8s
+policy_start: 2s
+tenants:
+  - {name: v, role: victim, load: chase, cpus: "1"}
+  - {name: p, role: polluter, load: splitlock, cpus: "0", stop: 6s, pause: 2s, resume: 4s}
+`), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := s.WithPhase(2 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s2.Tenants[1]
+	if s2.PolicyStart != 500*time.Millisecond || p.Pause != 500*time.Millisecond || p.Resume != time.Second || p.Stop != 1500*time.Millisecond {
+		t.Errorf("scaled: policy_start %v, pause %v, resume %v, stop %v", s2.PolicyStart, p.Pause, p.Resume, p.Stop)
+	}
+}
+
+// A command the lab had to stop before it printed its metric is an error
+// that says what to change; one that printed, exited by itself, or has no
+// metric is not.
+func TestNoMetricExplainsStoppedCommand(t *testing.T) {
+	s, err := Parse([]byte(`name: slow
+phase: 4s
+tenants:
+  - name: v
+    role: victim
+    command: ["redis-benchmark", "-n", "100000000"]
+    metric: {regex: 'GET: ([0-9.]+) requests per second', direction: higher}
+    cpus: "0"
+`), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := s.Victim()
+	tests := []struct {
+		name    string
+		p       *proc
+		wantErr string
+	}{
+		{"stopped before its metric", &proc{t: v, killed: true}, "stopped at the end of its 4s run before it printed a line matching its metric regex"},
+		{"stopped after a metric", &proc{t: v, killed: true, matches: []float64{1}}, ""},
+		{"exited by itself", &proc{t: v}, ""},
+		{"built-in load", &proc{t: Tenant{Name: "c", Load: "chase"}, killed: true}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.p.noMetric(s.Phase)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("unexpected error: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "run it in a loop")):
+				t.Errorf("error = %v, want %q and the advice", err, tc.wantErr)
+			}
+		})
 	}
 }
 

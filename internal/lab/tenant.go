@@ -65,6 +65,8 @@ type proc struct {
 	matches   []float64
 	tail      []string // last lines of stderr, for error messages
 	killed    bool     // the lab stopped it on purpose
+	paused    bool     // SIGSTOPped by its pause window, not yet resumed
+	resumed   bool     // its pause window is over
 	done      chan struct{}
 	waitErr   error
 	exitedAt  time.Duration
@@ -233,6 +235,58 @@ func (p *proc) stop() {
 	}
 	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	p.group.Kill()
+}
+
+// pauseStep applies the tenant's pause window at phase time now: it stops
+// every process of the tenant at Pause and continues them at Resume. It
+// returns "pause" or "resume" when it did either, "" otherwise.
+func (p *proc) pauseStep(now time.Duration) string {
+	if p.t.Pause == 0 {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.killed {
+		return ""
+	}
+	switch {
+	case !p.paused && !p.resumed && now >= p.t.Pause:
+		p.paused = true
+		p.signal(syscall.SIGSTOP)
+		return "pause"
+	case p.paused && now >= p.t.Resume:
+		p.paused, p.resumed = false, true
+		p.signal(syscall.SIGCONT)
+		return "resume"
+	}
+	return ""
+}
+
+// signal sends sig to the tenant's process group and to every process in
+// its cgroup, so helpers in a process group of their own are reached too.
+func (p *proc) signal(sig syscall.Signal) {
+	syscall.Kill(-p.cmd.Process.Pid, sig)
+	pids, _ := p.group.Procs()
+	for _, pid := range pids {
+		syscall.Kill(pid, sig)
+	}
+}
+
+// noMetric explains a command that the lab stopped (at its stop offset or
+// the phase end) before it printed its metric even once: the usual mistake
+// is a benchmark that runs longer than the phase and reports only at its
+// end. It returns nil for tenants without a metric regex or that exited
+// by themselves.
+func (p *proc) noMetric(phase time.Duration) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.t.Load != "" || p.t.Metric == nil || !p.killed || len(p.matches) > 0 {
+		return nil
+	}
+	return fmt.Errorf("tenant %s (%s) was stopped at the end of its %s run before it printed a line matching its metric regex %q: "+
+		"run it in a loop (command: [\"sh\", \"-c\", \"while :; do …; done\"], with metric aggregate: mean) so it reports during the phase, "+
+		"or make one run of it shorter than %s",
+		p.t.Name, p.t.What(), p.t.RunLength(phase), p.t.Metric.Regex, p.t.RunLength(phase))
 }
 
 // failure returns why the tenant failed, or nil if it ran fine (or was

@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/crosstalk-project/crosstalk/internal/lab"
+)
+
+func newLabSuiteCmd(g *globals) *cobra.Command {
+	var (
+		plan     lab.SuitePlan
+		reps     int
+		policies []string
+		asJSON   bool
+		list     bool
+		outDir   string
+		interval time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "suite [SCENARIO|FILE ...]",
+		Short: "Score the agent's attribution like a classifier over many generated scenarios",
+		Long: `Draws --runs scenarios for this host's CPUs (run i from seed --seed+i alone, so any
+run can be replayed by itself): a victim (pointer chases of several sizes, the
+latency server, redis or stress-ng where installed), a polluter (split locks,
+memory bandwidth, cache thrashing, built in or stress-ng) that runs the whole
+phase, starts late, stops early, pauses and comes back, or is already running
+when the agent starts; 0-3 innocent bystanders; and about one run in five a
+control run with no polluter at all. Built-in scenarios (--builtins) and
+scenario files can be added. Each run has the victim's solo phase and one
+co-located phase per policy.
+
+Each run is scored from the crosstalk policy's actions: the polluter convicted
+or not, the time to its first cap and to its conviction, its release after it
+stops, the innocents capped for proofs and convicted, and the victim's slowdown
+under each policy. The totals: recall, false-conviction rate, innocent proof
+cap-seconds, reaction and release times (median and p95) and the victim's
+slowdown, overall and by run class.
+
+Needs root (it creates cgroups), except --list.`,
+		Example: `  crosstalk lab suite --seed 1 --runs 30 --list
+  crosstalk lab suite --seed 1 --runs 1 --duration 2s`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			h, err := g.openHost()
+			if err != nil {
+				return err
+			}
+			plan.CPUs, err = lab.AllowedCPUs(h)
+			h.Close()
+			if err != nil {
+				return err
+			}
+			plan.Programs = lab.FindPrograms(exec.LookPath)
+			plan.Files = args
+			cases, err := lab.SuiteCases(plan)
+			if err != nil {
+				return err
+			}
+			if list {
+				return writeSuiteList(g, cases)
+			}
+			opt, done, err := g.labOptions(policies, interval)
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := labContext(cmd.Context())
+			defer cancel()
+			progress := func(sc lab.RunScore) { lab.WriteSuiteRun(g.errOut, sc) }
+			res, err := lab.RunSuite(ctx, cases, reps, opt, progress)
+			if err != nil {
+				if errors.Is(err, context.Canceled) {
+					return exitError{code: 130, err: errors.New("interrupted; tenants stopped and cgroups removed")}
+				}
+				return err
+			}
+			if outDir != "" {
+				if err := writeSuiteOut(outDir, res); err != nil {
+					return err
+				}
+				fmt.Fprintf(g.errOut, "wrote %s and %s\n", filepath.Join(outDir, "suite.json"), filepath.Join(outDir, "suite.html"))
+			}
+			if asJSON {
+				enc := json.NewEncoder(g.out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			return lab.WriteSuiteText(g.out, res)
+		},
+	}
+	f := cmd.Flags()
+	f.Int64Var(&plan.Seed, "seed", 1, "seed of the first generated run (run i uses seed+i)")
+	f.IntVar(&plan.Runs, "runs", 10, "generated runs")
+	f.BoolVar(&plan.Builtins, "builtins", false, "also run every built-in scenario")
+	f.DurationVar(&plan.Phase, "duration", 0, "override every scenario's phase length (offsets scale with it)")
+	f.IntVar(&reps, "repetitions", 1, "runs of each scenario, each scored")
+	f.StringSliceVar(&policies, "policy", []string{"none", "crosstalk"}, "policies to run, comma separated; crosstalk is the one scored")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.BoolVar(&list, "list", false, "print the runs the suite would make, without running them")
+	f.StringVar(&outDir, "out", "", "also write suite.json and an HTML page to `DIR`")
+	f.DurationVar(&interval, "interval", 250*time.Millisecond, "progress interval of built-in loads (timeline resolution)")
+	return cmd
+}
+
+func writeSuiteList(g *globals, cases []lab.SuiteCase) error {
+	for _, c := range cases {
+		what := "scenario: " + strings.TrimSpace(c.Scenario.Description)
+		if c.Gen != nil {
+			what = c.Gen.Describe()
+		} else if c.Scenario.Description == "" {
+			what = fmt.Sprintf("scenario, %.1fs phase", c.Scenario.Phase.Seconds())
+		}
+		if _, err := fmt.Fprintf(g.out, "%-14s %s\n", c.Scenario.Name, what); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeSuiteOut(dir string, res *lab.SuiteResult) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "suite.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "suite.html"))
+	if err != nil {
+		return err
+	}
+	if err := lab.WriteSuiteReport(f, res); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,253 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+)
+
+// SuiteCase is one scenario of a suite: generated (Gen set) or given.
+type SuiteCase struct {
+	Scenario *Scenario
+	Gen      *Generated
+}
+
+// SuitePlan says what a suite runs.
+type SuitePlan struct {
+	Seed     int64
+	Runs     int // generated runs, with seeds Seed … Seed+Runs-1
+	CPUs     cpuset.Set
+	Programs Programs
+	Builtins bool     // add the built-in scenarios
+	Files    []string // add these scenarios (built-in names or files)
+	// Phase overrides every scenario's phase length (0: keep), scaling its
+	// offsets with it.
+	Phase time.Duration
+}
+
+// SuiteCases draws and loads the suite's scenarios, each with one
+// repetition (the suite repeats runs itself, scoring each).
+func SuiteCases(p SuitePlan) ([]SuiteCase, error) {
+	var out []SuiteCase
+	for i := range p.Runs {
+		g, err := Generate(p.Seed+int64(i), p.CPUs, p.Programs)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, SuiteCase{Scenario: g.Scenario, Gen: g})
+	}
+	var names []string
+	if p.Builtins {
+		names = Builtins()
+	}
+	for _, n := range append(names, p.Files...) {
+		s, err := Load(n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, SuiteCase{Scenario: s})
+	}
+	for i := range out {
+		c := &out[i]
+		if p.Phase > 0 {
+			s, err := c.Scenario.WithPhase(p.Phase)
+			if err != nil {
+				return nil, fmt.Errorf("%s at %s phases: %w", c.Scenario.Name, p.Phase, err)
+			}
+			c.Scenario = s
+			if c.Gen != nil {
+				g := *c.Gen
+				g.Scenario = s
+				c.Gen = &g
+			}
+		}
+		c.Scenario.Repetitions = 1
+	}
+	if len(out) == 0 {
+		return nil, errors.New("suite: nothing to run (give --runs, --builtins or scenarios)")
+	}
+	return out, nil
+}
+
+// RunSuite runs every case repetitions times, each run with only the
+// victim's solo phase, scores each run as it ends (report is called with
+// it) and returns the scores with their totals. A run that fails is scored
+// as an error and the suite goes on; a cancelled ctx stops it.
+func RunSuite(ctx context.Context, cases []SuiteCase, repetitions int, opt Options, report func(RunScore)) (*SuiteResult, error) {
+	if !slices.Contains(opt.Policies, AttributionPolicy) {
+		return nil, fmt.Errorf("suite: the %s policy must be among the policies: its actions are what the suite scores", AttributionPolicy)
+	}
+	repetitions = max(repetitions, 1)
+	opt.SoloVictimOnly = true
+	out := &SuiteResult{Policies: opt.Policies, Runs: []RunScore{}}
+	if opt.Host != nil {
+		out.Host, _ = opt.Host.ReadString("/proc/sys/kernel/hostname")
+	}
+	for _, c := range cases {
+		if c.Gen != nil && len(out.Runs) == 0 {
+			out.Seed = c.Gen.Seed
+		}
+		for rep := 1; rep <= repetitions; rep++ {
+			res, err := Run(ctx, c.Scenario, opt)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			var sc RunScore
+			if err != nil {
+				sc = RunScore{Name: c.Scenario.Name, Class: ClassControl, Error: err.Error()}
+				if slices.ContainsFunc(c.Scenario.Tenants, func(t Tenant) bool { return t.Role == RolePolluter }) {
+					sc.Class = ClassPolluter
+				}
+			} else {
+				sc = ScoreRun(c.Scenario, res)
+			}
+			sc.Repetition = rep
+			c.describe(&sc)
+			out.Runs = append(out.Runs, sc)
+			if report != nil {
+				report(sc)
+			}
+		}
+	}
+	out.Summarize()
+	return out, nil
+}
+
+// describe copies what was drawn into the score.
+func (c SuiteCase) describe(sc *RunScore) {
+	if c.Gen == nil {
+		return
+	}
+	g := c.Gen
+	sc.Seed = ptrInt(g.Seed)
+	sc.Victim, sc.Polluter, sc.Timing, sc.Placement = g.Victim, g.Polluter, g.Timing, g.Placement
+	sc.Bystanders = slices.Clone(g.Bystanders)
+}
+
+func ptrInt(v int64) *int64 { return &v }
+
+// WriteSuiteRun prints one run's line (no header).
+func WriteSuiteRun(w io.Writer, r RunScore) error {
+	_, err := fmt.Fprintln(w, suiteRunLine(r))
+	return err
+}
+
+func suiteRunLine(r RunScore) string {
+	name := r.Name
+	if r.Repetition > 1 {
+		name += fmt.Sprintf("#%d", r.Repetition)
+	}
+	what := r.Class
+	if r.Polluter != "" {
+		what = fmt.Sprintf("%s %s %s", r.Polluter, r.Timing, r.Placement)
+	} else if r.Timing != "" {
+		what += " " + r.Timing
+	}
+	if r.Victim != "" {
+		what += " vs " + r.Victim
+	}
+	if r.Error != "" {
+		return fmt.Sprintf("%-10s %-44s error: %s", name, what, firstLine(r.Error))
+	}
+	line := fmt.Sprintf("%-10s %-44s %-16s", name, what, r.Verdict())
+	if r.Class == ClassPolluter {
+		early := ""
+		if r.AlreadyRunning {
+			early = " (already running)"
+		}
+		line += fmt.Sprintf(" cap %s convict %s release %s%s", fmtOptSecs(r.FirstCapSeconds), fmtOptSecs(r.ConvictionSeconds), fmtOptSecs(r.ReleaseSeconds), early)
+	}
+	line += fmt.Sprintf(" | innocents proof %d (%.2fs) convicted %d (%.2fs)", r.InnocentsProofCapped, r.InnocentProofCapSeconds, r.InnocentsConvicted, r.InnocentConvictedSeconds)
+	var sds []string
+	for _, p := range sortedKeys(r.VictimSlowdown) {
+		s := p + " " + fmtSlowdown(r.VictimSlowdown[p])
+		if v := r.VictimSlowdownAfter[p]; v != nil {
+			s += " (after " + fmtSlowdown(v) + ")"
+		}
+		sds = append(sds, s)
+	}
+	if len(sds) > 0 {
+		line += " | victim " + strings.Join(sds, ", ")
+	}
+	return line
+}
+
+func firstLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
+}
+
+func fmtOptSecs(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fs", *v)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// WriteSuiteText prints a suite: a line a run, then the totals overall and
+// by class.
+func WriteSuiteText(w io.Writer, r *SuiteResult) error {
+	var b strings.Builder
+	for _, s := range r.Runs {
+		b.WriteString(suiteRunLine(s) + "\n")
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUNS\tN\tRECALL\tFALSE CONV.\tINNOCENT PROOF CAP s/run\tFIRST CAP s\tCONVICTION s\tRELEASE s")
+	rows := []struct {
+		name string
+		a    Aggregate
+	}{{"all", r.Total}, {ClassPolluter, r.ByClass[ClassPolluter]}, {ClassControl, r.ByClass[ClassControl]}}
+	for _, row := range rows {
+		a := row.a
+		n := fmt.Sprint(a.Runs)
+		if a.Errors > 0 {
+			n += fmt.Sprintf(" (+%d errors)", a.Errors)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.name, n, fmtRate(a.Recall, a.PolluterRuns), fmtRate(a.FalseConvictionRate, a.Runs),
+			fmtDist(a.InnocentProofCapSeconds, "%.2f"), fmtDist(a.FirstCap, "%.2f"), fmtDist(a.Conviction, "%.2f"), fmtDist(a.Release, "%.2f"))
+	}
+	tw.Flush()
+	b.WriteString("\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "VICTIM SLOWDOWN\tPOLICY\tWHOLE PHASE\tAFTER FIRST ACTION")
+	for _, row := range rows {
+		for _, p := range r.Policies {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.name, p, fmtDist(row.a.VictimSlowdown[p], "%.2fx"), fmtDist(row.a.VictimSlowdownAfter[p], "%.2fx"))
+		}
+	}
+	tw.Flush()
+	b.WriteString("\nmedian / p95 over runs; recall = polluter runs whose polluter was convicted; false conv. = runs with an innocent convicted.\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func fmtRate(v *float64, of int) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%% of %d", *v*100, of)
+}
+
+func fmtDist(d Dist, format string) string {
+	if d.Median == nil {
+		return "-"
+	}
+	return fmt.Sprintf(format+" / "+format, *d.Median, *d.P95)
+}

@@ -1,0 +1,149 @@
+package lab
+
+import (
+	"fmt"
+	"html/template"
+	"io"
+	"strings"
+)
+
+// WriteSuiteReport writes a suite as one self-contained HTML page in the lab
+// report's style: the totals overall and by run class, the victim's slowdown
+// per policy, and a row a run.
+func WriteSuiteReport(w io.Writer, r *SuiteResult) error {
+	if r == nil {
+		return fmt.Errorf("report: no suite result")
+	}
+	return suiteTmpl.Execute(w, newSuitePage(r))
+}
+
+type suitePage struct {
+	Seed           int64
+	Host           string
+	Policies       string
+	Runs           int
+	Totals         []suiteTotalRow
+	Slowdowns      []suiteSlowdownRow
+	Rows           []suiteRunRow
+	PolicyHeadings []string
+}
+
+type suiteTotalRow struct {
+	Class, Runs, Recall, FalseConviction, ProofCap, FirstCap, Conviction, Release string
+}
+
+type suiteSlowdownRow struct {
+	First                bool
+	Class, Policy        string
+	Whole, After         string
+	WholeHeat, AfterHeat heat
+}
+
+type suiteCell struct {
+	Text string
+	Heat heat
+}
+
+type suiteRunRow struct {
+	Name, Class, Victim, Polluter, Timing, Placement, Bystanders, Verdict string
+	Cap, Convict, Release, Proof, Convicted, Error                        string
+	Slowdowns                                                             []suiteCell
+}
+
+func newSuitePage(r *SuiteResult) suitePage {
+	p := suitePage{Seed: r.Seed, Host: r.Host, Policies: strings.Join(r.Policies, ", "), Runs: len(r.Runs), PolicyHeadings: r.Policies}
+	classes := []struct {
+		name string
+		a    Aggregate
+	}{{"all", r.Total}, {ClassPolluter, r.ByClass[ClassPolluter]}, {ClassControl, r.ByClass[ClassControl]}}
+	for _, c := range classes {
+		a := c.a
+		n := fmt.Sprint(a.Runs)
+		if a.Errors > 0 {
+			n += fmt.Sprintf(" (+%d errors)", a.Errors)
+		}
+		p.Totals = append(p.Totals, suiteTotalRow{Class: c.name, Runs: n, Recall: fmtRate(a.Recall, a.PolluterRuns),
+			FalseConviction: fmtRate(a.FalseConvictionRate, a.Runs), ProofCap: fmtDist(a.InnocentProofCapSeconds, "%.2fs"),
+			FirstCap: fmtDist(a.FirstCap, "%.2fs"), Conviction: fmtDist(a.Conviction, "%.2fs"), Release: fmtDist(a.Release, "%.2fs")})
+		for i, pol := range r.Policies {
+			whole, after := a.VictimSlowdown[pol], a.VictimSlowdownAfter[pol]
+			p.Slowdowns = append(p.Slowdowns, suiteSlowdownRow{First: i == 0, Class: c.name, Policy: pol,
+				Whole: fmtDist(whole, "%.2f×"), After: fmtDist(after, "%.2f×"), WholeHeat: slowdownHeat(whole.Median), AfterHeat: slowdownHeat(after.Median)})
+		}
+	}
+	for _, s := range r.Runs {
+		name := s.Name
+		if s.Repetition > 1 {
+			name += fmt.Sprintf(" #%d", s.Repetition)
+		}
+		row := suiteRunRow{Name: name, Class: s.Class, Victim: s.Victim, Polluter: s.Polluter, Timing: s.Timing, Placement: s.Placement,
+			Bystanders: strings.Join(s.Bystanders, ", "), Verdict: s.Verdict(), Error: s.Error}
+		if s.Error == "" {
+			if s.Class == ClassPolluter {
+				row.Cap, row.Convict, row.Release = fmtOptSecs(s.FirstCapSeconds), fmtOptSecs(s.ConvictionSeconds), fmtOptSecs(s.ReleaseSeconds)
+				if s.AlreadyRunning {
+					row.Cap += " ⁱ"
+				}
+			}
+			row.Proof = fmt.Sprintf("%d (%.2fs)", s.InnocentsProofCapped, s.InnocentProofCapSeconds)
+			row.Convicted = fmt.Sprintf("%d (%.2fs)", s.InnocentsConvicted, s.InnocentConvictedSeconds)
+		}
+		for _, pol := range r.Policies {
+			v := s.VictimSlowdown[pol]
+			text := fmtRatio(v)
+			if a := s.VictimSlowdownAfter[pol]; a != nil {
+				text += " / " + fmtRatio(a)
+			}
+			row.Slowdowns = append(row.Slowdowns, suiteCell{Text: text, Heat: slowdownHeat(v)})
+		}
+		p.Rows = append(p.Rows, row)
+	}
+	return p
+}
+
+var suiteTmpl = template.Must(template.New("suite").Funcs(template.FuncMap{
+	"css": func() template.CSS { return template.CSS(reportCSS + suiteCSS) },
+}).Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>crosstalk lab suite</title>
+<style>{{css}}</style></head>
+<body>
+<h1>crosstalk lab suite</h1>
+<p class="meta">{{with .Host}}host <b>{{.}}</b> · {{end}}{{.Runs}} run(s) · first seed {{.Seed}} · policies {{.Policies}}</p>
+
+<h2>Attribution</h2>
+<table class="totals">
+<thead><tr><th>runs</th><th class="num">n</th><th class="num">recall</th><th class="num">false convictions</th><th class="num">innocent proof caps / run</th><th class="num">first cap</th><th class="num">conviction</th><th class="num">release</th></tr></thead>
+<tbody>{{range .Totals}}
+<tr><td>{{.Class}}</td><td class="num">{{.Runs}}</td><td class="num">{{.Recall}}</td><td class="num">{{.FalseConviction}}</td><td class="num">{{.ProofCap}}</td><td class="num">{{.FirstCap}}</td><td class="num">{{.Conviction}}</td><td class="num">{{.Release}}</td></tr>{{end}}
+</tbody></table>
+<p class="meta">Median / 95th percentile over runs. Recall: polluter runs whose polluter was convicted (throttled while it ran). False convictions: runs where any innocent (victim or bystander) was convicted, control runs included. Reactions count from the polluter's start, or from the agent's when the polluter was already running.</p>
+
+<h2>Victim slowdown</h2>
+<table class="slowdowns">
+<thead><tr><th>runs</th><th>policy</th><th class="num">whole phase</th><th class="num">after the first action</th></tr></thead>
+<tbody>{{range .Slowdowns}}
+<tr{{if .First}} class="first"{{end}}><td>{{.Class}}</td><td>{{.Policy}}</td><td class="num" style="background:{{.WholeHeat.Bg}};color:{{.WholeHeat.Fg}}">{{.Whole}}</td><td class="num" style="background:{{.AfterHeat.Bg}};color:{{.AfterHeat.Fg}}">{{.After}}</td></tr>{{end}}
+</tbody></table>
+<p class="meta">After the first action: the victim's timeline from the agent's first cap of the polluter on, under every policy (the same moment), against its solo run.</p>
+
+<h2>Runs</h2>
+<table class="runs">
+<thead><tr><th>run</th><th>class</th><th>victim</th><th>polluter</th><th>timing</th><th>placement</th><th>bystanders</th><th>verdict</th><th class="num">first cap</th><th class="num">conviction</th><th class="num">release</th><th class="num">innocents proved</th><th class="num">innocents convicted</th>{{range .PolicyHeadings}}<th class="num">{{.}}</th>{{end}}</tr></thead>
+<tbody>{{range .Rows}}
+<tr><td>{{.Name}}</td><td>{{.Class}}</td><td>{{.Victim}}</td><td class="role-polluter">{{.Polluter}}</td><td>{{.Timing}}</td><td>{{.Placement}}</td><td class="role-bystander">{{.Bystanders}}</td>{{if .Error}}<td class="verdict-error" colspan="6">error: {{.Error}}</td>{{else}}<td class="verdict-{{.Verdict}}">{{.Verdict}}</td><td class="num">{{.Cap}}</td><td class="num">{{.Convict}}</td><td class="num">{{.Release}}</td><td class="num">{{.Proof}}</td><td class="num">{{.Convicted}}</td>{{end}}{{range .Slowdowns}}<td class="num" style="background:{{.Heat.Bg}};color:{{.Heat.Fg}}">{{.Text}}</td>{{end}}</tr>{{end}}
+</tbody></table>
+<p class="meta">Per policy: the victim's slowdown over the whole phase / after the first action. ⁱ: the polluter was already running when the agent started.</p>
+
+<footer>slowdown = co-located / solo, oriented so that &gt; 1 is worse. Generated by crosstalk lab suite.</footer>
+</body></html>
+`))
+
+const suiteCSS = `
+td.verdict-caught{color:#2ca02c;font-weight:bold}
+td.verdict-clean{color:#2ca02c}
+td.verdict-missed,td.verdict-caught\+false{color:#ff7f0e;font-weight:bold}
+td.verdict-false-conviction,td.verdict-error{color:#d62728;font-weight:bold}
+table.runs td{white-space:nowrap}
+`

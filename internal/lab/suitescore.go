@@ -1,0 +1,426 @@
+package lab
+
+import (
+	"math"
+	"slices"
+)
+
+// AttributionPolicy is the policy whose actions the suite scores: the agent.
+const AttributionPolicy = "crosstalk"
+
+// convictionSlack is how long after a polluter went quiet (stopped or
+// paused) a conviction of it still counts as one while it ran: the agent
+// judges on what it sampled up to a tick ago.
+const convictionSlack = 0.5
+
+// RunScore is how the agent did in one run, scored like a classifier.
+// Times are seconds; a nil time is something that did not happen.
+type RunScore struct {
+	Name       string `json:"name"`
+	Repetition int    `json:"repetition"`
+	// What was drawn, for generated runs (Seed is nil for scenario files).
+	Seed       *int64   `json:"seed,omitempty"`
+	Class      string   `json:"class"` // ClassPolluter or ClassControl
+	Victim     string   `json:"victim,omitempty"`
+	Polluter   string   `json:"polluter,omitempty"`
+	Timing     string   `json:"timing,omitempty"`
+	Placement  string   `json:"placement,omitempty"`
+	Bystanders []string `json:"bystanders,omitempty"`
+	// Error is why the run could not be scored; the rest is then empty.
+	Error string `json:"error,omitempty"`
+
+	// AlreadyRunning: the polluter ran before the agent started, and its
+	// reaction times count from the agent's start.
+	AlreadyRunning bool `json:"already_running,omitempty"`
+	// Convicted: a "throttle" of the polluter while it ran.
+	Convicted bool `json:"convicted"`
+	// FirstCapSeconds and ConvictionSeconds run from the polluter's start
+	// (or the agent's, if later) to its first cap (proof or throttle) and
+	// to its conviction; ReleaseSeconds from its early stop or pause to its
+	// quota back, when it was convicted before.
+	FirstCapSeconds   *float64 `json:"first_cap_seconds"`
+	ConvictionSeconds *float64 `json:"conviction_seconds"`
+	ReleaseSeconds    *float64 `json:"release_seconds"`
+	// Innocents (the victim and bystanders) capped for proofs and convicted:
+	// how many tenants, and their capped seconds summed.
+	InnocentsProofCapped     int     `json:"innocents_proof_capped"`
+	InnocentProofCapSeconds  float64 `json:"innocent_proof_cap_seconds"`
+	InnocentsConvicted       int     `json:"innocents_convicted"`
+	InnocentConvictedSeconds float64 `json:"innocent_convicted_seconds"`
+	// The victim's slowdown against solo by policy, over the whole phase
+	// and from the agent's first action against the polluter on (the same
+	// moment applied to every policy's timeline).
+	VictimSlowdown      map[string]*float64 `json:"victim_slowdown"`
+	VictimSlowdownAfter map[string]*float64 `json:"victim_slowdown_after_first_action"`
+}
+
+// Verdict is the run's outcome in a word.
+func (r RunScore) Verdict() string {
+	switch {
+	case r.Error != "":
+		return "error"
+	case r.Class == ClassControl && r.InnocentsConvicted > 0:
+		return "false-conviction"
+	case r.Class == ClassControl:
+		return "clean"
+	case r.Convicted && r.InnocentsConvicted > 0:
+		return "caught+false"
+	case r.Convicted:
+		return "caught"
+	}
+	return "missed"
+}
+
+// window is a span of phase time [from, to).
+type window struct{ from, to float64 }
+
+// runWindows is when a tenant ran, from its start/stop/pause/resume events.
+func runWindows(events []TenantEvent, tenant string, phase float64) []window {
+	var out []window
+	open := math.NaN()
+	for _, e := range events {
+		if e.Tenant != tenant {
+			continue
+		}
+		switch e.Kind {
+		case "start", "resume":
+			if math.IsNaN(open) {
+				open = e.T
+			}
+		case "stop", "pause":
+			if !math.IsNaN(open) {
+				out = append(out, window{open, e.T})
+				open = math.NaN()
+			}
+		}
+	}
+	if !math.IsNaN(open) {
+		out = append(out, window{open, phase})
+	}
+	return out
+}
+
+// capSpan is a time a tenant spent capped: from an action with a quota to
+// the next action that gave its quota back (or the phase end). Kind is the
+// action that began it: "proof" or "throttle".
+type capSpan struct {
+	kind     string
+	from, to float64
+}
+
+// capSpans walks a tenant's actions in order. A throttle while capped for a
+// proof ends the proof span and begins a conviction span.
+func capSpans(actions []Action, tenant string, phase float64) []capSpan {
+	var out []capSpan
+	var cur *capSpan
+	for _, a := range actions {
+		if a.Tenant != tenant {
+			continue
+		}
+		switch {
+		case a.Quota > 0 && cur == nil:
+			cur = &capSpan{kind: a.Kind, from: a.T}
+		case a.Quota > 0 && a.Kind == "throttle" && cur.kind != "throttle":
+			cur.to = a.T
+			out = append(out, *cur)
+			cur = &capSpan{kind: "throttle", from: a.T}
+		case a.Quota == 0 && cur != nil:
+			cur.to = a.T
+			out = append(out, *cur)
+			cur = nil
+		}
+	}
+	if cur != nil {
+		cur.to = max(phase, cur.from)
+		out = append(out, *cur)
+	}
+	return out
+}
+
+// ScoreRun scores one run of scenario s from its result: the crosstalk
+// policy's actions and timeline for attribution, every policy's victim
+// slowdown. The first polluter of s is the guilty one; other polluters are
+// neither guilty nor innocent; every other tenant is innocent.
+func ScoreRun(s *Scenario, res *Result) RunScore {
+	sc := RunScore{Name: s.Name, Class: ClassControl,
+		VictimSlowdown: map[string]*float64{}, VictimSlowdownAfter: map[string]*float64{}}
+	var guilty *Tenant
+	for i := range s.Tenants {
+		if s.Tenants[i].Role == RolePolluter {
+			guilty = &s.Tenants[i]
+			sc.Class = ClassPolluter
+			break
+		}
+	}
+	var ct *PolicyResult
+	for i := range res.Results {
+		pr := &res.Results[i]
+		sc.VictimSlowdown[pr.Policy] = pr.VictimSlowdown
+		if pr.Policy == AttributionPolicy {
+			ct = pr
+		}
+	}
+	if ct == nil {
+		sc.Error = "no " + AttributionPolicy + " policy result to score"
+		return sc
+	}
+	phase := s.Phase.Seconds()
+
+	for _, t := range s.Tenants {
+		if t.Role == RolePolluter {
+			continue
+		}
+		proofed, convicted := false, false
+		for _, sp := range capSpans(ct.Actions, t.Name, phase) {
+			if sp.kind == "throttle" {
+				convicted = true
+				sc.InnocentConvictedSeconds += sp.to - sp.from
+			} else if sp.kind == "proof" {
+				proofed = true
+				sc.InnocentProofCapSeconds += sp.to - sp.from
+			}
+		}
+		if proofed {
+			sc.InnocentsProofCapped++
+		}
+		if convicted {
+			sc.InnocentsConvicted++
+		}
+	}
+
+	var firstAction *float64
+	if guilty != nil {
+		firstAction = scorePolluter(&sc, guilty, s, ct)
+	}
+	var solo Solo
+	if res.Solo != nil {
+		solo = res.Solo[res.Victim]
+	}
+	for _, pr := range res.Results {
+		if firstAction == nil || solo.Value == nil {
+			sc.VictimSlowdownAfter[pr.Policy] = nil
+			continue
+		}
+		sc.VictimSlowdownAfter[pr.Policy] = meanSlowdownFrom(pr.Timeline.Victim, *firstAction, *solo.Value, solo.Direction)
+	}
+	return sc
+}
+
+// scorePolluter fills the guilty tenant's scores and returns the phase
+// time of the agent's first action against it (nil: none).
+func scorePolluter(sc *RunScore, guilty *Tenant, s *Scenario, ct *PolicyResult) *float64 {
+	phase := s.Phase.Seconds()
+	runs := runWindows(ct.Timeline.Events, guilty.Name, phase)
+	if len(runs) == 0 {
+		return nil // it never started: nothing to react to
+	}
+	ref := runs[0].from
+	if ct.PolicyStartSeconds > ref {
+		ref = ct.PolicyStartSeconds
+		sc.AlreadyRunning = true
+	}
+	var firstAction *float64
+	var convictedAt *float64
+	for _, a := range ct.Actions {
+		if a.Tenant != guilty.Name || a.T < runs[0].from {
+			continue
+		}
+		if a.Quota > 0 && firstAction == nil {
+			firstAction = ptr(a.T)
+			sc.FirstCapSeconds = ptr(max(0, a.T-ref))
+		}
+		if a.Kind == "throttle" && convictedAt == nil && within(runs, a.T, convictionSlack) {
+			convictedAt = ptr(a.T)
+			sc.Convicted = true
+			sc.ConvictionSeconds = ptr(max(0, a.T-ref))
+		}
+	}
+	if convictedAt == nil {
+		return firstAction
+	}
+	// Release: from the first time it went quiet after its conviction (an
+	// early stop or a pause; not the phase end) to its quota back.
+	for _, w := range runs {
+		quiet := w.to
+		if quiet+convictionSlack < *convictedAt || quiet >= phase-0.05 {
+			continue
+		}
+		for _, a := range ct.Actions {
+			if a.Tenant == guilty.Name && a.Quota == 0 && a.T >= quiet {
+				sc.ReleaseSeconds = ptr(a.T - quiet)
+				break
+			}
+		}
+		break
+	}
+	return firstAction
+}
+
+// within says whether t falls in one of the windows, or up to slack after
+// one ends.
+func within(ws []window, t, slack float64) bool {
+	for _, w := range ws {
+		if t >= w.from && t <= w.to+slack {
+			return true
+		}
+	}
+	return false
+}
+
+// meanSlowdownFrom is the victim's slowdown against solo over its timeline
+// samples from phase time from on (nil without samples there).
+func meanSlowdownFrom(samples []Sample, from, solo float64, direction string) *float64 {
+	var vals []float64
+	for _, s := range samples {
+		if s.T >= from && finite(s.Value) {
+			vals = append(vals, s.Value)
+		}
+	}
+	if len(vals) == 0 {
+		return nil
+	}
+	sum := 0.0
+	for _, v := range vals {
+		sum += v
+	}
+	if sd, ok := Slowdown(solo, sum/float64(len(vals)), direction); ok {
+		return ptr(sd)
+	}
+	return nil
+}
+
+// Dist is a distribution over runs: how many values, their median and
+// 95th percentile (nearest rank: the smallest value at or above 95% of
+// them). Median and P95 are nil without values.
+type Dist struct {
+	N      int      `json:"n"`
+	Median *float64 `json:"median"`
+	P95    *float64 `json:"p95"`
+}
+
+func distOf(vals []float64) Dist {
+	d := Dist{N: len(vals)}
+	if len(vals) == 0 {
+		return d
+	}
+	s := slices.Clone(vals)
+	slices.Sort(s)
+	m, _ := median(s)
+	d.Median = ptr(m)
+	rank := int(math.Ceil(0.95*float64(len(s)))) - 1
+	d.P95 = ptr(s[max(rank, 0)])
+	return d
+}
+
+// Aggregate is the suite's totals over a set of runs.
+type Aggregate struct {
+	Runs         int `json:"runs"` // scored runs, errors not included
+	Errors       int `json:"errors"`
+	PolluterRuns int `json:"polluter_runs"`
+	ControlRuns  int `json:"control_runs"`
+	// Recall: polluter runs whose polluter was convicted, of all polluter
+	// runs. FalseConvictionRate: runs where any innocent was convicted, of
+	// all runs (control runs included). Nil when there is nothing to divide.
+	Recall              *float64 `json:"recall"`
+	FalseConvictionRate *float64 `json:"false_conviction_rate"`
+	// InnocentProofCapSeconds per run; the reactions over the runs where
+	// they happened.
+	InnocentProofCapSeconds Dist            `json:"innocent_proof_cap_seconds"`
+	FirstCap                Dist            `json:"first_cap_seconds"`
+	Conviction              Dist            `json:"conviction_seconds"`
+	Release                 Dist            `json:"release_seconds"`
+	VictimSlowdown          map[string]Dist `json:"victim_slowdown"`
+	VictimSlowdownAfter     map[string]Dist `json:"victim_slowdown_after_first_action"`
+}
+
+// Summarize aggregates run scores.
+func Summarize(runs []RunScore) Aggregate {
+	a := Aggregate{VictimSlowdown: map[string]Dist{}, VictimSlowdownAfter: map[string]Dist{}}
+	var proofSecs, firstCap, conviction, release []float64
+	slow, after := map[string][]float64{}, map[string][]float64{}
+	convicted, falseRuns := 0, 0
+	for _, r := range runs {
+		if r.Error != "" {
+			a.Errors++
+			continue
+		}
+		a.Runs++
+		if r.Class == ClassPolluter {
+			a.PolluterRuns++
+			if r.Convicted {
+				convicted++
+			}
+		} else {
+			a.ControlRuns++
+		}
+		if r.InnocentsConvicted > 0 {
+			falseRuns++
+		}
+		proofSecs = append(proofSecs, r.InnocentProofCapSeconds)
+		for _, v := range []struct {
+			p   *float64
+			dst *[]float64
+		}{{r.FirstCapSeconds, &firstCap}, {r.ConvictionSeconds, &conviction}, {r.ReleaseSeconds, &release}} {
+			if v.p != nil {
+				*v.dst = append(*v.dst, *v.p)
+			}
+		}
+		for p, v := range r.VictimSlowdown {
+			if _, ok := slow[p]; !ok {
+				slow[p] = []float64{}
+			}
+			if v != nil {
+				slow[p] = append(slow[p], *v)
+			}
+		}
+		for p, v := range r.VictimSlowdownAfter {
+			if _, ok := after[p]; !ok {
+				after[p] = []float64{}
+			}
+			if v != nil {
+				after[p] = append(after[p], *v)
+			}
+		}
+	}
+	if a.PolluterRuns > 0 {
+		a.Recall = ptr(float64(convicted) / float64(a.PolluterRuns))
+	}
+	if a.Runs > 0 {
+		a.FalseConvictionRate = ptr(float64(falseRuns) / float64(a.Runs))
+	}
+	a.InnocentProofCapSeconds = distOf(proofSecs)
+	a.FirstCap, a.Conviction, a.Release = distOf(firstCap), distOf(conviction), distOf(release)
+	for p, v := range slow {
+		a.VictimSlowdown[p] = distOf(v)
+	}
+	for p, v := range after {
+		a.VictimSlowdownAfter[p] = distOf(v)
+	}
+	return a
+}
+
+// SuiteResult is a whole suite: every run's score and the totals, overall
+// and by run class.
+type SuiteResult struct {
+	Seed     int64                `json:"seed"`
+	Policies []string             `json:"policies"`
+	Host     string               `json:"host,omitempty"`
+	Runs     []RunScore           `json:"runs"`
+	Total    Aggregate            `json:"total"`
+	ByClass  map[string]Aggregate `json:"by_class"`
+}
+
+// Summarize fills the totals from the runs.
+func (r *SuiteResult) Summarize() {
+	r.Total = Summarize(r.Runs)
+	r.ByClass = map[string]Aggregate{}
+	for _, class := range []string{ClassPolluter, ClassControl} {
+		var of []RunScore
+		for _, s := range r.Runs {
+			if s.Class == class {
+				of = append(of, s)
+			}
+		}
+		r.ByClass[class] = Summarize(of)
+	}
+}

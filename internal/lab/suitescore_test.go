@@ -1,0 +1,324 @@
+package lab
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+)
+
+// scoreScenario is an 8 s phase with a victim, a polluter and a bystander;
+// extra is YAML appended to the polluter's line (start, stop, pause…).
+func scoreScenario(t *testing.T, top, polluter string) *Scenario {
+	t.Helper()
+	y := "name: s\nphase: 8s\n" + top + "tenants:\n" +
+		"  - {name: v, role: victim, load: chase, cpus: \"1\"}\n"
+	if polluter != "-" {
+		y += "  - {name: p, role: polluter, load: splitlock, cpus: \"0\"" + polluter + "}\n"
+	}
+	y += "  - {name: b, role: bystander, load: cpu, cpus: \"0\"}\n"
+	s, err := Parse([]byte(y), "score")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func ev(tm float64, tenant, kind string) TenantEvent {
+	return TenantEvent{T: tm, Tenant: tenant, Kind: kind}
+}
+
+func act(tm float64, tenant, kind string, quota float64) Action {
+	return Action{T: tm, Tenant: tenant, Kind: kind, Quota: quota}
+}
+
+func fp(v float64) *float64 { return &v }
+
+func TestScoreRun(t *testing.T) {
+	pollStart := []TenantEvent{ev(0, "v", "start"), ev(0, "b", "start"), ev(1, "p", "start"), ev(8, "p", "stop")}
+	tests := []struct {
+		name        string
+		top, pol    string
+		policyStart float64
+		events      []TenantEvent
+		actions     []Action
+		want        RunScore
+		verdict     string
+	}{
+		{name: "convicted", pol: ", start: 1s", events: pollStart,
+			actions: []Action{act(2, "p", "proof", 0.5), act(2.5, "p", "throttle", 0.1), act(4, "p", "relax", 0.2)},
+			want:    RunScore{Class: ClassPolluter, Convicted: true, FirstCapSeconds: fp(1), ConvictionSeconds: fp(1.5)}, verdict: "caught"},
+		{name: "acquitted", pol: ", start: 1s", events: pollStart,
+			actions: []Action{act(2, "p", "proof", 0.5), act(2.3, "p", "release", 0)},
+			want:    RunScore{Class: ClassPolluter, FirstCapSeconds: fp(1)}, verdict: "missed"},
+		{name: "innocent convicted", pol: ", start: 1s", events: pollStart,
+			actions: []Action{act(3, "b", "throttle", 0.1), act(5, "b", "release", 0), act(6, "p", "throttle", 0.1)},
+			want: RunScore{Class: ClassPolluter, Convicted: true, FirstCapSeconds: fp(5), ConvictionSeconds: fp(5),
+				InnocentsConvicted: 1, InnocentConvictedSeconds: 2}, verdict: "caught+false"},
+		{name: "proof caps until release or phase end", pol: ", start: 1s", events: pollStart,
+			actions: []Action{act(1, "v", "proof", 0.5), act(1.25, "v", "release", 0), act(2, "b", "proof", 0.5)},
+			want:    RunScore{Class: ClassPolluter, InnocentsProofCapped: 2, InnocentProofCapSeconds: 6.25}, verdict: "missed"},
+		{name: "innocent proved then convicted", pol: ", start: 1s", events: pollStart,
+			actions: []Action{act(1, "v", "proof", 0.5), act(1.5, "v", "throttle", 0.1), act(2, "v", "release", 0)},
+			want: RunScore{Class: ClassPolluter, InnocentsProofCapped: 1, InnocentProofCapSeconds: 0.5,
+				InnocentsConvicted: 1, InnocentConvictedSeconds: 0.5}, verdict: "missed"},
+		{name: "already running", top: "policy_start: 2s\n", pol: "", policyStart: 2,
+			events:  []TenantEvent{ev(0, "v", "start"), ev(0, "p", "start"), ev(8, "p", "stop")},
+			actions: []Action{act(2.5, "p", "proof", 0.5), act(3, "p", "throttle", 0.1)},
+			want:    RunScore{Class: ClassPolluter, AlreadyRunning: true, Convicted: true, FirstCapSeconds: fp(0.5), ConvictionSeconds: fp(1)}, verdict: "caught"},
+		{name: "released after an early stop", pol: ", start: 1s, stop: 5s",
+			events:  []TenantEvent{ev(1, "p", "start"), ev(5, "p", "stop")},
+			actions: []Action{act(2, "p", "throttle", 0.1), act(5.4, "p", "release", 0)},
+			want:    RunScore{Class: ClassPolluter, Convicted: true, FirstCapSeconds: fp(1), ConvictionSeconds: fp(1), ReleaseSeconds: fp(0.4)}, verdict: "caught"},
+		{name: "throttled just after a pause counts, release from the pause", pol: ", pause: 3s, resume: 5s",
+			events:  []TenantEvent{ev(0, "p", "start"), ev(3, "p", "pause"), ev(5, "p", "resume"), ev(8, "p", "stop")},
+			actions: []Action{act(3.25, "p", "throttle", 0.1), act(3.75, "p", "release", 0)},
+			want:    RunScore{Class: ClassPolluter, Convicted: true, FirstCapSeconds: fp(3.25), ConvictionSeconds: fp(3.25), ReleaseSeconds: fp(0.75)}, verdict: "caught"},
+		{name: "throttled while paused is no conviction", pol: ", pause: 3s, resume: 6s",
+			events:  []TenantEvent{ev(0, "p", "start"), ev(3, "p", "pause"), ev(6, "p", "resume"), ev(8, "p", "stop")},
+			actions: []Action{act(4.5, "p", "throttle", 0.1)},
+			want:    RunScore{Class: ClassPolluter, FirstCapSeconds: fp(4.5)}, verdict: "missed"},
+		{name: "control run clean", pol: "-", events: []TenantEvent{ev(0, "v", "start")},
+			actions: []Action{act(2, "b", "proof", 0.5), act(2.5, "b", "release", 0)},
+			want:    RunScore{Class: ClassControl, InnocentsProofCapped: 1, InnocentProofCapSeconds: 0.5}, verdict: "clean"},
+		{name: "control run with a false conviction", pol: "-", events: []TenantEvent{ev(0, "v", "start")},
+			actions: []Action{act(2, "b", "throttle", 0.1)},
+			want:    RunScore{Class: ClassControl, InnocentsConvicted: 1, InnocentConvictedSeconds: 6}, verdict: "false-conviction"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := scoreScenario(t, tc.top, tc.pol)
+			res := &Result{Victim: "v", Solo: map[string]Solo{"v": {Value: fp(10), Direction: "lower"}},
+				Results: []PolicyResult{{Policy: "crosstalk", Actions: tc.actions, PolicyStartSeconds: tc.policyStart,
+					Timeline: Timeline{Events: tc.events}}}}
+			got := ScoreRun(s, res)
+			check := func(what string, g, w any) {
+				t.Helper()
+				if gp, ok := g.(*float64); ok {
+					wp := w.(*float64)
+					if (gp == nil) != (wp == nil) || gp != nil && math.Abs(*gp-*wp) > 1e-9 {
+						t.Errorf("%s = %v, want %v", what, deref(gp), deref(wp))
+					}
+					return
+				}
+				if gf, ok := g.(float64); ok {
+					if math.Abs(gf-w.(float64)) > 1e-9 {
+						t.Errorf("%s = %v, want %v", what, g, w)
+					}
+					return
+				}
+				if g != w {
+					t.Errorf("%s = %v, want %v", what, g, w)
+				}
+			}
+			w := tc.want
+			check("class", got.Class, w.Class)
+			check("error", got.Error, "")
+			check("convicted", got.Convicted, w.Convicted)
+			check("already running", got.AlreadyRunning, w.AlreadyRunning)
+			check("first cap", got.FirstCapSeconds, w.FirstCapSeconds)
+			check("conviction", got.ConvictionSeconds, w.ConvictionSeconds)
+			check("release", got.ReleaseSeconds, w.ReleaseSeconds)
+			check("innocents proof capped", got.InnocentsProofCapped, w.InnocentsProofCapped)
+			check("innocent proof cap seconds", got.InnocentProofCapSeconds, w.InnocentProofCapSeconds)
+			check("innocents convicted", got.InnocentsConvicted, w.InnocentsConvicted)
+			check("innocent convicted seconds", got.InnocentConvictedSeconds, w.InnocentConvictedSeconds)
+			check("verdict", got.Verdict(), tc.verdict)
+		})
+	}
+}
+
+func deref(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// The victim's slowdown after the agent's first action against the
+// polluter is read from each policy's timeline from that moment on.
+func TestScoreVictimSlowdownAfterFirstAction(t *testing.T) {
+	s := scoreScenario(t, "", ", start: 1s")
+	timeline := func(before, after float64) []Sample {
+		var out []Sample
+		for i := range 8 {
+			v := before
+			if i >= 3 {
+				v = after
+			}
+			out = append(out, Sample{T: float64(i), Value: v})
+		}
+		return out
+	}
+	events := []TenantEvent{ev(1, "p", "start"), ev(8, "p", "stop")}
+	res := &Result{Victim: "v", Solo: map[string]Solo{"v": {Value: fp(10), Direction: "lower"}},
+		Results: []PolicyResult{
+			{Policy: "none", VictimSlowdown: fp(5), Timeline: Timeline{Victim: timeline(50, 50), Events: events}},
+			{Policy: "crosstalk", VictimSlowdown: fp(2.5), Actions: []Action{act(3, "p", "proof", 0.5)},
+				Timeline: Timeline{Victim: timeline(50, 12), Events: events}},
+		}}
+	got := ScoreRun(s, res)
+	want := map[string][2]float64{"none": {5, 5}, "crosstalk": {2.5, 1.2}}
+	for p, w := range want {
+		if v := got.VictimSlowdown[p]; v == nil || *v != w[0] {
+			t.Errorf("%s whole-phase slowdown = %v, want %v", p, deref(v), w[0])
+		}
+		if v := got.VictimSlowdownAfter[p]; v == nil || math.Abs(*v-w[1]) > 1e-9 {
+			t.Errorf("%s slowdown after first action = %v, want %v", p, deref(v), w[1])
+		}
+	}
+	// Without a policy "crosstalk" there is nothing to score.
+	res.Results = res.Results[:1]
+	if sc := ScoreRun(s, res); sc.Error == "" {
+		t.Error("scored a run without the crosstalk policy")
+	}
+}
+
+func TestDistAndSummarize(t *testing.T) {
+	var twenty []float64
+	for i := 20; i >= 1; i-- {
+		twenty = append(twenty, float64(i))
+	}
+	dists := []struct {
+		vals        []float64
+		median, p95 float64
+	}{
+		{[]float64{3}, 3, 3},
+		{[]float64{4, 1, 3, 2}, 2.5, 4},
+		{twenty, 10.5, 19},
+	}
+	for _, d := range dists {
+		got := distOf(d.vals)
+		if got.N != len(d.vals) || *got.Median != d.median || *got.P95 != d.p95 {
+			t.Errorf("distOf(%v) = n %d median %v p95 %v, want %v %v", d.vals, got.N, *got.Median, *got.P95, d.median, d.p95)
+		}
+	}
+	if d := distOf(nil); d.Median != nil || d.P95 != nil || d.N != 0 {
+		t.Errorf("empty dist = %+v", d)
+	}
+
+	runs := []RunScore{
+		{Class: ClassPolluter, Convicted: true, FirstCapSeconds: fp(1), ConvictionSeconds: fp(2), ReleaseSeconds: fp(0.5), InnocentProofCapSeconds: 0.2,
+			VictimSlowdown: map[string]*float64{"none": fp(4), "crosstalk": fp(2)}, VictimSlowdownAfter: map[string]*float64{"none": fp(5), "crosstalk": fp(1)}},
+		{Class: ClassPolluter, Convicted: true, FirstCapSeconds: fp(3), ConvictionSeconds: fp(4), InnocentProofCapSeconds: 0.4, InnocentsConvicted: 1,
+			VictimSlowdown: map[string]*float64{"none": fp(6), "crosstalk": fp(3)}, VictimSlowdownAfter: map[string]*float64{"none": fp(7), "crosstalk": fp(2)}},
+		{Class: ClassPolluter, FirstCapSeconds: fp(2), InnocentProofCapSeconds: 0,
+			VictimSlowdown: map[string]*float64{"none": fp(8), "crosstalk": nil}},
+		{Class: ClassControl, InnocentProofCapSeconds: 1,
+			VictimSlowdown: map[string]*float64{"none": fp(1), "crosstalk": fp(1.1)}},
+		{Class: ClassControl, Error: "tenant failed"},
+	}
+	a := Summarize(runs)
+	if a.Runs != 4 || a.Errors != 1 || a.PolluterRuns != 3 || a.ControlRuns != 1 {
+		t.Errorf("counts = %+v", a)
+	}
+	if *a.Recall != 2.0/3 || *a.FalseConvictionRate != 0.25 {
+		t.Errorf("recall %v, false-conviction rate %v; want 2/3 and 1/4", *a.Recall, *a.FalseConvictionRate)
+	}
+	for _, d := range []struct {
+		name        string
+		got         Dist
+		n           int
+		median, p95 float64
+	}{
+		{"innocent proof cap", a.InnocentProofCapSeconds, 4, 0.30000000000000004, 1},
+		{"first cap", a.FirstCap, 3, 2, 3},
+		{"conviction", a.Conviction, 2, 3, 4},
+		{"release", a.Release, 1, 0.5, 0.5},
+		{"slowdown none", a.VictimSlowdown["none"], 4, 5, 8},
+		{"slowdown crosstalk", a.VictimSlowdown["crosstalk"], 3, 2, 3},
+		{"after none", a.VictimSlowdownAfter["none"], 2, 6, 7},
+	} {
+		if d.got.N != d.n || d.got.Median == nil || math.Abs(*d.got.Median-d.median) > 1e-9 || *d.got.P95 != d.p95 {
+			t.Errorf("%s = n %d median %v p95 %v, want %d %v %v", d.name, d.got.N, deref(d.got.Median), deref(d.got.P95), d.n, d.median, d.p95)
+		}
+	}
+	sr := &SuiteResult{Policies: []string{"none", "crosstalk"}, Runs: runs}
+	sr.Summarize()
+	if p := sr.ByClass[ClassPolluter]; p.Runs != 3 || *p.Recall != 2.0/3 || *p.FalseConvictionRate != 1.0/3 {
+		t.Errorf("polluter class = %+v", p)
+	}
+	if c := sr.ByClass[ClassControl]; c.Runs != 1 || c.Errors != 1 || c.Recall != nil || *c.FalseConvictionRate != 0 {
+		t.Errorf("control class = %+v", c)
+	}
+}
+
+func TestSuiteTextAndJSON(t *testing.T) {
+	seed := int64(7)
+	sr := &SuiteResult{Seed: 7, Policies: []string{"none", "crosstalk"}, Runs: []RunScore{
+		{Name: "gen-7", Repetition: 1, Seed: &seed, Class: ClassPolluter, Victim: "chase-4MiB", Polluter: "splitlock", Timing: TimingBeforeAgent, Placement: PlaceAlone,
+			AlreadyRunning: true, Convicted: true, FirstCapSeconds: fp(0.8), ConvictionSeconds: fp(1.2), InnocentsProofCapped: 1, InnocentProofCapSeconds: 0.25,
+			VictimSlowdown: map[string]*float64{"none": fp(6), "crosstalk": fp(1.5)}, VictimSlowdownAfter: map[string]*float64{"none": fp(7), "crosstalk": fp(1.1)}},
+		{Name: "gen-8", Repetition: 1, Class: ClassControl, Timing: TimingWhole, Victim: "server", InnocentsConvicted: 1, InnocentConvictedSeconds: 3,
+			VictimSlowdown: map[string]*float64{"none": fp(1), "crosstalk": fp(1.2)}},
+		{Name: "gen-9", Repetition: 2, Class: ClassPolluter, Error: "phase r1-none: tenant victim failed\n  details"},
+	}}
+	sr.Summarize()
+	var b bytes.Buffer
+	if err := WriteSuiteText(&b, sr); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"gen-7      splitlock before-agent alone vs chase-4MiB",
+		"caught", "cap 0.80s convict 1.20s release - (already running)",
+		"innocents proof 1 (0.25s) convicted 0 (0.00s)",
+		"victim crosstalk 1.50x (after 1.10x), none 6.00x (after 7.00x)",
+		"gen-8      control whole vs server", "false-conviction",
+		"gen-9#2", "error: phase r1-none: tenant victim failed",
+		"all       2 (+1 errors)  100% of 1", "50% of 2",
+		"polluter  1 (+1 errors)",
+		"polluter         crosstalk  1.50x / 1.50x  1.10x / 1.10x",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "details") {
+		t.Errorf("text shows more than an error's first line:\n%s", out)
+	}
+
+	j, err := json.Marshal(sr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back SuiteResult
+	if err := json.Unmarshal(j, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Runs) != 3 || *back.Runs[0].Seed != 7 || !back.Runs[0].AlreadyRunning || *back.Total.Recall != 1 || back.ByClass[ClassControl].Runs != 1 {
+		t.Errorf("JSON round trip lost something: %s", j)
+	}
+	for _, key := range []string{`"recall":1`, `"false_conviction_rate":0.5`, `"first_cap_seconds":{"n":1,"median":0.8,"p95":0.8}`, `"victim_slowdown_after_first_action"`, `"by_class"`} {
+		if !strings.Contains(string(j), key) {
+			t.Errorf("JSON lacks %s: %s", key, j)
+		}
+	}
+}
+
+func TestSuiteReportHTML(t *testing.T) {
+	seed := int64(3)
+	sr := &SuiteResult{Seed: 3, Host: "<host>", Policies: []string{"none", "crosstalk"}, Runs: []RunScore{
+		{Name: "gen-3", Repetition: 1, Seed: &seed, Class: ClassPolluter, Victim: "chase-1MiB", Polluter: "stream", Timing: TimingPause, Placement: PlaceWithVictim,
+			Bystanders: []string{"steady", "redis"}, Convicted: true, FirstCapSeconds: fp(0.5), ConvictionSeconds: fp(0.9), ReleaseSeconds: fp(0.3), AlreadyRunning: true,
+			VictimSlowdown: map[string]*float64{"none": fp(2), "crosstalk": fp(1.25)}, VictimSlowdownAfter: map[string]*float64{"none": fp(2.5), "crosstalk": fp(1.05)}},
+		{Name: "my-<file>", Repetition: 2, Class: ClassControl, Error: "tenant <x> failed"},
+	}}
+	sr.Summarize()
+	var b bytes.Buffer
+	if err := WriteSuiteReport(&b, sr); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	wantAll(t, page, "<title>crosstalk lab suite</title>", "host <b>&lt;host&gt;</b>", "2 run(s)",
+		"100% of 1", "0.90s / 0.90s", "0.30s / 0.30s",
+		">chase-1MiB<", ">stream<", ">pause<", ">with-victim<", "steady, redis", `class="verdict-caught">caught<`, "0.50s ⁱ",
+		"2.00× / 2.50×", "1.25× / 1.05×", "my-&lt;file&gt; #2", "error: tenant &lt;x&gt; failed")
+	if strings.Contains(page, "<host>") || strings.Contains(page, "<x>") {
+		t.Error("names from the result are not escaped")
+	}
+	if err := WriteSuiteReport(&b, nil); err == nil {
+		t.Error("no error for a nil result")
+	}
+}
