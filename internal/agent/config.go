@@ -345,6 +345,19 @@ func LoadConfig(file string) (Config, error) {
 	return ParseConfig(b, file)
 }
 
+// StateDirOf reads only state_dir from a configuration that may be invalid
+// otherwise (unknown keys, bad values): restore needs nothing else, and a
+// typo elsewhere must not keep it from the state.
+func StateDirOf(data []byte) (string, bool) {
+	var c struct {
+		StateDir string `yaml:"state_dir"`
+	}
+	if err := yaml.Unmarshal(data, &c); err != nil || c.StateDir == "" {
+		return "", false
+	}
+	return c.StateDir, true
+}
+
 // ParseConfig parses and validates a configuration.
 func ParseConfig(data []byte, source string) (Config, error) {
 	var c Config
