@@ -104,6 +104,15 @@ type StateFile struct {
 	// disk would. The tests' hook to kill the process or fill the disk at
 	// an exact write.
 	save func(saved bool) error
+	// failures counts saves that did not reach the disk.
+	failures uint64
+}
+
+// SaveFailures is how many saves did not reach the disk.
+func (s *StateFile) SaveFailures() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failures
 }
 
 // SetSaveHook runs hook before (saved false) and after (saved true) every
@@ -346,10 +355,12 @@ func (s *StateFile) Forget(cgroup string) error {
 func (s *StateFile) saveLocked() error {
 	if s.save != nil {
 		if err := s.save(false); err != nil {
+			s.failures++
 			return fmt.Errorf("%w: %s: %w", ErrStateNotSaved, s.path, err)
 		}
 	}
 	if err := s.writeLocked(); err != nil {
+		s.failures++
 		return fmt.Errorf("%w: %w", ErrStateNotSaved, err)
 	}
 	if s.save != nil {
