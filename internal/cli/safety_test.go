@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -356,4 +357,97 @@ func TestRestoreOnReadOnlyStateDir(t *testing.T) {
 	if exitCode(err) != 0 || !strings.Contains(out, "skipped, already at their original quota: 1") {
 		t.Errorf("after: exit %d (%v)\n%s", exitCode(err), err, out)
 	}
+}
+
+// A corrupt state file does not stop the agent (a restart loop under
+// systemd would protect nobody): it is moved aside, journalled, and the
+// throttle it covered, crosstalk-shaped, is flagged rather than adopted.
+func TestRunMovesACorruptStateAsideAndFlagsWhatItCovered(t *testing.T) {
+	root, dir, qf := throttledTree(t) // left at 1000/16000
+	os.WriteFile(filepath.Join(filepath.Dir(qf), "tasks"), nil, 0o644)
+	os.WriteFile(agent.StatePath(dir), []byte("{\"entries\": {\"/crosstalk-ops-te"), 0o600)
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("listen: \"off\"\nstate_dir: %s\ntenants:\n  builtin: false\n  globs: [\"/crosstalk-ops-test/*\"]\n", dir)), 0o644)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, stderr, err := runCtx(ctx, "run", "--root", root, "--config", cfg)
+	if err != nil {
+		t.Fatalf("run with a corrupt state file: %v\n%s", err, stderr)
+	}
+	moved, _ := filepath.Glob(agent.StatePath(dir) + ".corrupt-*")
+	if len(moved) != 1 {
+		t.Errorf("corrupt state not moved aside: %v\n%s", moved, stderr)
+	}
+	j, _ := os.ReadFile(agent.JournalPath(dir))
+	if !strings.Contains(string(j), "moved aside") || !strings.Contains(string(j), `"kind":"unowned"`) {
+		t.Errorf("journal:\n%s", j)
+	}
+	if q := quotaOf(t, qf); q != "1000" {
+		t.Errorf("the unowned throttle was touched: %s", q)
+	}
+	// restore lists it; --adopt lifts it.
+	out, _, err := run(t, "restore", "--root", root, "--state-dir", dir)
+	if exitCode(err) != restoreExitLeftOver || !strings.Contains(out, "unowned throttles left in place") {
+		t.Errorf("restore: exit %d\n%s", exitCode(err), out)
+	}
+	out, _, err = run(t, "restore", "--root", root, "--state-dir", dir, "--adopt")
+	if err != nil || quotaOf(t, qf) != "-1" || !strings.Contains(out, "adopted and lifted: 1") {
+		t.Errorf("restore --adopt: %v, quota %s\n%s", err, quotaOf(t, qf), out)
+	}
+}
+
+// A state directory others may write, or owned by someone else, is refused.
+func TestRunRefusesAnInsecureStateDir(t *testing.T) {
+	root, _, _ := throttledTree(t)
+	dir := filepath.Join(t.TempDir(), "state")
+	os.Mkdir(dir, 0o700)
+	os.Chmod(dir, 0o777)
+	_, _, err := run(t, "run", "--root", root, "--state-dir", dir, "--listen", "off")
+	if !errors.Is(err, agent.ErrInsecureStateDir) {
+		t.Errorf("0777 state dir: %v", err)
+	}
+	if os.Geteuid() == 0 {
+		os.Chmod(dir, 0o700)
+		os.Chown(dir, 65534, 65534)
+		if _, _, err := run(t, "run", "--root", root, "--state-dir", dir, "--listen", "off"); !errors.Is(err, agent.ErrInsecureStateDir) {
+			t.Errorf("state dir owned by nobody: %v", err)
+		}
+	}
+	// A symlink planted as the lock file is refused, not written through.
+	dir2 := t.TempDir()
+	target := filepath.Join(t.TempDir(), "target")
+	os.WriteFile(target, []byte("precious\n"), 0o644)
+	os.Symlink(target, agent.LockPath(dir2))
+	if _, err := agent.LockStateDir(dir2); !errors.Is(err, act.ErrNotRegular) {
+		t.Errorf("symlinked lock: %v", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "precious\n" {
+		t.Errorf("written through the link: %q", b)
+	}
+}
+
+// Two agents on one host never both run, whatever their state directories.
+func TestOneAgentPerHost(t *testing.T) {
+	// A tree whose proc/self names this process reads as a live host.
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "proc"), 0o755)
+	os.Symlink(strconv.Itoa(os.Getpid()), filepath.Join(root, "proc", "self"))
+	h, err := host.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	first, err := agent.LockHost(h, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.LockHost(h, t.TempDir()); !errors.Is(err, agent.ErrHostLocked) || !strings.Contains(err.Error(), "state_dir") {
+		t.Errorf("second agent: %v", err)
+	}
+	first.Unlock()
+	second, err := agent.LockHost(h, t.TempDir())
+	if err != nil {
+		t.Errorf("after the first stopped: %v", err)
+	}
+	second.Unlock()
 }
