@@ -1,10 +1,18 @@
 package agent
 
 import (
+	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/crosstalk-project/crosstalk/internal/act"
 )
 
 // Values an operator's configuration once carried that were accepted, or
@@ -85,5 +93,43 @@ func TestCheckHostRefusesRebindingNames(t *testing.T) {
 		if w.Code != tc.want {
 			t.Errorf("listen %s, Host %q: %d, want %d", tc.listen, tc.host, w.Code, tc.want)
 		}
+	}
+}
+
+// The safety gauge and counters follow the state file: an unowned throttle
+// flagged, a corrupt state file moved aside, a save that failed.
+func TestSafetyMetrics(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(StatePath(dir), []byte("{torn"), 0o600)
+	j, _ := act.OpenJournal(JournalPath(dir))
+	defer j.Close()
+	s := NewSafety()
+	st, err := openStateOrMoveAside(StatePath(dir), j, s, slog.New(slog.DiscardHandler), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.attach(st)
+	st.PutRecord(act.RecordUnownedQuota, "/a", act.UnownedQuota{QuotaUS: 3000, PeriodUS: 16000})
+	st.SetSaveHook(func(saved bool) error {
+		if !saved {
+			return errors.New("disk full")
+		}
+		return nil
+	})
+	st.Put(act.Entry{Cgroup: "/b"})
+	want := `
+# HELP crosstalk_state_errors_total Errors of the agent's state file: corrupt (found at start and moved aside), save (a write that did not reach the disk).
+# TYPE crosstalk_state_errors_total counter
+crosstalk_state_errors_total{kind="corrupt"} 1
+crosstalk_state_errors_total{kind="save"} 1
+# HELP crosstalk_unowned_throttles Tenants at a quota shaped like crosstalk's (a throttle left behind) that no state covers: left alone; ` + "`crosstalk restore --adopt`" + ` lifts them.
+# TYPE crosstalk_unowned_throttles gauge
+crosstalk_unowned_throttles 1
+`
+	if err := testutil.CollectAndCompare(s, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	if s.MovedAside() == "" {
+		t.Error("MovedAside empty")
 	}
 }
