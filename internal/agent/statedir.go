@@ -34,8 +34,9 @@ var ErrInsecureStateDir = errors.New("insecure state directory")
 func LockPath(dir string) string { return filepath.Join(dir, "agent.lock") }
 
 // HostLockPath is the host-wide lock below the host root: one agent per
-// host, whatever its state directory.
-const HostLockPath = "/run/crosstalk.lock"
+// host, whatever its state directory. The systemd unit's RuntimeDirectory
+// makes its directory writable under ProtectSystem=strict.
+const HostLockPath = "/run/crosstalk/agent.lock"
 
 // CheckStateDir refuses a state directory that is not a directory, is not
 // owned by this process's user, or is writable by its group or others.
@@ -164,8 +165,8 @@ func (l *StateLock) Unlock() error {
 
 func (l *StateLock) held() bool { return l != nil && (l.f != nil || l.readOnly) }
 
-// HostLock is the one-agent-per-host lock (a flock on /run/crosstalk.lock
-// below the host root): two agents with different state directories would
+// HostLock is the one-agent-per-host lock (a flock on
+// /run/crosstalk/agent.lock below the host root): two agents with different state directories would
 // each take the other's throttles for originals.
 type HostLock struct{ f *os.File }
 
@@ -177,7 +178,7 @@ func LockHost(h *host.Host, stateDir string) (*HostLock, error) {
 		return &HostLock{}, nil
 	}
 	p := h.Path(HostLockPath)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return nil, fmt.Errorf("host lock: %w", err)
 	}
 	f, err := act.OpenNoFollow(p, os.O_RDWR|os.O_CREATE, 0o600)

@@ -46,7 +46,7 @@ Safety: before any write the original quota and the value about to be written
 are recorded in STATE_DIR/state.json (atomic replace); SIGTERM, SIGINT, SIGHUP,
 SIGQUIT and every other catchable terminating signal restore everything
 (SIGPIPE is ignored); a start after kill -9 restores what the previous run
-left; one agent runs per host (/run/crosstalk.lock). Every detection, proof and action is
+left; one agent runs per host (/run/crosstalk/agent.lock). Every detection, proof and action is
 journalled to STATE_DIR/journal.jsonl. --dry-run judges and journals but writes
 nothing.
 
