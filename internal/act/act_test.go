@@ -56,14 +56,16 @@ func TestCPUQuotaApplyRestore(t *testing.T) {
 		t.Errorf("after throttle: period %s quota %s", p, q)
 	}
 	e, ok := state.Get("/a")
-	if !ok || e.OriginalQuotaUS != -1 || e.OriginalPeriodUS != 100000 || e.AppliedQuotaUS != 1000 {
+	if !ok || e.OriginalQuotaUS != -1 || e.OriginalPeriodUS != 100000 || e.AppliedQuotaUS != -1 || e.NextQuotaUS != 1000 || e.NextPeriodUS != 16000 {
 		t.Errorf("state entry %+v", e)
 	}
 	// A second write keeps the first original.
 	if err := a.Apply("/a", "tenant-a", sp.Quota(3, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if e, _ := state.Get("/a"); e.OriginalQuotaUS != -1 || e.AppliedQuotaUS != 3000 {
+	// The intent of the second write: the value in place (the first one,
+	// read back) and the next.
+	if e, _ := state.Get("/a"); e.OriginalQuotaUS != -1 || e.AppliedQuotaUS != 1000 || e.NextQuotaUS != 3000 {
 		t.Errorf("after tighten: %+v", e)
 	}
 	if err := a.Restore("/a"); err != nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"runtime"
+	"slices"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
@@ -14,15 +16,71 @@ import (
 // ErrGone says the tenant's cgroup disappeared: nothing to throttle or restore.
 var ErrGone = errors.New("cgroup is gone")
 
+// ErrUnowned says a tenant already has a quota shaped like one crosstalk
+// writes, and no state file entry covers it: most likely a throttle a
+// killed crosstalk left behind with its record lost. Taking it for the
+// tenant's original would make that throttle permanent, so crosstalk does
+// not touch the tenant; `crosstalk restore --adopt` lifts it. It wraps
+// ErrUnavailable, so the agent backs off instead of retrying every interval.
+var ErrUnowned = fmt.Errorf("%w: quota looks like a crosstalk throttle that no state covers", ErrUnavailable)
+
+// RecordUnownedQuota is the state file section of UnownedQuota records.
+const RecordUnownedQuota = "unowned_cpu_quota"
+
+// UnownedQuota is a crosstalk-shaped quota found on a tenant that no state
+// entry covers, flagged rather than adopted as an original.
+type UnownedQuota struct {
+	Tenant   string    `json:"tenant"`
+	QuotaUS  int64     `json:"quota_us"`
+	PeriodUS int64     `json:"period_us"`
+	Found    time.Time `json:"found"`
+}
+
+// QuotaShapes are the quotas crosstalk itself writes: duty cycles over the
+// throttle period (16 ms by default, a period hardly anyone else uses) and
+// proof caps of 1 ms per CPU over the proof period (100 ms). An original
+// quota of either shape is taken for a throttle left behind.
+type QuotaShapes struct {
+	ThrottlePeriod time.Duration
+	ProofPeriod    time.Duration
+	// ProofMaxQuota is the largest proof cap: 1 ms per CPU of the host.
+	ProofMaxQuota time.Duration
+}
+
+// DefaultQuotaShapes are the shapes of a default configuration on this
+// machine.
+func DefaultQuotaShapes() QuotaShapes {
+	return QuotaShapes{ThrottlePeriod: 16 * time.Millisecond, ProofPeriod: 100 * time.Millisecond,
+		ProofMaxQuota: time.Duration(runtime.NumCPU()) * cgroup.MinQuota}
+}
+
+// Match reports whether q has one of crosstalk's shapes.
+func (s QuotaShapes) Match(q cgroup.Quota) bool {
+	switch {
+	case q.Unlimited():
+		return false
+	case s.ThrottlePeriod > 0 && q.Period == s.ThrottlePeriod:
+		return true
+	case s.ProofPeriod > 0 && q.Period == s.ProofPeriod && q.Quota%cgroup.MinQuota == 0 && q.Quota <= s.ProofMaxQuota:
+		return true
+	}
+	return false
+}
+
 // CPUQuota throttles a tenant through its CFS bandwidth limit (v1
 // cpu.cfs_quota_us/cfs_period_us, v2 cpu.max): the one lever every Linux host
-// has. Before its first write to a cgroup it records the original limit in the
-// state file, and Restore puts it back.
+// has. Every write is preceded by a saved intent (original, the value in
+// place, the value about to be written), so whatever moment the agent dies
+// at, restore knows every value the cgroup can hold as crosstalk's own.
 type CPUQuota struct {
 	Host   *host.Host
 	Layout cgroup.Layout
 	State  *StateFile
 	Log    *slog.Logger
+	// Journal, when set, records unowned throttles found.
+	Journal *Journal
+	// Shapes recognise a throttle left behind (zero: DefaultQuotaShapes).
+	Shapes QuotaShapes
 }
 
 func usecs(d time.Duration) int64 {
@@ -40,24 +98,66 @@ func fromUsecs(q, p int64) cgroup.Quota {
 	return out
 }
 
-// Apply sets the tenant's quota, recording the original first.
+func (a *CPUQuota) log() *slog.Logger {
+	if a.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return a.Log
+}
+
+func (a *CPUQuota) shapes() QuotaShapes {
+	if a.Shapes == (QuotaShapes{}) {
+		return DefaultQuotaShapes()
+	}
+	return a.Shapes
+}
+
+func (a *CPUQuota) read(g *cgroup.Group, cgroupPath string) (cgroup.Quota, error) {
+	cur, err := g.CPUQuota()
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return cur, ErrGone
+		}
+		return cur, fmt.Errorf("read quota of %s: %w", cgroupPath, err)
+	}
+	return cur, nil
+}
+
+// Apply sets the tenant's quota. Before writing it saves the intent: the
+// original (on the first write), the value in place now and the value about
+// to be written. A tenant found at a crosstalk-shaped quota that no entry
+// covers is flagged (ErrUnowned) and left alone.
 func (a *CPUQuota) Apply(cgroupPath, tenant string, q cgroup.Quota) error {
 	if err := q.Validate(); err != nil {
 		return err
 	}
-	g := cgroup.Open(a.Host, a.Layout, cgroupPath)
-	e, known := a.State.Get(cgroupPath)
-	if !known {
-		orig, err := g.CPUQuota()
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return ErrGone
-			}
-			return fmt.Errorf("read quota of %s: %w", cgroupPath, err)
-		}
-		e = Entry{Cgroup: cgroupPath, Tenant: tenant, OriginalQuotaUS: usecs(orig.Quota), OriginalPeriodUS: orig.Period.Microseconds(), Since: time.Now().UTC()}
+	if !ValidCgroupPath(cgroupPath) {
+		return fmt.Errorf("not throttling %q: not a clean absolute cgroup path", cgroupPath)
 	}
-	e.AppliedQuotaUS, e.AppliedPeriodUS = usecs(q.Quota), q.Period.Microseconds()
+	g := cgroup.Open(a.Host, a.Layout, cgroupPath)
+	cur, err := a.read(g, cgroupPath)
+	if err != nil {
+		if errors.Is(err, ErrGone) {
+			a.State.Forget(cgroupPath)
+		}
+		return err
+	}
+	curQ, curP := usecs(cur.Quota), cur.Period.Microseconds()
+	e, known := a.State.Get(cgroupPath)
+	switch {
+	case !known:
+		if a.shapes().Match(cur) {
+			return a.flagUnowned(cgroupPath, tenant, cur)
+		}
+		e = Entry{Cgroup: cgroupPath, Tenant: tenant, OriginalQuotaUS: curQ, OriginalPeriodUS: curP, Since: time.Now().UTC()}
+	case !e.Ours(curQ, curP):
+		// Someone set a limit of their own while crosstalk held the
+		// tenant: that is what it goes back to.
+		a.log().Warn("quota changed by someone else while throttled; it is the value restored later", "cgroup", cgroupPath, "now", cur.String())
+		e.OriginalQuotaUS, e.OriginalPeriodUS = curQ, curP
+	}
+	e.AppliedQuotaUS, e.AppliedPeriodUS = curQ, curP
+	e.NextQuotaUS, e.NextPeriodUS = usecs(q.Quota), q.Period.Microseconds()
 	if err := a.State.Put(e); err != nil {
 		return fmt.Errorf("not throttling %s: cannot record its original quota: %w", cgroupPath, err)
 	}
@@ -66,51 +166,211 @@ func (a *CPUQuota) Apply(cgroupPath, tenant string, q cgroup.Quota) error {
 			a.State.Forget(cgroupPath)
 			return ErrGone
 		}
+		// The intent stays: restore recognises both values, and the next
+		// Apply reads which one is in place.
 		return fmt.Errorf("throttle %s: %w", cgroupPath, err)
 	}
 	return nil
 }
 
-// Restore puts the tenant's original quota back and forgets it.
-func (a *CPUQuota) Restore(cgroupPath string) error {
-	e, ok := a.State.Get(cgroupPath)
-	if !ok {
-		return nil
-	}
-	g := cgroup.Open(a.Host, a.Layout, cgroupPath)
-	if err := g.SetCPUQuota(fromUsecs(e.OriginalQuotaUS, e.OriginalPeriodUS)); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return a.State.Forget(cgroupPath)
+// flagUnowned records (once) and reports a crosstalk-shaped quota no entry
+// covers.
+func (a *CPUQuota) flagUnowned(cgroupPath, tenant string, cur cgroup.Quota) error {
+	var prev UnownedQuota
+	ok, _ := a.State.GetRecord(RecordUnownedQuota, cgroupPath, &prev)
+	if !ok || prev.QuotaUS != usecs(cur.Quota) || prev.PeriodUS != cur.Period.Microseconds() {
+		u := UnownedQuota{Tenant: tenant, QuotaUS: usecs(cur.Quota), PeriodUS: cur.Period.Microseconds(), Found: time.Now().UTC()}
+		if err := a.State.PutRecord(RecordUnownedQuota, cgroupPath, u); err != nil {
+			a.log().Error("cannot record an unowned throttle", "cgroup", cgroupPath, "err", err)
 		}
-		return fmt.Errorf("restore %s: %w", cgroupPath, err)
+		detail := fmt.Sprintf("%s is at %s, shaped like a crosstalk throttle, and no state covers it: not adopted as its original; `crosstalk restore --adopt` lifts it", cgroupPath, cur)
+		a.log().Warn("unowned throttle: quota looks like crosstalk's but no state covers it; leaving the tenant alone", "cgroup", cgroupPath, "tenant", tenant, "quota", cur.String())
+		if a.Journal != nil {
+			a.Journal.Write(Event{Kind: "unowned", Lever: "cpu_quota", Tenant: tenant, Detail: detail})
+		}
 	}
-	return a.State.Forget(cgroupPath)
+	return fmt.Errorf("not throttling %s (%s): %w", tenant, cur, ErrUnowned)
 }
 
-// RestoreAll restores every cgroup in the state file: on a clean stop, and at
-// start-up for whatever a killed predecessor left. A cgroup whose quota was
-// changed by someone else since crosstalk wrote it is left as it is.
-func (a *CPUQuota) RestoreAll() (restored int, err error) {
+// FlagIfUnowned checks a tenant not throttled by this agent for a
+// crosstalk-shaped quota no entry covers, and flags it; it reports whether
+// it did. The agent runs it over the tenants it finds at start.
+func (a *CPUQuota) FlagIfUnowned(cgroupPath, tenant string) bool {
+	if _, known := a.State.Get(cgroupPath); known || !ValidCgroupPath(cgroupPath) {
+		return false
+	}
+	cur, err := a.read(cgroup.Open(a.Host, a.Layout, cgroupPath), cgroupPath)
+	if err != nil || !a.shapes().Match(cur) {
+		return false
+	}
+	a.flagUnowned(cgroupPath, tenant, cur)
+	return true
+}
+
+// Outcome is what restoring one cgroup came to.
+type Outcome string
+
+// The outcomes of restoring one cgroup.
+const (
+	// Restored: its original value was written back.
+	Restored Outcome = "restored"
+	// Unchanged: it already had its original value (crosstalk died before
+	// its first write landed).
+	Unchanged Outcome = "unchanged"
+	// Foreign: someone else changed it since crosstalk wrote it; left as
+	// it is.
+	Foreign Outcome = "foreign"
+	// Gone: the cgroup no longer exists.
+	Gone Outcome = "gone"
+)
+
+// Restore puts the tenant's original quota back and forgets it. A value
+// that is not crosstalk's (an operator's change made while the tenant was
+// throttled) is left as it is, as `crosstalk restore` leaves it.
+func (a *CPUQuota) Restore(cgroupPath string) error {
+	_, err := a.restore(cgroupPath)
+	return err
+}
+
+func (a *CPUQuota) restore(cgroupPath string) (Outcome, error) {
+	e, ok := a.State.Get(cgroupPath)
+	if !ok {
+		return Unchanged, nil
+	}
+	g := cgroup.Open(a.Host, a.Layout, cgroupPath)
+	cur, err := a.read(g, cgroupPath)
+	switch {
+	case errors.Is(err, ErrGone):
+		return Gone, a.State.Forget(cgroupPath)
+	case err != nil:
+		return "", fmt.Errorf("restore %s: %w", cgroupPath, err)
+	}
+	curQ, curP := usecs(cur.Quota), cur.Period.Microseconds()
+	switch {
+	case curQ == e.OriginalQuotaUS && curP == e.OriginalPeriodUS:
+		return Unchanged, a.State.Forget(cgroupPath)
+	case !e.Ours(curQ, curP) && !e.mixed(curQ, curP):
+		a.log().Warn("quota changed by someone else since crosstalk set it; leaving it", "cgroup", cgroupPath, "now", cur.String())
+		return Foreign, a.State.Forget(cgroupPath)
+	}
+	if err := g.SetCPUQuota(fromUsecs(e.OriginalQuotaUS, e.OriginalPeriodUS)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Gone, a.State.Forget(cgroupPath)
+		}
+		return "", fmt.Errorf("restore %s: %w", cgroupPath, err)
+	}
+	return Restored, a.State.Forget(cgroupPath)
+}
+
+// mixed reports whether a value is half of one of crosstalk's values and
+// half of another: a v1 cgroup has its period and quota in two files, and
+// crosstalk may die between the two writes.
+func (e Entry) mixed(quotaUS, periodUS int64) bool {
+	quotas := []int64{e.OriginalQuotaUS, e.AppliedQuotaUS}
+	periods := []int64{e.OriginalPeriodUS, e.AppliedPeriodUS}
+	if e.NextPeriodUS != 0 {
+		quotas, periods = append(quotas, e.NextQuotaUS), append(periods, e.NextPeriodUS)
+	}
+	return slices.Contains(quotas, quotaUS) && slices.Contains(periods, periodUS)
+}
+
+// RestoreResult sorts the entries of a restore by outcome (cgroup paths).
+type RestoreResult struct {
+	Restored  []string `json:"restored,omitempty"`
+	Unchanged []string `json:"unchanged,omitempty"`
+	Foreign   []string `json:"foreign,omitempty"`
+	Gone      []string `json:"gone,omitempty"`
+	// Unsaved lists entries dealt with (their outcome is above) whose
+	// removal from the state file could not be saved: they stay on disk,
+	// and a later restore finds them moot.
+	Unsaved []string `json:"unsaved,omitempty"`
+	// Failed lists entries that could not be restored; the error says why.
+	Failed []string `json:"failed,omitempty"`
+}
+
+// RestoreEach restores every cgroup in the state file: on a clean stop, and
+// at start-up for whatever a killed predecessor left. A cgroup whose quota
+// was changed by someone else since crosstalk wrote it is left as it is.
+func (a *CPUQuota) RestoreEach() (RestoreResult, error) {
+	var res RestoreResult
 	var errs []error
 	for _, e := range a.State.Entries() {
-		g := cgroup.Open(a.Host, a.Layout, e.Cgroup)
-		cur, cerr := g.CPUQuota()
+		out, err := a.restore(e.Cgroup)
 		switch {
-		case errors.Is(cerr, fs.ErrNotExist):
-			a.State.Forget(e.Cgroup)
+		case err != nil && out == "":
+			res.Failed = append(res.Failed, e.Cgroup)
+			errs = append(errs, err)
 			continue
-		case cerr == nil && (usecs(cur.Quota) != e.AppliedQuotaUS || cur.Period.Microseconds() != e.AppliedPeriodUS):
-			if a.Log != nil {
-				a.Log.Warn("quota changed by someone else since crosstalk set it; leaving it", "cgroup", e.Cgroup, "now", cur.String())
-			}
-			a.State.Forget(e.Cgroup)
-			continue
+		case err != nil:
+			res.Unsaved = append(res.Unsaved, e.Cgroup)
+			errs = append(errs, err)
 		}
-		if rerr := a.Restore(e.Cgroup); rerr != nil {
-			errs = append(errs, rerr)
-			continue
+		switch out {
+		case Restored:
+			res.Restored = append(res.Restored, e.Cgroup)
+		case Unchanged:
+			res.Unchanged = append(res.Unchanged, e.Cgroup)
+		case Foreign:
+			res.Foreign = append(res.Foreign, e.Cgroup)
+		case Gone:
+			res.Gone = append(res.Gone, e.Cgroup)
 		}
-		restored++
 	}
-	return restored, errors.Join(errs...)
+	return res, errors.Join(errs...)
+}
+
+// RestoreAll is RestoreEach counting the cgroups written back.
+func (a *CPUQuota) RestoreAll() (restored int, err error) {
+	res, err := a.RestoreEach()
+	return len(res.Restored), err
+}
+
+// AdoptUnowned lifts the unowned throttles the state file flags: a cgroup
+// still at the flagged value gets no limit (its original is unknown; no
+// limit is the kernel's default), one changed since is left as it is. Each
+// record is forgotten once dealt with.
+func (a *CPUQuota) AdoptUnowned() (RestoreResult, error) {
+	var res RestoreResult
+	var errs []error
+	for _, key := range a.State.RecordKeys(RecordUnownedQuota) {
+		var u UnownedQuota
+		if _, err := a.State.GetRecord(RecordUnownedQuota, key, &u); err != nil || !ValidCgroupPath(key) {
+			res.Failed = append(res.Failed, key)
+			errs = append(errs, fmt.Errorf("unowned record %q: bad record (%v)", key, err))
+			continue
+		}
+		g := cgroup.Open(a.Host, a.Layout, key)
+		cur, err := a.read(g, key)
+		var out Outcome
+		switch {
+		case errors.Is(err, ErrGone):
+			out = Gone
+		case err != nil:
+			res.Failed = append(res.Failed, key)
+			errs = append(errs, err)
+			continue
+		case usecs(cur.Quota) != u.QuotaUS || cur.Period.Microseconds() != u.PeriodUS:
+			out = Foreign
+		default:
+			if err := g.SetCPUQuota(cgroup.Quota{Quota: -1, Period: 100 * time.Millisecond}); err != nil {
+				res.Failed = append(res.Failed, key)
+				errs = append(errs, fmt.Errorf("adopt %s: %w", key, err))
+				continue
+			}
+			out = Restored
+		}
+		switch out {
+		case Restored:
+			res.Restored = append(res.Restored, key)
+		case Foreign:
+			res.Foreign = append(res.Foreign, key)
+		case Gone:
+			res.Gone = append(res.Gone, key)
+		}
+		if err := a.State.ForgetRecord(RecordUnownedQuota, key); err != nil {
+			res.Unsaved = append(res.Unsaved, key)
+			errs = append(errs, err)
+		}
+	}
+	return res, errors.Join(errs...)
 }

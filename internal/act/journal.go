@@ -3,6 +3,7 @@ package act
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -35,6 +36,8 @@ type Journal struct {
 	f        *os.File
 	size     int64
 	MaxBytes int64
+	// write replaces the file write in tests (a disk that fills mid-line).
+	write func([]byte) (int, error)
 }
 
 // OpenJournal opens (or creates) the journal for appending; an empty path
@@ -51,7 +54,7 @@ func OpenJournal(path string) (*Journal, error) {
 }
 
 func (j *Journal) open() error {
-	f, err := os.OpenFile(j.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := OpenNoFollow(j.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
@@ -61,10 +64,13 @@ func (j *Journal) open() error {
 		return fmt.Errorf("journal: %w", err)
 	}
 	j.f, j.size = f, st.Size()
+	j.write = f.Write
 	return nil
 }
 
-// Write appends one event.
+// Write appends one event as a whole line or not at all: a write cut short
+// (a full disk) is cut back off, so a reader never meets a torn line and
+// the next event starts on a line of its own.
 func (j *Journal) Write(e Event) error {
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
@@ -85,8 +91,26 @@ func (j *Journal) Write(e Event) error {
 			return err
 		}
 	}
-	n, err := j.f.Write(append(b, '\n'))
+	line := append(b, '\n')
+	n, err := j.write(line)
+	if err != nil || n != len(line) {
+		if n > 0 {
+			if terr := j.f.Truncate(j.size); terr != nil {
+				// The torn tail stays: the size is what the file holds.
+				j.size += int64(n)
+				return fmt.Errorf("journal: %w (and the partial line could not be cut off: %v)", writeErr(err), terr)
+			}
+		}
+		return fmt.Errorf("journal: %w", writeErr(err))
+	}
 	j.size += int64(n)
+	return nil
+}
+
+func writeErr(err error) error {
+	if err == nil {
+		return io.ErrShortWrite
+	}
 	return err
 }
 

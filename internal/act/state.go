@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -23,11 +25,28 @@ type Entry struct {
 	Cgroup string `json:"cgroup"`
 	Tenant string `json:"tenant"`
 	// OriginalQuotaUS < 0 means the original was unlimited.
-	OriginalQuotaUS  int64     `json:"original_quota_us"`
-	OriginalPeriodUS int64     `json:"original_period_us"`
-	AppliedQuotaUS   int64     `json:"applied_quota_us"`
-	AppliedPeriodUS  int64     `json:"applied_period_us"`
-	Since            time.Time `json:"since"`
+	OriginalQuotaUS  int64 `json:"original_quota_us"`
+	OriginalPeriodUS int64 `json:"original_period_us"`
+	// Applied is the last value crosstalk knows is in the cgroup: the
+	// original until its first write lands.
+	AppliedQuotaUS  int64 `json:"applied_quota_us"`
+	AppliedPeriodUS int64 `json:"applied_period_us"`
+	// Next is the write-ahead intent: the value crosstalk is about to write,
+	// saved before the write. A kill between saving and writing leaves
+	// Applied in the cgroup, a kill after the write leaves Next: restore
+	// takes either for crosstalk's own (NextPeriodUS 0: no intent).
+	NextQuotaUS  int64     `json:"next_quota_us,omitempty"`
+	NextPeriodUS int64     `json:"next_period_us,omitempty"`
+	Since        time.Time `json:"since"`
+}
+
+// Ours reports whether a quota read from the cgroup (in microseconds) is
+// one crosstalk wrote or is about to write, or the original it found: any
+// other value is someone else's change.
+func (e Entry) Ours(quotaUS, periodUS int64) bool {
+	return (quotaUS == e.AppliedQuotaUS && periodUS == e.AppliedPeriodUS) ||
+		(e.NextPeriodUS != 0 && quotaUS == e.NextQuotaUS && periodUS == e.NextPeriodUS) ||
+		(quotaUS == e.OriginalQuotaUS && periodUS == e.OriginalPeriodUS)
 }
 
 type stateDoc struct {
@@ -42,32 +61,125 @@ type stateDoc struct {
 	Records map[string]map[string]json.RawMessage `json:"records,omitempty"`
 }
 
+// ErrStateNotSaved says a change to the state could not be written to disk
+// (disk full, read-only directory): the state in memory is left as it was,
+// so it never claims more than the disk holds.
+var ErrStateNotSaved = errors.New("state file not updated")
+
+// CorruptStateError says the state file exists but cannot be decoded.
+type CorruptStateError struct {
+	Path string
+	Err  error
+}
+
+func (e *CorruptStateError) Error() string {
+	return fmt.Sprintf("state file %s is corrupt: %v", e.Path, e.Err)
+}
+
+func (e *CorruptStateError) Unwrap() error { return e.Err }
+
+// MoveAside renames a corrupt state file out of the way (to
+// state.json.corrupt-TIMESTAMP, kept for a person to read), so an agent can
+// start with an empty state instead of failing in a restart loop. It returns
+// the new name.
+func MoveAside(path string, now time.Time) (string, error) {
+	dst := fmt.Sprintf("%s.corrupt-%s", path, now.UTC().Format("20060102T150405.000000000Z"))
+	if err := os.Rename(path, dst); err != nil {
+		return "", fmt.Errorf("move corrupt state file aside: %w", err)
+	}
+	syncDir(filepath.Dir(path))
+	return dst, nil
+}
+
 // StateFile persists Entries with atomic replaces (write, fsync, rename,
 // fsync the directory), so a reader after any crash sees either the old or
-// the new content, never a torn one.
+// the new content, never a torn one. A change whose save fails is undone in
+// memory too.
 type StateFile struct {
 	mu   sync.Mutex
 	path string
 	doc  stateDoc
+	// save, when set, runs before (saved false) and after (saved true)
+	// every write; an error it returns before fails the write as a full
+	// disk would. The tests' hook to kill the process or fill the disk at
+	// an exact write.
+	save func(saved bool) error
+	// failures counts saves that did not reach the disk.
+	failures uint64
+}
+
+// SaveFailures is how many saves did not reach the disk.
+func (s *StateFile) SaveFailures() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failures
+}
+
+// SetSaveHook runs hook before (saved false) and after (saved true) every
+// save of the state file; an error it returns before the save fails it as a
+// full disk would. For tests that stop a process at an exact write.
+func (s *StateFile) SetSaveHook(hook func(saved bool) error) {
+	s.mu.Lock()
+	s.save = hook
+	s.mu.Unlock()
 }
 
 // OpenState loads the state file at path (absent = empty).
 func OpenState(path string) (*StateFile, error) {
 	s := &StateFile{path: path, doc: stateDoc{Version: 1, Entries: map[string]Entry{}}}
-	b, err := os.ReadFile(path)
+	b, err := ReadNoFollow(path, maxStateBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return s, nil
 	case err != nil:
 		return nil, fmt.Errorf("state file: %w", err)
 	}
-	if err := json.Unmarshal(b, &s.doc); err != nil {
-		return nil, fmt.Errorf("state file %s is corrupt (%v): move it aside after restoring quotas by hand", path, err)
+	doc, err := decodeState(b)
+	if err != nil {
+		return nil, &CorruptStateError{Path: path, Err: err}
 	}
-	if s.doc.Entries == nil {
-		s.doc.Entries = map[string]Entry{}
-	}
+	s.doc = doc
 	return s, nil
+}
+
+// maxStateBytes bounds what OpenState reads: a state file holds one entry
+// per throttled tenant and lever, far below this.
+const maxStateBytes = 64 << 20
+
+// decodeState decodes a state file and checks what restore relies on: every
+// entry keyed by its own cgroup, an absolute clean cgroup path (a path that
+// climbs out of the cgroup tree would make restore write elsewhere). The
+// values are checked where they are written (cgroup.Quota.Validate).
+func decodeState(b []byte) (stateDoc, error) {
+	var doc stateDoc
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return doc, err
+	}
+	if doc.Entries == nil {
+		doc.Entries = map[string]Entry{}
+	}
+	for k, e := range doc.Entries {
+		if err := checkEntry(k, e); err != nil {
+			return doc, err
+		}
+	}
+	return doc, nil
+}
+
+func checkEntry(key string, e Entry) error {
+	switch {
+	case key != e.Cgroup:
+		return fmt.Errorf("entry %q names cgroup %q", key, e.Cgroup)
+	case !ValidCgroupPath(e.Cgroup):
+		return fmt.Errorf("entry %q: not a clean absolute cgroup path", key)
+	}
+	return nil
+}
+
+// ValidCgroupPath reports whether p is a clean absolute path below a cgroup
+// root ("/" itself excluded): no "..", no doubled or trailing slash.
+func ValidCgroupPath(p string) bool {
+	return len(p) > 1 && p[0] == '/' && path.Clean(p) == p && !strings.Contains(p, "/../") && !strings.HasSuffix(p, "/..")
 }
 
 // PutRecord records, and saves before returning, what an actuator of the
@@ -88,8 +200,24 @@ func (s *StateFile) PutRecord(kind, key string, v any) error {
 	if s.doc.Records[kind] == nil {
 		s.doc.Records[kind] = map[string]json.RawMessage{}
 	}
+	old, had := s.doc.Records[kind][key]
 	s.doc.Records[kind][key] = b
-	return s.saveLocked()
+	if err := s.saveLocked(); err != nil {
+		if had {
+			s.doc.Records[kind][key] = old
+		} else {
+			s.deleteRecordLocked(kind, key)
+		}
+		return err
+	}
+	return nil
+}
+
+func (s *StateFile) deleteRecordLocked(kind, key string) {
+	delete(s.doc.Records[kind], key)
+	if len(s.doc.Records[kind]) == 0 {
+		delete(s.doc.Records, kind)
+	}
 }
 
 // GetRecord decodes the record of kind at key into v; ok is false when there
@@ -135,14 +263,22 @@ func (s *StateFile) RecordKinds() []string {
 func (s *StateFile) ForgetRecord(kind, key string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.doc.Records[kind][key]; !ok {
+	old, ok := s.doc.Records[kind][key]
+	if !ok {
 		return nil
 	}
-	delete(s.doc.Records[kind], key)
-	if len(s.doc.Records[kind]) == 0 {
-		delete(s.doc.Records, kind)
+	s.deleteRecordLocked(kind, key)
+	if err := s.saveLocked(); err != nil {
+		if s.doc.Records == nil {
+			s.doc.Records = map[string]map[string]json.RawMessage{}
+		}
+		if s.doc.Records[kind] == nil {
+			s.doc.Records[kind] = map[string]json.RawMessage{}
+		}
+		s.doc.Records[kind][key] = old
+		return err
 	}
-	return s.saveLocked()
+	return nil
 }
 
 // Path is where the state lives.
@@ -178,24 +314,62 @@ func (s *StateFile) Entries() []Entry {
 
 // Put records an entry and saves before returning.
 func (s *StateFile) Put(e Entry) error {
+	if err := checkEntry(e.Cgroup, e); err != nil {
+		return fmt.Errorf("state entry: %w", err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	old, had := s.doc.Entries[e.Cgroup]
 	s.doc.Entries[e.Cgroup] = e
-	return s.saveLocked()
+	if err := s.saveLocked(); err != nil {
+		if had {
+			s.doc.Entries[e.Cgroup] = old
+		} else {
+			delete(s.doc.Entries, e.Cgroup)
+		}
+		return err
+	}
+	return nil
 }
 
 // Forget removes an entry and saves.
 func (s *StateFile) Forget(cgroup string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.doc.Entries[cgroup]; !ok {
+	old, ok := s.doc.Entries[cgroup]
+	if !ok {
 		return nil
 	}
 	delete(s.doc.Entries, cgroup)
-	return s.saveLocked()
+	if err := s.saveLocked(); err != nil {
+		s.doc.Entries[cgroup] = old
+		return err
+	}
+	return nil
 }
 
+// saveLocked writes the document; its errors wrap ErrStateNotSaved. The
+// directory is not created here: the agent and restore check it (owner,
+// mode) before they open the state, and a directory that vanished since is
+// an error, not something to recreate unchecked.
 func (s *StateFile) saveLocked() error {
+	if s.save != nil {
+		if err := s.save(false); err != nil {
+			s.failures++
+			return fmt.Errorf("%w: %s: %w", ErrStateNotSaved, s.path, err)
+		}
+	}
+	if err := s.writeLocked(); err != nil {
+		s.failures++
+		return fmt.Errorf("%w: %w", ErrStateNotSaved, err)
+	}
+	if s.save != nil {
+		s.save(true)
+	}
+	return nil
+}
+
+func (s *StateFile) writeLocked() error {
 	s.doc.PID = os.Getpid()
 	s.doc.Updated = time.Now().UTC()
 	b, err := json.MarshalIndent(s.doc, "", "  ")
@@ -203,9 +377,6 @@ func (s *StateFile) saveLocked() error {
 		return err
 	}
 	dir := filepath.Dir(s.path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("state dir: %w", err)
-	}
 	tmp, err := os.CreateTemp(dir, ".state-*")
 	if err != nil {
 		return fmt.Errorf("state file: %w", err)
@@ -217,13 +388,19 @@ func (s *StateFile) saveLocked() error {
 		os.Remove(tmp.Name())
 		return fmt.Errorf("state file: %w", err)
 	}
+	// rename replaces whatever is at path, a symlink included, without
+	// following it.
 	if err := os.Rename(tmp.Name(), s.path); err != nil {
 		os.Remove(tmp.Name())
 		return fmt.Errorf("state file: %w", err)
 	}
+	syncDir(dir)
+	return nil
+}
+
+func syncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()
 		d.Close()
 	}
-	return nil
 }

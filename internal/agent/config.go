@@ -11,8 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
+	"reflect"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -41,7 +44,9 @@ type Config struct {
 	// cgroup path globs (path.Match syntax).
 	Protect []string `yaml:"protect"`
 	// MaxThrottled caps how many tenants may be throttled at once (default 2).
-	MaxThrottled int `yaml:"max_throttled"`
+	// (omitempty: a Config marshalled and parsed again, as the simulator
+	// does, keeps the default rather than failing on an explicit 0.)
+	MaxThrottled int `yaml:"max_throttled,omitempty"`
 
 	Probe    ProbeConfig    `yaml:"probe"`
 	Judge    JudgeConfig    `yaml:"judge"`
@@ -353,6 +358,19 @@ func LoadConfig(file string) (Config, error) {
 	return ParseConfig(b, file)
 }
 
+// StateDirOf reads only state_dir from a configuration that may be invalid
+// otherwise (unknown keys, bad values): restore needs nothing else, and a
+// typo elsewhere must not keep it from the state.
+func StateDirOf(data []byte) (string, bool) {
+	var c struct {
+		StateDir string `yaml:"state_dir"`
+	}
+	if err := yaml.Unmarshal(data, &c); err != nil || c.StateDir == "" {
+		return "", false
+	}
+	return c.StateDir, true
+}
+
 // ParseConfig parses and validates a configuration.
 func ParseConfig(data []byte, source string) (Config, error) {
 	var c Config
@@ -361,11 +379,65 @@ func ParseConfig(data []byte, source string) (Config, error) {
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		return c, fmt.Errorf("%s: %w", source, err)
 	}
+	// fill turns an absent max_throttled into its default; written out as
+	// 0 it would silently become that default too.
+	var explicit struct {
+		MaxThrottled *int `yaml:"max_throttled"`
+	}
+	if yaml.Unmarshal(data, &explicit) == nil && explicit.MaxThrottled != nil && *explicit.MaxThrottled == 0 {
+		return c, fmt.Errorf("%s: max_throttled: 0 outside 1-1000 (to watch without throttling, set dry_run: true)", source)
+	}
 	c.fill()
 	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("%s: %w", source, err)
 	}
 	return c, nil
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// checkNumbers walks a configuration value and reports, by YAML key, every
+// float that is not finite and every negative duration.
+func checkNumbers(v reflect.Value, prefix string) []error {
+	var errs []error
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			errs = append(errs, checkNumbers(v.Elem(), prefix)...)
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if name == "-" {
+				continue
+			}
+			if name == "" {
+				name = strings.ToLower(f.Name)
+			}
+			key := name
+			if prefix != "" {
+				key = prefix + "." + name
+			}
+			if key == "proof" {
+				continue
+			}
+			errs = append(errs, checkNumbers(v.Field(i), key)...)
+		}
+	case reflect.Float32, reflect.Float64:
+		if x := v.Float(); math.IsNaN(x) || math.IsInf(x, 0) {
+			errs = append(errs, fmt.Errorf("%s: %v is not a finite number", prefix, x))
+		}
+	case reflect.Int64:
+		if v.Type() == durationType && v.Int() < 0 {
+			errs = append(errs, fmt.Errorf("%s: %s is negative", prefix, time.Duration(v.Int())))
+		}
+	}
+	return errs
 }
 
 // Validate checks values and names the offending field.
@@ -377,9 +449,47 @@ func (c *Config) Validate() error {
 	if c.Interval < 50*time.Millisecond || c.Interval > time.Minute {
 		bad("interval", "%s outside 50ms-1m", c.Interval)
 	}
-	if c.MaxThrottled < 0 {
-		bad("max_throttled", "must be >= 0")
+	if err := checkListen(c.Listen); err != nil {
+		bad("listen", "%v", err)
 	}
+	if c.MaxThrottled < 1 || c.MaxThrottled > 1000 {
+		bad("max_throttled", "%d outside 1-1000", c.MaxThrottled)
+	}
+	intIn := func(field string, v, lo, hi int64) {
+		if v < lo || v > hi {
+			bad(field, "%d outside %d-%d", v, lo, hi)
+		}
+	}
+	// 0 means "sized for this host" for the probe; anything else is a size
+	// the probe allocates or a loop it runs every interval.
+	if c.Probe.LLCBytes != 0 {
+		intIn("probe.llc_bytes", c.Probe.LLCBytes, 64<<10, 256<<20)
+	}
+	if c.Probe.Chunks != 0 {
+		intIn("probe.chunks", int64(c.Probe.Chunks), 1, 64)
+	}
+	if c.Probe.CPUsPerDomain != 0 {
+		intIn("probe.cpus_per_domain", int64(c.Probe.CPUsPerDomain), 1, 256)
+	}
+	intIn("judge.window", int64(c.Judge.Window), 2, 1024)
+	intIn("perf.fd_budget", int64(c.Perf.FDBudget), 0, 1<<20)
+	intIn("resctrl.max_monitoring_groups", int64(c.Resctrl.MaxMonitoringGroups), 0, 1<<16)
+	if t := c.Throttle; t.Hold < 0 || t.Hold > time.Hour || t.MaxHold < 0 || t.MaxHold > 24*time.Hour {
+		bad("throttle", "hold %s and max_hold %s must be within 0-1h and 0-24h", t.Hold, t.MaxHold)
+	}
+	for _, k := range []struct {
+		field string
+		v     time.Duration
+	}{{"kubernetes.uncontained_after", c.Kubernetes.UncontainedAfter}, {"kubernetes.clear_after", c.Kubernetes.ClearAfter}} {
+		if k.v > 7*24*time.Hour {
+			bad(k.field, "%s above 168h", k.v)
+		}
+	}
+	// Every number anywhere in the configuration (the policies' own
+	// sections included) must be finite, and no duration negative: NaN
+	// passes every comparison above unnoticed. The proof section checks
+	// its own.
+	errs = append(errs, checkNumbers(reflect.ValueOf(*c), "")...)
 	for i, g := range append(append([]string{}, c.Tenants.Globs...), c.Protect...) {
 		if _, err := path.Match(g, ""); err != nil {
 			field := "protect"
@@ -420,9 +530,6 @@ func (c *Config) Validate() error {
 	if th.LLCRatio <= 1 || th.LLCStrong < th.LLCRatio {
 		bad("judge", "need 1 < llc_ratio <= llc_strong (have %.2f, %.2f)", th.LLCRatio, th.LLCStrong)
 	}
-	if c.Perf.FDBudget < 0 {
-		bad("perf.fd_budget", "must be >= 0")
-	}
 	if k := c.Kubernetes; k.UncontainedAfter < 10*c.Interval || k.ClearAfter < 10*c.Interval {
 		bad("kubernetes", "uncontained_after and clear_after must be at least 10 intervals")
 	}
@@ -431,9 +538,6 @@ func (c *Config) Validate() error {
 		if err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if c.Resctrl.MaxMonitoringGroups < 0 {
-		bad("resctrl.max_monitoring_groups", "must be >= 0")
 	}
 	if l := c.Resctrl.LLCIsolation; l.ThrottleBC < 0 || l.ThrottleBC > 1 || l.RelaxBC < 0 || l.RelaxBC > 1 || (l.RelaxBC > 0 && l.ThrottleBC > 0 && l.RelaxBC < l.ThrottleBC) {
 		bad("resctrl.llc_isolation", "need 0 <= throttle_bc <= relax_bc <= 1")
@@ -449,9 +553,6 @@ func (c *Config) Validate() error {
 	case "", "PreferNoSchedule", "NoSchedule":
 	default:
 		bad("kubernetes.taint", "%q: want \"\", PreferNoSchedule or NoSchedule", c.Kubernetes.Taint)
-	}
-	if c.Probe.LLCBytes < 0 || c.Probe.CPUsPerDomain < 0 || c.Probe.Chunks < 0 {
-		bad("probe", "sizes must be >= 0")
 	}
 	if w := c.CPUWait; w.Ratio <= 1 || w.Strong < w.Ratio {
 		bad("cpu_wait", "need 1 < ratio <= strong (have %.2f, %.2f)", w.Ratio, w.Strong)

@@ -7,12 +7,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
@@ -21,67 +17,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/resctrl"
 )
 
-// ErrStateLocked says another process (a running agent) holds the state
-// directory: restoring behind its back would undo throttles it still
-// manages, and two agents on one state file would overwrite each other.
-var ErrStateLocked = errors.New("state directory in use")
-
-// LockPath is the lock file of a state directory.
-func LockPath(dir string) string { return filepath.Join(dir, "agent.lock") }
-
-// StateLock is an exclusive hold on a state directory (flock on
-// STATE_DIR/agent.lock). The kernel drops it when the holder dies, so a
-// kill -9 never leaves a stale lock behind.
-type StateLock struct{ f *os.File }
-
-// LockStateDir takes the state directory for this process, creating it
-// (0700) if needed. It fails at once with ErrStateLocked, naming the
-// holder's pid, when another process holds it.
-func LockStateDir(dir string) (*StateLock, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("state_dir: %w", err)
-	}
-	p := LockPath(dir)
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("state lock: %w", err)
-	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		holder, _ := os.ReadFile(p)
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			pid := strings.TrimSpace(string(holder))
-			if pid == "" {
-				pid = "unknown"
-			}
-			return nil, fmt.Errorf("%w: %s is held by pid %s (a running crosstalk agent; stop it — it restores everything on SIGTERM)", ErrStateLocked, p, pid)
-		}
-		return nil, fmt.Errorf("state lock %s: %w", p, err)
-	}
-	// The pid is only for the message above; the flock is the lock.
-	if err := f.Truncate(0); err == nil {
-		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
-	return &StateLock{f: f}, nil
-}
-
-// Unlock releases the state directory.
-func (l *StateLock) Unlock() error {
-	if l == nil || l.f == nil {
-		return nil
-	}
-	err := l.f.Close() // closing the last descriptor drops the flock
-	l.f = nil
-	return err
-}
-
-// RestoreReport says what RestoreAll undid.
+// RestoreReport says what RestoreAll undid, and what it left and why.
 type RestoreReport struct {
 	// StateFile is the state file read.
 	StateFile string `json:"state_file"`
@@ -91,6 +27,44 @@ type RestoreReport struct {
 	// Kept lists records of kinds this binary does not know how to undo, by
 	// kind: they stay in the state file for a crosstalk that does.
 	Kept map[string][]string `json:"kept,omitempty"`
+	// Quotas sorts the CPU-quota entries by outcome (cgroup paths):
+	// restored, already at their original value, changed by someone else
+	// (left as they are), gone, failed.
+	Quotas act.RestoreResult `json:"cpu_quota"`
+	// Unowned lists crosstalk-shaped throttles that no entry covers (found
+	// by an agent, flagged in the state file): left in place unless
+	// restore adopts them.
+	Unowned []string `json:"unowned,omitempty"`
+	// Adopted sorts the unowned throttles an adopting restore dealt with.
+	Adopted *act.RestoreResult `json:"adopted,omitempty"`
+	// StateNotUpdated says the restore was done on the host but the state
+	// file could not be updated (a read-only or full state directory): a
+	// later restore finds what it lists already undone.
+	StateNotUpdated string `json:"state_not_updated,omitempty"`
+	// Warnings are what the restore went on despite (an unreadable
+	// configuration, a read-only state directory).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// RestoreOptions change what RestoreWith does.
+type RestoreOptions struct {
+	// Adopt also lifts the unowned throttles the state file flags.
+	Adopt bool
+}
+
+// Left reports whether the restore left anything that is not back to the
+// original crosstalk recorded: changes by someone else, throttles not
+// adopted, records kept for another crosstalk.
+func (r RestoreReport) Left() bool {
+	return len(r.Quotas.Foreign) > 0 || len(r.Unowned) > 0 || len(r.Kept) > 0 ||
+		(r.Adopted != nil && len(r.Adopted.Foreign) > 0)
+}
+
+// Empty reports whether the state file recorded nothing at all.
+func (r RestoreReport) Empty() bool {
+	q := r.Quotas
+	return r.Total() == 0 && len(q.Unchanged)+len(q.Foreign)+len(q.Gone)+len(q.Failed) == 0 &&
+		len(r.Unowned) == 0 && len(r.Kept) == 0 && r.Adopted == nil
 }
 
 // Total is how many changes were undone.
@@ -205,11 +179,19 @@ func restoreRecords(rc RestoreContext) (restored int, err error) {
 // recordRestorers — as a stopping agent does, but from the file alone: it is
 // what `crosstalk restore` runs, by hand or as the systemd unit's
 // ExecStopPost after the agent died without restoring (SIGKILL, OOM kill, a
-// crash). A quota someone else changed since crosstalk wrote it is left as
-// it is. It refuses (ErrStateLocked) while a running agent holds the state
-// directory. A missing state directory or file means there is nothing to
-// restore.
+// crash). It needs only cfg.StateDir (and the libvirt settings, whose
+// defaults do). A quota someone else changed since crosstalk wrote it is
+// left as it is. It refuses (ErrStateLocked) while a running agent holds
+// the state directory, and a directory others may write
+// (ErrInsecureStateDir). A missing state directory or file means there is
+// nothing to restore. On a read-only state directory it restores, and says
+// in StateNotUpdated that the file still lists what it undid.
 func RestoreAll(cfg Config, h *host.Host, log *slog.Logger) (RestoreReport, error) {
+	return RestoreWith(cfg, h, log, RestoreOptions{})
+}
+
+// RestoreWith is RestoreAll with options.
+func RestoreWith(cfg Config, h *host.Host, log *slog.Logger, opts RestoreOptions) (RestoreReport, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -217,17 +199,17 @@ func RestoreAll(cfg Config, h *host.Host, log *slog.Logger) (RestoreReport, erro
 		cfg.StateDir = Defaults().StateDir
 	}
 	rep := RestoreReport{StateFile: StatePath(cfg.StateDir), Restored: map[string]int{}}
-	if _, err := os.Stat(rep.StateFile); errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(rep.StateFile); errors.Is(err, fs.ErrNotExist) {
 		return rep, nil
 	} else if err != nil {
 		return rep, fmt.Errorf("state file: %w", err)
 	}
-	lock, err := LockStateDir(cfg.StateDir)
+	lock, err := lockForRestore(cfg.StateDir)
 	if err != nil {
 		return rep, err
 	}
 	defer lock.Unlock()
-	return lock.RestoreAll(cfg, h, log)
+	return lock.restore(cfg, h, log, opts)
 }
 
 // RestoreAll is the package's RestoreAll for a process that already holds
@@ -241,11 +223,18 @@ func (l *StateLock) RestoreAll(cfg Config, h *host.Host, log *slog.Logger) (Rest
 	if cfg.StateDir == "" {
 		cfg.StateDir = Defaults().StateDir
 	}
+	return l.restore(cfg, h, log, RestoreOptions{})
+}
+
+func (l *StateLock) restore(cfg Config, h *host.Host, log *slog.Logger, opts RestoreOptions) (RestoreReport, error) {
 	rep := RestoreReport{StateFile: StatePath(cfg.StateDir), Restored: map[string]int{}}
-	if l == nil || l.f == nil {
+	if !l.held() {
 		return rep, errors.New("restore: the state directory is not locked")
 	}
-	if _, err := os.Stat(rep.StateFile); errors.Is(err, fs.ErrNotExist) {
+	if l.readOnly {
+		rep.Warnings = append(rep.Warnings, "state directory is read-only: restoring, but the state file cannot be updated")
+	}
+	if _, err := os.Lstat(rep.StateFile); errors.Is(err, fs.ErrNotExist) {
 		return rep, nil
 	}
 	state, err := act.OpenState(rep.StateFile)
@@ -260,12 +249,14 @@ func (l *StateLock) RestoreAll(cfg Config, h *host.Host, log *slog.Logger) (Rest
 	rc := RestoreContext{Host: h, Layout: layout, State: state, Log: log, Config: cfg}
 
 	var errs []error
+	cq := &act.CPUQuota{Host: h, Layout: layout, State: state, Log: log}
 	if len(state.Entries()) > 0 {
 		if lerr != nil {
 			errs = append(errs, fmt.Errorf("cpu quotas: cgroup layout: %w", lerr))
 		} else {
-			n, err := (&act.CPUQuota{Host: h, Layout: layout, State: state, Log: log}).RestoreAll()
-			rep.Restored[KindCPUQuota] = n
+			res, err := cq.RestoreEach()
+			rep.Quotas = res
+			rep.Restored[KindCPUQuota] = len(res.Restored)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("cpu quotas: %w", err))
 			}
@@ -273,6 +264,19 @@ func (l *StateLock) RestoreAll(cfg Config, h *host.Host, log *slog.Logger) (Rest
 	}
 	restorers := recordRestorers()
 	for _, kind := range kinds {
+		if kind == act.RecordUnownedQuota {
+			if !opts.Adopt || lerr != nil {
+				rep.Unowned = state.RecordKeys(kind)
+				continue
+			}
+			res, err := cq.AdoptUnowned()
+			rep.Adopted = &res
+			rep.Restored[kind] = len(res.Restored)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("adopting unowned throttles: %w", err))
+			}
+			continue
+		}
 		restore, ok := restorers[kind]
 		if !ok {
 			if rep.Kept == nil {
@@ -289,19 +293,58 @@ func (l *StateLock) RestoreAll(cfg Config, h *host.Host, log *slog.Logger) (Rest
 		}
 	}
 	err = errors.Join(errs...)
+	if err != nil && errors.Is(err, act.ErrStateNotSaved) {
+		rep.StateNotUpdated = fmt.Sprintf("%s still lists what was restored (a later restore finds it done)", rep.StateFile)
+		if onlyUnsaved(err) {
+			// The host is restored; the file is what is behind.
+			err = fmt.Errorf("%w: %w", ErrStateNotUpdated, err)
+		}
+	}
 
-	if rep.Total() > 0 || err != nil {
+	if rep.Total() > 0 || err != nil || len(rep.Quotas.Foreign) > 0 {
 		detail := fmt.Sprintf("crosstalk restore: undid %d change(s) a stopped agent left (%s)", rep.Total(), rep.summary())
+		if n := len(rep.Quotas.Foreign); n > 0 {
+			detail += fmt.Sprintf("; left %d quota(s) someone else changed: %v", n, rep.Quotas.Foreign)
+		}
 		if err != nil {
 			detail += "; errors: " + err.Error()
 		}
-		log.Info("restored", "restored", rep.Restored, "err", err)
-		if j, jerr := act.OpenJournal(JournalPath(cfg.StateDir)); jerr == nil {
-			j.Write(act.Event{Kind: "restore", Detail: detail, Evidence: rep})
-			j.Close()
+		log.Info("restored", "restored", rep.Restored, "foreign", rep.Quotas.Foreign, "err", err)
+		if !l.readOnly {
+			if j, jerr := act.OpenJournal(JournalPath(cfg.StateDir)); jerr == nil {
+				j.Write(act.Event{Kind: "restore", Detail: detail, Evidence: rep})
+				j.Close()
+			}
 		}
 	}
 	return rep, err
+}
+
+// ErrStateNotUpdated says a restore put everything back on the host but
+// could not update the state file.
+var ErrStateNotUpdated = errors.New("restored, but the state file could not be updated")
+
+// onlyUnsaved reports whether every error joined in err is a failed state
+// save.
+func onlyUnsaved(err error) bool {
+	switch x := err.(type) {
+	case nil:
+		return false
+	case interface{ Unwrap() []error }:
+		errs := x.Unwrap()
+		if slices.Contains(errs, act.ErrStateNotSaved) {
+			return true
+		}
+		for _, e := range errs {
+			if !onlyUnsaved(e) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	case interface{ Unwrap() error }:
+		return onlyUnsaved(x.Unwrap())
+	}
+	return err == act.ErrStateNotSaved
 }
 
 func (r RestoreReport) summary() string {

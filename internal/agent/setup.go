@@ -49,6 +49,10 @@ type BuildOptions struct {
 	// what they read or do (nil: time.Now): with it and Agent.Tick the
 	// simulator runs the agent on virtual time.
 	Now func() time.Time
+	// Safety, when set, is filled with the state of the agent's own
+	// bookkeeping (unowned throttles, a corrupt state file moved aside) for
+	// the registry to export.
+	Safety *Safety
 }
 
 // BuildWith is Build with parts replaced (see BuildOptions).
@@ -93,14 +97,27 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("state_dir: %w", err)
 	}
-	state, err := act.OpenState(StatePath(cfg.StateDir))
-	if err != nil {
+	if err := CheckStateDir(cfg.StateDir); err != nil {
 		return nil, nil, err
 	}
 	journal, err := act.OpenJournal(JournalPath(cfg.StateDir))
 	if err != nil {
 		return nil, nil, err
 	}
+	safety := o.Safety
+	if safety == nil {
+		safety = NewSafety()
+	}
+	now := time.Now
+	if o.Now != nil {
+		now = o.Now
+	}
+	state, err := openStateOrMoveAside(StatePath(cfg.StateDir), journal, safety, log, now())
+	if err != nil {
+		journal.Close()
+		return nil, nil, err
+	}
+	safety.attach(state)
 	closers := []func(){func() { journal.Close() }}
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -117,9 +134,22 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 	// cgroup2 PSI shows that nothing waited (the agent sizes the turn to the
 	// host's threads: budgetRunDelay).
 	stats := &sense.CgroupStats{Host: h, Layout: layout, Files: files, Now: o.Now, RunDelayEvery: maxRunDelayEvery}
+	// A tenant that is gone gives its kept-open files back at once.
+	disc.OnGone = stats.Forget
+	sp := cfg.Sparsify()
+	cq := &act.CPUQuota{Host: h, Layout: layout, State: state, Log: log, Journal: journal,
+		Shapes: act.QuotaShapes{ThrottlePeriod: sp.Period, ProofPeriod: proofPeriod, ProofMaxQuota: time.Duration(topo.Online.Len()) * cgroup.MinQuota}}
+	if !cfg.DryRun {
+		// Every tenant present, not the first MaxNew: a throttle left
+		// behind must be flagged wherever it is. Their details read now
+		// are cached, so this front-loads the spread-out first reads.
+		disc.MaxNew = 0
+		flagUnowned(cq, disc, log)
+		disc.MaxNew = 50
+	}
 	// libvirt VMs: named and located as libvirt knows them, and throttled
 	// through libvirt (see wireLibvirt).
-	discoverer, quota, stopLibvirt := wireLibvirt(cfg, h, log, disc, disc.DetailEvery, &act.CPUQuota{Host: h, Layout: layout, State: state, Log: log}, state)
+	discoverer, quota, stopLibvirt := wireLibvirt(cfg, h, log, disc, disc.DetailEvery, cq, state)
 	closers = append(closers, stopLibvirt)
 	d := Deps{
 		Discoverer: discoverer,
@@ -192,7 +222,7 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 		return nil, nil, err
 	}
 	a.baselinePath = filepath.Join(cfg.StateDir, "baselines.json")
-	if b, err := os.ReadFile(a.baselinePath); err == nil {
+	if b, err := act.ReadNoFollow(a.baselinePath, 16<<20); err == nil {
 		var saved map[string]judge.Baseline
 		if json.Unmarshal(b, &saved) == nil {
 			a.RestoreBaselines(saved)
@@ -230,9 +260,15 @@ func (a *Agent) saveBaselines() {
 	if err != nil {
 		return
 	}
-	tmp := a.baselinePath + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err == nil {
-		os.Rename(tmp, a.baselinePath)
+	// A fresh temporary file (O_EXCL), renamed over the old one: nothing
+	// planted in the state directory is written through.
+	tmp, err := os.CreateTemp(filepath.Dir(a.baselinePath), ".baselines-*")
+	if err != nil {
+		return
+	}
+	_, werr := tmp.Write(b)
+	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), a.baselinePath) != nil {
+		os.Remove(tmp.Name())
 	}
 }
 

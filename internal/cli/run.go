@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"runtime/pprof"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -44,9 +42,11 @@ through its CPU quota (16 steps of 1/16 of a 16 ms period), tightened until
 the probes are back near baseline, relaxed step by step, and released when it
 stops.
 
-Safety: before any write the original quota is recorded in STATE_DIR/state.json
-(atomic replace); SIGTERM/SIGINT restore everything; a start after kill -9
-restores what the previous run left. Every detection, proof and action is
+Safety: before any write the original quota and the value about to be written
+are recorded in STATE_DIR/state.json (atomic replace); SIGTERM, SIGINT, SIGHUP,
+SIGQUIT and every other catchable terminating signal restore everything
+(SIGPIPE is ignored); a start after kill -9 restores what the previous run
+left; one agent runs per host (/run/crosstalk/agent.lock). Every detection, proof and action is
 journalled to STATE_DIR/journal.jsonl. --dry-run judges and journals but writes
 nothing.
 
@@ -58,6 +58,11 @@ With no --config, safe defaults apply; see 'crosstalk run --help' flags and the
 README for the configuration file (unknown keys are rejected).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// From the first moment: any terminating signal (SIGHUP,
+			// SIGQUIT, SIGUSR1, …, not just SIGTERM and SIGINT) ends the
+			// agent through its restore, and SIGPIPE is ignored.
+			ctx, cancel := notifyTerminating(cmd.Context())
+			defer cancel()
 			log, err := g.logger()
 			if err != nil {
 				return err
@@ -90,6 +95,9 @@ README for the configuration file (unknown keys are rejected).`,
 				return err
 			}
 			defer lock.Unlock()
+			if host, ok := agent.ExposedListen(cfg.Listen); ok {
+				log.Warn("LISTENING BEYOND LOCALHOST: /metrics and /api/state are open to anyone who can reach "+host+"; keep it behind a firewall or an authenticating proxy", "listen", cfg.Listen)
+			}
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {
@@ -108,12 +116,20 @@ README for the configuration file (unknown keys are rejected).`,
 				return err
 			}
 			defer h.Close()
+			// One agent per host, whatever its state directory: two would
+			// take each other's throttles for originals.
+			hostLock, err := agent.LockHost(h, cfg.StateDir)
+			if err != nil {
+				return err
+			}
+			defer hostLock.Unlock()
 			// Undo what a killed predecessor left, of every actuator kind,
 			// before anything else (the agent itself re-checks its quotas).
 			if rep, err := lock.RestoreAll(cfg, h, log); err != nil || rep.Total() > 0 {
 				log.Warn("restored what a previous crosstalk left behind", "restored", rep.Restored, "kept", rep.Kept, "err", err)
 			}
-			a, closeFn, err := agent.Build(cfg, h, log, g.build.Version, nil)
+			safety := agent.NewSafety()
+			a, closeFn, err := agent.BuildWith(cfg, h, agent.BuildOptions{Log: log, Version: g.build.Version, Safety: safety})
 			if err != nil {
 				return err
 			}
@@ -125,8 +141,6 @@ README for the configuration file (unknown keys are rejected).`,
 				return err
 			}
 
-			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer cancel()
 			sigDone := make(chan struct{})
 			go func() { sig.Run(ctx, a, cfg.Interval); close(sigDone) }()
 			// On the way out the node is marked as no longer watched.
@@ -134,8 +148,10 @@ README for the configuration file (unknown keys are rejected).`,
 			errc := make(chan error, 1)
 			if cfg.Listen != "off" {
 				reg := agent.NewRegistry(a, g.build.Version, g.build.Commit)
-				reg.MustRegister(sig)
-				go func() { errc <- agent.Serve(ctx, cfg.Listen, agent.Handler(a, reg), log) }()
+				reg.MustRegister(sig, safety)
+				go func() {
+					errc <- agent.Serve(ctx, cfg.Listen, agent.CheckHost(cfg.Listen, agent.Handler(a, reg)), log)
+				}()
 			}
 			log.Info("crosstalk agent running", "interval", cfg.Interval, "dry_run", cfg.DryRun, "listen", cfg.Listen, "state_dir", cfg.StateDir)
 			runErr := make(chan error, 1)

@@ -96,6 +96,18 @@ func (c CgroupStats) reader() cgroup.StringReader {
 // thread count each interval; 0 reads every tenant's run delay each time).
 func (c *CgroupStats) SetRunDelayEvery(d time.Duration) { c.RunDelayEvery = d }
 
+// Forget closes the files kept open for a cgroup that is gone (and for
+// the cgroups below it): without it, each tenant that came and went would
+// hold its descriptors until the re-reader's bound pushed them out.
+func (c CgroupStats) Forget(cg string) {
+	if c.Files == nil || cleanCgroup(cg) == "" {
+		return
+	}
+	for _, dir := range cgroup.Open(c.Host, c.Layout, cg).Dirs() {
+		c.Files.Forget(dir + "/")
+	}
+}
+
 // Read samples one tenant. A tenant whose cgroup vanished returns an error
 // wrapping fs.ErrNotExist; threads that exit meanwhile are skipped.
 //

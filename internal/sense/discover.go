@@ -68,6 +68,11 @@ type CgroupDiscoverer struct {
 	// intervals instead of making one interval cost them all. 0: no bound.
 	MaxNew int
 
+	// OnGone, when set, is called with the cgroup of each tenant that is
+	// gone since the previous call (within Discover, so keep it short): the
+	// agent closes the files it kept open for it.
+	OnGone func(cgroup string)
+
 	// listed, when set (tests only), is called after each successful
 	// directory listing with the host path listed, so a test can remove a
 	// cgroup between listing and reading, as a tenant going away does.
@@ -209,6 +214,9 @@ func (d *CgroupDiscoverer) Discover() ([]Tenant, error) {
 	for id := range d.cache {
 		if !seen[id] {
 			delete(d.cache, id)
+			if d.OnGone != nil {
+				d.OnGone(id) // a tenant's ID is its cgroup
+			}
 		}
 	}
 	return w.tenants, errors.Join(w.errs...)
