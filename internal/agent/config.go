@@ -152,7 +152,7 @@ type KubernetesConfig struct {
 // CPUWaitConfig is the CPU-wait contention signal: a tenant whose work takes
 // far longer than usual because its threads wait for CPUs a neighbour keeps
 // busy (vCPUs of two VMs pinned to one CPU; what a guest sees as steal).
-// Suspects are the tenants active on its CPUs, proven by the same A/B/A cap.
+// Suspects are the tenants active on its CPUs, proven by the same randomized proof.
 type CPUWaitConfig struct {
 	// Enabled judges CPU wait (default true). Turn it off where tenants are
 	// meant to share CPUs and compete for them.

@@ -65,9 +65,9 @@ func (a *Agent) waitRatioLocked(t sense.Tenant) float64 {
 
 // maybeProveWaitLocked ranks suspects for CPU-wait contention (tenants
 // active on the waiting tenants' CPUs, by activity and by how their CPU use
-// tracks the waits) and, when the contention is persistent, starts an A/B/A
-// proof on the top one: capped, the victims' waits must fall; freed, come
-// back. It returns the ranking for the state.
+// tracks the waits) and, when the contention is persistent, starts a
+// randomized proof on the top one, read on the victims' CPU wait. It
+// returns the ranking for the state.
 func (a *Agent) maybeProveWaitLocked(now time.Time, views []judge.TenantView, present map[string]sample) []judge.Suspect {
 	wv := a.lastWait
 	if !wv.Contended {

@@ -215,7 +215,7 @@ func (hs *cpuHarness) waitFor(t *testing.T, what string, cond func() bool) {
 
 // The hog arrives on the victim's CPU after the victim learned its quiet
 // waits: the probes stay quiet, the victim's CPU wait convicts the hog by
-// an A/B/A proof, it is throttled, and released when it stops. Neither the
+// a proof, it is throttled, and released when it stops. Neither the
 // victim nor the bystander on the other CPU is ever throttled.
 func TestAgentCPUWaitThrottlesTheHog(t *testing.T) {
 	w := newCPUWorld(t)

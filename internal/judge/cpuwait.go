@@ -25,8 +25,8 @@ import (
 //
 // Who causes it is left to the suspects ranking (tenants sharing the
 // waiting tenant's CPUs, by activity and by how their CPU use tracks the
-// waits) and to the same A/B/A proof as the probes': cap the suspect, the
-// waiting tenant's stretch must fall, and come back when it is freed.
+// waits) and to the same randomized proof as the probes' (Proof), read on
+// the waiting tenant's stretch.
 type CPUWait struct {
 	th   Thresholds
 	base map[string]*Baseline

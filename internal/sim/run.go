@@ -153,6 +153,15 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 		if err != nil {
 			return nil, err
 		}
+		// The model moves in steps, and the agent runs between them: a
+		// proof's slot spans two steps, read once after each, unless the
+		// scenario shapes the proof itself.
+		if sc.Agent.Proof.Slot == 0 {
+			cfg.Proof.Slot = 2 * sc.Step
+		}
+		if sc.Agent.Proof.Samples == 0 {
+			cfg.Proof.Samples = 2
+		}
 		cfg.StateDir = filepath.Join(dir, "state")
 		cfg.Listen = "off"
 		cfg.DryRun = false
