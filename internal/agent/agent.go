@@ -134,6 +134,7 @@ type Agent struct {
 	watchAt   time.Time
 	watchN    int
 	watchKind string
+	anyBusy   bool // some tenant used CPU in the last interval
 	// survey is how many start-up surveys of the quiet probe level are
 	// left (see surveyQuiet); none once baselines were calibrated or
 	// restored.
@@ -308,7 +309,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // simulator runs on virtual time): it takes a proof sample when one is due,
 // runs an interval when next has passed, and between intervals watches for
 // a first sign of contention (see watch). It returns when the next interval
-// is due: an interval on, or a fifth of one while a first sign of
+// is due: an interval on, or WatchEvery while a first sign of
 // contention waits to be confirmed. Call it at least as often as WatchEvery;
 // call Start first and Stop at the end.
 func (a *Agent) Tick(now, next time.Time) time.Time {
@@ -332,15 +333,21 @@ func (a *Agent) Tick(now, next time.Time) time.Time {
 }
 
 // WatchEvery is how often the agent looks for a first sign of contention
-// between intervals, and how soon it confirms one: a fifth of an interval,
-// at least quickInterval.
-func (a *Agent) WatchEvery() time.Duration { return max(a.cfg.Interval/5, quickInterval) }
+// between intervals, and how soon it confirms one: a quarter of an interval,
+// at least quickInterval. (Each look costs about 0.2-0.3 ms of CPU in a VM,
+// most of it the wake-up itself: four a second at the 1 s interval.)
+func (a *Agent) WatchEvery() time.Duration { return max(a.cfg.Interval/4, quickInterval) }
+
+// minBusy is the CPU use (cores) of a busy tenant, for the watch.
+const minBusy = 0.05
 
 // quickInterval is the shortest watch: the probes' own cost bounds it.
-const quickInterval = 50 * time.Millisecond
+const quickInterval = 100 * time.Millisecond
 
-// watch takes one cheap probe reading between intervals — the DRAM kind
-// (about 0.2 ms of CPU on the dev machines) on one CPU, in turn — and
+// watch takes one cheap probe reading between intervals — two chunks of
+// the DRAM kind on one CPU, in turn — while some tenant was busy in the
+// last interval (with every tenant idle there is nobody to protect yet,
+// and the next interval sees whoever starts), and
 // reports whether it reads contended, so that the interval runs now: a
 // polluter that starts just after an interval would otherwise run free for
 // most of one before anyone looks. It teaches the baselines nothing, and
@@ -348,7 +355,7 @@ const quickInterval = 50 * time.Millisecond
 // watches closely enough), or before the first interval's readings.
 func (a *Agent) watch() bool {
 	a.mu.Lock()
-	busy := a.proof != nil || len(a.throttled) > 0 || a.watchKind == ""
+	busy := a.proof != nil || len(a.throttled) > 0 || a.watchKind == "" || !a.anyBusy
 	a.mu.Unlock()
 	if busy {
 		return false
@@ -364,7 +371,7 @@ func (a *Agent) watch() bool {
 		return false
 	}
 	cpu := cpus[(a.watchN/len(targets))%len(cpus)]
-	rs, err := a.measureCPU(d.ID, cpu, a.watchKind)
+	rs, err := a.measureQuick(d.ID, cpu, a.watchKind)
 	if err != nil || len(rs) == 0 {
 		return false
 	}
@@ -625,6 +632,13 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	}
 	a.mu.Lock()
 	held := a.heldDomainsLocked()
+	a.anyBusy = false
+	for _, s := range samples {
+		if s.usage >= minBusy {
+			a.anyBusy = true
+			break
+		}
+	}
 	if a.watchKind != sense.ProbeDRAM {
 		for _, r := range readings {
 			if r.Kind == sense.ProbeDRAM || a.watchKind == "" {
@@ -1169,6 +1183,25 @@ var errProbeBusy = errors.New("probe did not run in time")
 // times out keeps running in its goroutine; until it finishes, that CPU is
 // reported busy instead of starting a second probe behind it.
 func (a *Agent) measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error) {
+	return a.measureOn(cpu, func() ([]sense.ProbeReading, error) { return a.d.Probe.MeasureCPU(domain, cpu, kinds...) })
+}
+
+// quickProber is a probe with a cheap reading for the watch.
+type quickProber interface {
+	MeasureQuick(domain, cpu int, kind string) ([]sense.ProbeReading, error)
+}
+
+// measureQuick is the watch's reading: the probe's cheap one where it has
+// one, else a whole reading of the kind.
+func (a *Agent) measureQuick(domain, cpu int, kind string) ([]sense.ProbeReading, error) {
+	if q, ok := a.d.Probe.(quickProber); ok {
+		return a.measureOn(cpu, func() ([]sense.ProbeReading, error) { return q.MeasureQuick(domain, cpu, kind) })
+	}
+	return a.measureCPU(domain, cpu, kind)
+}
+
+// measureOn runs one measurement on cpu with the timeout of measureCPU.
+func (a *Agent) measureOn(cpu int, measure func() ([]sense.ProbeReading, error)) ([]sense.ProbeReading, error) {
 	if run := a.pending[cpu]; run != nil {
 		select {
 		case <-run.done:
@@ -1179,7 +1212,7 @@ func (a *Agent) measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReadi
 	}
 	run := &probeRun{done: make(chan struct{})}
 	go func() {
-		run.readings, run.err = a.d.Probe.MeasureCPU(domain, cpu, kinds...)
+		run.readings, run.err = measure()
 		close(run.done)
 	}()
 	timer := time.NewTimer(probeTimeout)

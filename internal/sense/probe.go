@@ -211,6 +211,24 @@ func (p *Probe) MeasureCPU(domain, cpu int, kinds ...string) ([]ProbeReading, er
 	if len(kinds) == 0 {
 		kinds = p.Kinds()
 	}
+	return p.measureOn(domain, cpu, p.cfg.Chunks, kinds)
+}
+
+// watchChunks is how many chunks a quick reading times.
+const watchChunks = 2
+
+// MeasureQuick is one cheap reading of one kind on cpu — two timed chunks
+// instead of Chunks — for looking between intervals whether contention has
+// begun: its per-operation latency compares with the kind's baseline, a
+// little noisier.
+func (p *Probe) MeasureQuick(domain, cpu int, kind string) ([]ProbeReading, error) {
+	if !slices.Contains(p.Kinds(), kind) {
+		return nil, fmt.Errorf("probe: no %s probe on this host", kind)
+	}
+	return p.measureOn(domain, cpu, watchChunks, []string{kind})
+}
+
+func (p *Probe) measureOn(domain, cpu, chunks int, kinds []string) ([]ProbeReading, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var orig unix.CPUSet
@@ -226,7 +244,7 @@ func (p *Probe) MeasureCPU(domain, cpu int, kinds ...string) ([]ProbeReading, er
 	runtime.Gosched() // let the scheduler move us before timing
 	var out []ProbeReading
 	for _, kind := range kinds {
-		out = append(out, ProbeReading{Domain: domain, CPU: cpu, Kind: kind, Ns: p.measure(kind)})
+		out = append(out, ProbeReading{Domain: domain, CPU: cpu, Kind: kind, Ns: p.measure(kind, chunks)})
 	}
 	return out, nil
 }
@@ -236,8 +254,8 @@ func (p *Probe) MeasureCPU(domain, cpu int, kinds ...string) ([]ProbeReading, er
 // untimed, so the timed walk measures L3 hits on this CPU whatever ran here
 // since the last interval (otherwise the first CPU probed pays for the
 // buffer's eviction and the next one finds it warm).
-func (p *Probe) measure(kind string) float64 {
-	ns := make([]float64, 0, p.cfg.Chunks)
+func (p *Probe) measure(kind string, chunks int) float64 {
+	ns := make([]float64, 0, chunks)
 	var sink uint64
 	slots := uint64(len(p.llc) / 8)
 	if kind == ProbeLLC {
@@ -248,7 +266,7 @@ func (p *Probe) measure(kind string) float64 {
 		sink += pos
 	}
 	pos := uint64(0)
-	for c := 0; c < p.cfg.Chunks; c++ {
+	for c := 0; c < chunks; c++ {
 		var ops int
 		t0 := time.Now()
 		switch kind {
