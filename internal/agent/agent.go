@@ -135,6 +135,9 @@ type Agent struct {
 	watchN    int
 	watchKind string
 	anyBusy   bool // some tenant used CPU in the last interval
+	// hotKind is when each probe kind last read contended: a proof reads
+	// the DRAM probe if it did lately (see proofCPU).
+	hotKind map[string]time.Time
 	// survey is how many start-up surveys of the quiet probe level are
 	// left (see surveyQuiet); none once baselines were calibrated or
 	// restored.
@@ -225,6 +228,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]delayMark{}, throttled: map[string]*throttled{},
 		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{}, holds: map[string]*tenantHolds{},
 		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{}, survey: surveyRounds,
+		hotKind: map[string]time.Time{},
 	}
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
@@ -648,6 +652,11 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	}
 	a.mu.Unlock()
 	a.cont.Hold(held)
+	for _, r := range a.cont.Rate(readings) {
+		if a.cont.Above(r) {
+			a.hotKind[r.Kind] = now
+		}
+	}
 	v := a.cont.Update(readings)
 	a.lastRatio = v.Ratio
 	a.recent = append(a.recent, v.Ratio)
@@ -930,56 +939,63 @@ func (a *Agent) maybeProveLocked(now time.Time, v judge.Verdict, ranked []judge.
 	if !ok {
 		return
 	}
-	cpu, kind, before := a.proofCPU(v, s.t.CPUs)
+	cpu, kind, before := a.proofCPU(now, v, s.t.CPUs)
 	reason := fmt.Sprintf("%s; suspect score %.2f: %s", v.Reason, top.Score, strings.Join(top.Reasons, "; "))
 	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: map[string]any{"ratio": v.Ratio, "suspects": ranked}})
 	a.startProofLocked(now, &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}, before)
 }
 
-// proofCPU picks where a proof of a tenant on cpus reads the probe: the
-// most contended CPU of a contended domain that the tenant does not run on
-// (capping a tenant frees its own CPU, and a probe there would read the
-// tenant's absence as relief), else the most contended one. It returns
-// that CPU, the probe kind to read there and the kind's ratio. The DRAM
-// probe is preferred where it shows the contention: it answers a cap within
-// milliseconds, while the LLC probe shares the cache with whatever runs
-// beside it and wanders (measured on the dev machines: a capped split-lock
-// polluter left the DRAM probe at 1.0× and the LLC probe anywhere in 1-18×).
-func (a *Agent) proofCPU(v judge.Verdict, cpus cpuset.Set) (CPUDomain, string, float64) {
+// proofCPU picks where and what a proof of a tenant on cpus reads, and the
+// contention it answers to. The kind: the DRAM probe if it read contended
+// in the last few intervals — it answers a cap within milliseconds, while
+// the LLC probe shares the cache with whatever runs beside it and wanders
+// (measured on the dev machines: a capped split-lock polluter left the DRAM
+// probe at 1.0× and the LLC probe anywhere in 1-18×) — else the kind that
+// reads worst. The CPU: one of a contended domain that the tenant does not
+// run on, where one exists (capping a tenant frees its own CPU, and a probe
+// there reads the tenant's absence as relief), the most contended in that
+// kind. The ratio: the worst of that kind on the contended domains now, at
+// least the contention threshold.
+func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDomain, string, float64) {
 	th := a.cont.Thresholds()
-	type key struct{ domain, cpu int }
-	worst := map[key]float64{}
-	dram := map[key]float64{}
-	kinds := map[key]string{}
+	kind, worst := "", 0.0
 	for _, r := range v.Readings {
-		if !slices.Contains(v.Domains, r.Domain) {
+		if slices.Contains(v.Domains, r.Domain) {
+			if x := a.cont.Worst([]judge.RatedReading{r}, nil); x > worst {
+				kind, worst = r.Kind, x
+			}
+		}
+	}
+	if at, ok := a.hotKind[sense.ProbeDRAM]; ok && now.Sub(at) <= 4*a.cfg.Interval {
+		kind = sense.ProbeDRAM
+	}
+	var best CPUDomain
+	bestRatio, bestAway, found := 0.0, false, false
+	before := th.Ratio
+	for _, r := range v.Readings {
+		if !slices.Contains(v.Domains, r.Domain) || r.Kind != kind {
 			continue
 		}
-		k := key{r.Domain, r.CPU}
 		x := a.cont.Worst([]judge.RatedReading{r}, nil)
-		if x > worst[k] {
-			worst[k], kinds[k] = x, r.Kind
-		}
-		if r.Kind == sense.ProbeDRAM {
-			dram[k] = max(dram[k], x)
-		}
-	}
-	var best key
-	bestRatio, bestAway := 0.0, false
-	for k, x := range worst {
-		away := !cpus.Contains(k.cpu) && x >= th.Ratio
-		if away && !bestAway || away == bestAway && x > bestRatio {
-			best, bestRatio, bestAway = k, x, away
+		before = max(before, x)
+		away := !cpus.Contains(r.CPU)
+		if !found || away && !bestAway || away == bestAway && x > bestRatio {
+			best, bestRatio, bestAway, found = CPUDomain{r.Domain, r.CPU}, x, away, true
 		}
 	}
-	if bestRatio == 0 {
-		return CPUDomain{}, "", 1.01
+	if !found {
+		// No reading of that kind on a contended domain this interval:
+		// any CPU of one, away from the tenant if it can be.
+		for _, d := range v.Domains {
+			for _, c := range a.domain[d].List() {
+				away := !cpus.Contains(c)
+				if !found || away && !bestAway {
+					best, bestAway, found = CPUDomain{d, c}, away, true
+				}
+			}
+		}
 	}
-	kind := kinds[best]
-	if d := dram[best]; d >= th.Ratio {
-		kind, bestRatio = sense.ProbeDRAM, d
-	}
-	return CPUDomain{best.domain, best.cpu}, kind, max(bestRatio, 1.01)
+	return best, kind, before
 }
 
 // startProofLocked caps or frees the suspect as the proof's first trial
