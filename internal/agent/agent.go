@@ -677,7 +677,7 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	defer a.mu.Unlock()
 	present := presentOf(samples)
 	a.judgeWaitLocked(samples, views)
-	a.controlLocked(now, v, present, true)
+	idle := a.controlLocked(now, v, present, true)
 	if a.d.Hardware != nil {
 		a.d.Hardware.actLocked(a, hw)
 	}
@@ -706,7 +706,9 @@ func (a *Agent) step(now time.Time) (quick bool) {
 		ranked = append(ranked, a.maybeProveWaitLocked(now, views, present)...)
 	}
 	a.publishLocked(now, v, samples, ranked, readings, cpuBefore)
-	return a.proof == nil && len(a.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent
+	// A first sign of contention, or a throttled polluter that looks idle:
+	// the next interval comes soon, to confirm it (or release it).
+	return idle || a.proof == nil && len(a.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent
 }
 
 // runDelayBudget is how many threads' run delay (a /proc/TID/schedstat
@@ -868,7 +870,11 @@ func (a *Agent) domainsOf(cpus cpuset.Set) []int {
 // controlLocked runs the duty controller of every throttled tenant; with
 // probed false (no probe readings this interval) only those convicted for
 // CPU wait, whose signal does not come from the probes.
-func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string]sample, probed bool) {
+//
+// It returns true when a throttled tenant used less than its idle share:
+// it has likely stopped, and the next interval should come soon to
+// release it.
+func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string]sample, probed bool) (idle bool) {
 	for id, t := range a.throttled {
 		if !probed && t.signal != signalWait {
 			if _, ok := present[id]; ok {
@@ -893,7 +899,11 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			ratio = 1
 		}
 		ncpus := t.tenant.CPUs.Len()
-		switch d := a.sp.Next(t.thr, now, ratio, s.usage, ncpus); d {
+		d := a.sp.Next(t.thr, now, ratio, s.usage, ncpus)
+		if d != act.Release && d != act.Useless && s.usage < a.sp.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
+			idle = true
+		}
+		switch d {
 		case act.Useless:
 			// Held at the floor and the contention stays: it is not the
 			// cause. Free it, and do not suspect it again for a while.
@@ -917,6 +927,7 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			a.recordLocked(now, t.tenant, string(d), q.CPUs(), a.sp.Duty(t.thr.Step), fmt.Sprintf("contention %.2f×", ratio))
 		}
 	}
+	return idle
 }
 
 // maybeProveLocked starts a perturbation proof on the top suspect.
