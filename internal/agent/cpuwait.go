@@ -38,17 +38,42 @@ func (a *Agent) judgeWaitLocked(samples []sample, views []judge.TenantView) {
 		a.waitCPUs = map[string]cpuset.Set{}
 	}
 	clear(a.waitCPUs)
+	fair := fairShares(samples)
 	for _, s := range samples {
 		if !s.fresh {
 			continue
 		}
 		_, capped := a.throttled[s.t.ID]
 		capped = capped || a.proof != nil && a.proof.tenant.ID == s.t.ID || a.heldLocked(s.t.ID, "")
-		ws = append(ws, judge.WaitSample{ID: s.t.ID, Usage: s.waitUsage, Delay: s.waitDelay, Exclude: capped, Stale: !s.waitFresh})
+		ws = append(ws, judge.WaitSample{ID: s.t.ID, Usage: s.waitUsage, Delay: s.waitDelay, Exclude: capped, Stale: !s.waitFresh, Fair: fair[s.t.ID]})
 		a.waitCPUs[s.t.ID] = s.t.CPUs
 	}
 	a.lastWait = a.wait.Update(ws)
 	a.waitSusp.Observe(judge.Verdict{Ratio: a.lastWait.Ratio}, views)
+}
+
+// fairShares is each busy tenant's share of its CPUs when every busy
+// tenant wants more: for each of its CPUs, one over the busy tenants that
+// may run there.
+func fairShares(samples []sample) map[string]float64 {
+	perCPU := map[int]int{}
+	for _, s := range samples {
+		if s.fresh && s.usage >= minBusy {
+			for _, c := range s.t.CPUs.List() {
+				perCPU[c]++
+			}
+		}
+	}
+	out := make(map[string]float64, len(samples))
+	for _, s := range samples {
+		if !s.fresh || s.usage < minBusy {
+			continue
+		}
+		for _, c := range s.t.CPUs.List() {
+			out[s.t.ID] += 1 / float64(perCPU[c])
+		}
+	}
+	return out
 }
 
 // waitRatioLocked is the worst CPU-wait ratio this interval among the

@@ -229,10 +229,12 @@ func TestAgentCPUWaitThrottlesTheHog(t *testing.T) {
 	if q := w.quota("hog"); q.Unlimited() || q.CPUs() > 0.2 {
 		t.Errorf("hog quota after the throttle: %v", q)
 	}
+	// Held down, the victim's waits are back to usual (the state reads a
+	// window that may still hold the time before the throttle).
+	deadline := time.Now().Add(time.Second)
 	st, _ := hs.a.Latest()
-	if st.CPUWait {
-		// Held down, the victim's waits are back to usual (the state may be one interval late).
-		time.Sleep(200 * time.Millisecond)
+	for (st.CPUWait || st.CPUWaitRatio > 1.3) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
 		st, _ = hs.a.Latest()
 	}
 	if st.CPUWait || st.CPUWaitRatio > 1.3 {
@@ -254,8 +256,10 @@ func TestAgentCPUWaitThrottlesTheHog(t *testing.T) {
 }
 
 // The victim waits, but not because of the hog (something outside every
-// tenant takes CPU 1 at the moment the light hog starts): capping the hog
-// does not help, so it is acquitted and never throttled.
+// tenant takes CPU 1 at the moment the light hog starts), and it still gets
+// more than its fair half of CPU 1: waiting is then the price of sharing,
+// not a neighbour's doing, and nobody is proved or throttled for it. (The
+// hog that takes the victim's share is TestAgentCPUWaitThrottlesTheHog.)
 func TestAgentCPUWaitAcquitsAnInnocent(t *testing.T) {
 	w := newCPUWorld(t)
 	hs := newCPUHarness(t, w)
@@ -266,14 +270,14 @@ func TestAgentCPUWaitAcquitsAnInnocent(t *testing.T) {
 	w.mu.Lock()
 	w.hogOn, w.noise = true, 1.5
 	w.mu.Unlock()
-	hs.waitFor(t, "a proof of the hog", func() bool { return hs.count("proof", "hog") > 0 })
-	time.Sleep(500 * time.Millisecond)
+	hs.waitFor(t, "the victim's waits seen", func() bool { st, _ := hs.a.Latest(); return st.CPUWaitRatio >= 1.5 })
+	time.Sleep(800 * time.Millisecond)
 	stop()
-	if n := hs.count("throttle", "hog"); n > 0 {
-		t.Errorf("an innocent hog was throttled %d times", n)
+	if n := hs.count("proof", "hog") + hs.count("throttle", "hog"); n > 0 {
+		t.Errorf("a hog that took no one's fair share was proved or throttled %d times", n)
 	}
 	if q := w.quota("hog"); q.Quota != 20*time.Millisecond {
-		t.Errorf("hog quota not restored to its own: %v", q)
+		t.Errorf("hog quota not its own: %v", q)
 	}
 }
 

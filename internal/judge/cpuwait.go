@@ -52,6 +52,11 @@ type WaitSample struct {
 	// turns on a busy host): its state and its last rating stand, so the
 	// verdict does not flicker between its readings.
 	Stale bool
+	// Fair is the CPU the tenant is entitled to where every busy tenant
+	// sharing its CPUs wants more (0 = unknown): a tenant that gets at
+	// least that waits as the price of sharing, and is no victim. The
+	// scheduler, not crosstalk, keeps tenants that share CPUs fair.
+	Fair float64
 }
 
 // WaitRating is one tenant's stretch this interval against its baseline.
@@ -167,7 +172,7 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 			c.runs[s.ID] = 0
 			c.hot[s.ID] = c.hot[s.ID] << 1 & 0b111
 		}
-		r.Contended = above && (c.runs[s.ID] >= 2 || b.Above(stretch, c.th.Strong, 2*c.th.Noise))
+		r.Contended = above && (c.runs[s.ID] >= 2 || b.Above(stretch, c.th.Strong, 2*c.th.Noise)) && !(s.Fair > 0 && s.Usage >= s.Fair)
 		if c.last == nil {
 			c.last = map[string]WaitRating{}
 		}

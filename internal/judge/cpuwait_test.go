@@ -180,3 +180,32 @@ func TestCPUWaitStaleCarriesTheLastRating(t *testing.T) {
 		t.Errorf("stale after quiet carried an old contention: %+v", s)
 	}
 }
+
+// A tenant that waits but gets at least its fair share of the CPUs it
+// shares pays the price of sharing and is no victim; the same waits with
+// less than its share make it one.
+func TestCPUWaitFairShare(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		usage  float64
+		fair   float64
+		victim bool
+	}{
+		{"below its share", 0.3, 0.5, true},
+		{"at its share", 0.5, 0.5, false},
+		{"above its share", 0.8, 0.5, false},
+		{"share unknown", 0.8, 0, true},
+	} {
+		c := NewCPUWait(Thresholds{})
+		for range 8 {
+			c.Update([]WaitSample{{ID: "t", Usage: 0.95, Delay: 0.05, Fair: tc.fair}})
+		}
+		var v WaitVerdict
+		for range 2 {
+			v = c.Update([]WaitSample{{ID: "t", Usage: tc.usage, Delay: 2 * tc.usage, Fair: tc.fair}})
+		}
+		if got := len(v.Victims) == 1; got != tc.victim {
+			t.Errorf("%s: victim %v, want %v (%+v)", tc.name, got, tc.victim, v)
+		}
+	}
+}

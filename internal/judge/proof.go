@@ -17,7 +17,8 @@ const (
 )
 
 // ProofConfig shapes the perturbation proof: a run of randomized trials,
-// each a capped slot and a freed slot in random order.
+// each a capped slot and a freed slot in an order drawn by a fair coin,
+// weighed as a bet against "capping the suspect does nothing".
 type ProofConfig struct {
 	// Slot is how long the suspect stays capped, or free, in one half of a
 	// trial (default 50ms). A CFS cap bites within a period, and a bus-lock
@@ -28,26 +29,28 @@ type ProofConfig struct {
 	// about 3 ms apart); the slot's value is the worst of them. A
 	// split-lock polluter in a VM pollutes in bursts: measured on the dev
 	// VM with its neighbours running, a freed polluter showed in one DRAM
-	// reading of three to five, and a freed slot of 40 ms now and then in
-	// none of six; a capped one read 1.0-1.1× but in the first ~10 ms after
-	// the cap was set. The readings start 30% into a slot. The same
+	// reading of three to five, and a freed slot of 50 ms now and then in
+	// none of twelve; a capped one read 1.0-1.1× but in the first ~10 ms
+	// after the cap was set. The readings start 30% into a slot. The same
 	// statistic on both slots keeps the proof's guarantee.
 	Samples int `yaml:"samples" json:"samples"`
-	// Trials is the most trials a proof runs, Need how many of them must
-	// show the cap's effect for a conviction (defaults 14 and 12: at most
-	// 0.65% false convictions, and a polluter whose contention pauses in one
-	// trial of fourteen is still convicted). A proof stops as soon as the
-	// verdict is sure: at Need passes, at Trials-Need+1 failures, or — an
-	// acquittal, which can never raise the false convictions — once at
-	// least two trials failed and more failed than passed.
+	// Trials is the most trials a proof runs (default 16).
 	Trials int `yaml:"trials" json:"trials"`
-	Need   int `yaml:"need" json:"need"`
-	// Effect is the part of the contention, in log-ratio, that capping the
-	// suspect must remove in a trial for the trial to pass (default 0.4:
-	// with contention at 4×, the freed slot must read at least 1.74× the
-	// capped one). A co-runner whose own cache footprint costs the probe a
-	// little is not the cause of a 4× contention.
+	// Alpha is the false-conviction bound (default 0.01): a tenant whose
+	// cap does not move the probe is convicted with at most this
+	// probability, however long the proof runs and whenever it stops.
+	Alpha float64 `yaml:"alpha" json:"alpha"`
+	// Effect is the part of the contention, in log-ratio, that a trial
+	// must see the cap remove to count in full (default 0.4: with
+	// contention at 4×, the freed slot reading 1.74× the capped one). A
+	// trial that sees less counts in proportion, so a co-runner whose own
+	// cache footprint costs the probe a little is not convicted within
+	// Trials for a contention it does not cause.
 	Effect float64 `yaml:"effect" json:"effect"`
+	// Bet is the stake of each trial (default 0.8): a full trial
+	// multiplies the evidence by 1+Bet, one that reads the other way by
+	// 1-Bet. With the defaults, 8 full trials convict.
+	Bet float64 `yaml:"bet" json:"bet"`
 }
 
 // Fill sets defaults.
@@ -59,13 +62,16 @@ func (c *ProofConfig) Fill() {
 		c.Samples = 12
 	}
 	if c.Trials == 0 {
-		c.Trials = 14
+		c.Trials = 16
 	}
-	if c.Need == 0 {
-		c.Need = min(12, c.Trials)
+	if c.Alpha == 0 {
+		c.Alpha = 0.01
 	}
 	if c.Effect == 0 {
 		c.Effect = 0.4
+	}
+	if c.Bet == 0 {
+		c.Bet = 0.8
 	}
 }
 
@@ -74,47 +80,35 @@ func (c ProofConfig) Validate() error {
 	switch {
 	case c.Slot < 5*time.Millisecond || c.Slot > 2*time.Second:
 		return fmt.Errorf("proof.slot %s: want 5ms to 2s", c.Slot)
-	case c.Samples < 1 || c.Samples > 16:
-		return fmt.Errorf("proof.samples %d: want 1 to 16", c.Samples)
+	case c.Samples < 1 || c.Samples > 64:
+		return fmt.Errorf("proof.samples %d: want 1 to 64", c.Samples)
 	case c.Trials < 1 || c.Trials > 64:
 		return fmt.Errorf("proof.trials %d: want 1 to 64", c.Trials)
-	case c.Need < 1 || c.Need > c.Trials:
-		return fmt.Errorf("proof.need %d: want 1 to proof.trials (%d)", c.Need, c.Trials)
+	case !(c.Alpha >= 1e-6 && c.Alpha <= 0.2):
+		return fmt.Errorf("proof.alpha %v: want 0.000001 to 0.2", c.Alpha)
 	case !(c.Effect > 0 && c.Effect <= 1):
 		return fmt.Errorf("proof.effect %v: want more than 0, at most 1", c.Effect)
+	case !(c.Bet > 0 && c.Bet < 1):
+		return fmt.Errorf("proof.bet %v: want more than 0, less than 1", c.Bet)
 	}
 	return nil
 }
 
 // FalseConviction is the most a proof can convict a tenant whose cap does
-// not move the probe by Effect of the contention: the chance that at least
-// Need of Trials fair coins come up heads, P(Binomial(Trials, ½) ≥ Need).
+// not move the probe: Alpha.
 //
 // Why it holds whatever the noise does (bursts, drifts, a neighbour's
 // phases): each trial's order, capped first or freed first, is drawn by a
 // fair coin the noise cannot see. If capping the suspect does nothing to the
-// probe, the two slots' readings are what they would have been either way,
-// and the trial passes only if the coin happened to put the capped slot on
-// the quieter one by more than the margin: probability at most ½, and
-// independent across trials. (If capping has an effect smaller than the
-// margin, the same holds for the readings shifted by that effect.) Stopping
-// early at a sure verdict changes no conviction.
-func (c ProofConfig) FalseConviction() float64 {
-	n, k := c.Trials, c.Need
-	p := 0.0
-	for i := k; i <= n; i++ {
-		p += binomial(n, i)
-	}
-	return p / math.Pow(2, float64(n))
-}
-
-func binomial(n, k int) float64 {
-	r := 1.0
-	for i := 1; i <= k; i++ {
-		r = r * float64(n-k+i) / float64(i)
-	}
-	return r
-}
+// probe, the two slots read what they would have read either way, and the
+// coin alone decides whether the trial's drop (freed over capped) comes out
+// positive or negative: given its size, each sign has probability ½. Each
+// trial multiplies the evidence by 1 + Bet·x, x the drop over the full
+// effect clipped to [-1, 1], whose expectation is then 1: the evidence is a
+// nonnegative martingale starting at 1, and by Ville's inequality it ever
+// reaches 1/Alpha with probability at most Alpha — at any trial, however
+// the proof stops.
+func (c ProofConfig) FalseConviction() float64 { return c.Alpha }
 
 // Trial is one capped slot and one freed slot of a proof.
 type Trial struct {
@@ -124,11 +118,22 @@ type Trial struct {
 	// Drop is log(freed) − log(capped) of the slots' worst readings: how
 	// much of the contention the cap removed, in log-ratio.
 	Drop float64 `json:"drop"`
-	Pass bool    `json:"pass"`
-	// Void says a slot got no reading (the probe could not run): the trial
-	// counts as failed.
-	Void bool `json:"void,omitempty"`
+	// Outcome: "pass" (the cap removed the full effect), "fail" (the
+	// contention was there and the cap did not remove it), "quiet" (no
+	// contention in either slot: the trial says nothing) or "void" (a slot
+	// got no reading).
+	Outcome string `json:"outcome"`
+	// Evidence is the proof's evidence after this trial.
+	Evidence float64 `json:"evidence"`
 }
+
+// Trial outcomes.
+const (
+	TrialPass  = "pass"
+	TrialFail  = "fail"
+	TrialQuiet = "quiet"
+	TrialVoid  = "void"
+)
 
 // Proof is a perturbation proof in progress on a suspect (or a group of
 // suspects capped together). It is pure: the caller applies the cap state
@@ -138,8 +143,12 @@ type Proof struct {
 	cfg    ProofConfig
 	rng    *rand.Rand
 	before float64
-	margin float64 // the least drop, in log-ratio, a trial must show
+	margin float64 // the drop, in log-ratio, that counts in full
+	quiet  float64 // a slot reading under this has no contention
 	start  time.Time
+	// evidence is the running product of the trials' bets: a martingale
+	// with expectation 1 while the cap does nothing.
+	evidence float64
 
 	trials []Trial
 	half   int       // 0 or 1: which slot of the current trial
@@ -157,7 +166,7 @@ func NewProof(cfg ProofConfig, before float64, now time.Time, seed uint64) *Proo
 	cfg.Fill()
 	before = max(before, 1.01)
 	p := &Proof{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), before: before,
-		margin: cfg.Effect * math.Log(before), start: now, from: now}
+		margin: cfg.Effect * math.Log(before), quiet: 1 + (before-1)/3, start: now, from: now, evidence: 1}
 	p.trials = append(p.trials, Trial{CappedFirst: p.rng.IntN(2) == 0})
 	return p
 }
@@ -221,67 +230,72 @@ func (p *Proof) Observe(now time.Time, ratio float64, ok bool) bool {
 }
 
 func (p *Proof) score(t *Trial) {
+	defer func() { t.Evidence = p.evidence }()
 	if len(t.Capped) == 0 || len(t.Freed) == 0 {
-		t.Void = true
+		t.Outcome = TrialVoid
 		return
 	}
-	t.Drop = math.Log(slices.Max(t.Freed)) - math.Log(slices.Max(t.Capped))
-	t.Pass = t.Drop > p.margin
+	worstCapped, worstFreed := slices.Max(t.Capped), slices.Max(t.Freed)
+	t.Drop = math.Log(worstFreed) - math.Log(worstCapped)
+	p.evidence *= 1 + p.cfg.Bet*max(-1, min(1, t.Drop/p.margin))
+	switch {
+	case t.Drop > p.margin:
+		t.Outcome = TrialPass
+	case max(worstCapped, worstFreed) < p.quiet:
+		t.Outcome = TrialQuiet
+	default:
+		t.Outcome = TrialFail
+	}
 }
 
 func (p *Proof) decide() bool {
-	pass, fail := p.counts()
+	var pass, fail, quiet, void int
+	for _, t := range p.trials {
+		switch t.Outcome {
+		case TrialPass:
+			pass++
+		case TrialFail:
+			fail++
+		case TrialQuiet:
+			quiet++
+		case TrialVoid:
+			void++
+		}
+	}
+	n := pass + fail + quiet + void
 	switch {
-	case pass >= p.cfg.Need:
+	case p.evidence >= 1/p.cfg.Alpha:
 		p.verdict = ProofGuilty
-		p.why = fmt.Sprintf("capping it removed at least %.0f%% of the %.2f× contention in %d of %d randomized trials (median freed/capped %.2f×; chance of that for a tenant the cap does not affect ≤ %.2g)",
-			100*p.cfg.Effect, p.before, pass, pass+fail, math.Exp(p.medianDrop()), p.cfg.FalseConviction())
-	case fail > p.cfg.Trials-p.cfg.Need, fail >= 2 && fail > pass:
-		voids := 0
-		for _, t := range p.trials {
-			if t.Void {
-				voids++
-			}
-		}
-		if voids > pass+fail-voids {
-			p.verdict = ProofInconclusive
-			p.why = fmt.Sprintf("the probe could not read in %d of %d trials", voids, pass+fail)
-			return true
-		}
-		// As many passes as failures is no acquittal: the contention came
-		// and went with the cap often, but not often enough to convict (a
-		// polluter that paused by itself for a few trials). The agent proves
-		// such a suspect again soon.
-		p.verdict = ProofInnocent
-		if pass >= fail {
-			p.verdict = ProofInconclusive
-		}
-		p.why = fmt.Sprintf("capping it did not remove %.0f%% of the %.2f× contention in %d of %d randomized trials (median freed/capped %.2f×)",
-			100*p.cfg.Effect, p.before, fail, pass+fail, math.Exp(p.medianDrop()))
+		p.why = fmt.Sprintf("capping it removed at least %.0f%% of the %.2f× contention in %d of %d randomized trials (median freed/capped %.2f×; evidence %.0f, the chance of reaching %.0f for a tenant the cap does not affect ≤ %.2g)",
+			100*p.cfg.Effect, p.before, pass, n, math.Exp(p.medianDrop()), p.evidence, 1/p.cfg.Alpha, p.cfg.Alpha)
+		return true
+	case void > n/2 && void >= 2:
+		p.verdict = ProofInconclusive
+		p.why = fmt.Sprintf("the probe could not read in %d of %d trials", void, n)
+		return true
+	case fail >= 2 && fail > pass, n >= p.cfg.Trials:
+		// Acquittals never raise the false convictions: stop at the
+		// first sign that the cap does not remove the contention.
 	default:
 		return false
 	}
-	return true
-}
-
-func (p *Proof) counts() (pass, fail int) {
-	for _, t := range p.trials {
-		if t.Capped == nil && t.Freed == nil && !t.Void {
-			continue // not yet run
-		}
-		if t.Pass {
-			pass++
-		} else {
-			fail++
-		}
+	// As many passes as failures is no acquittal: the contention came and
+	// went with the cap often, but not often enough to convict (a polluter
+	// that paused by itself for a few trials). Neither is a proof whose
+	// contention went quiet. The agent proves such a suspect again soon.
+	p.verdict = ProofInnocent
+	if pass >= fail || quiet+void > pass+fail {
+		p.verdict = ProofInconclusive
 	}
-	return pass, fail
+	p.why = fmt.Sprintf("capping it did not remove %.0f%% of the %.2f× contention in %d of %d randomized trials, %d quiet (median freed/capped %.2f×, evidence %.2f)",
+		100*p.cfg.Effect, p.before, fail, n, quiet, math.Exp(p.medianDrop()), p.evidence)
+	return true
 }
 
 func (p *Proof) medianDrop() float64 {
 	var d []float64
 	for _, t := range p.trials {
-		if !t.Void && (t.Capped != nil || t.Freed != nil) {
+		if t.Outcome == TrialPass || t.Outcome == TrialFail {
 			d = append(d, t.Drop)
 		}
 	}
@@ -306,7 +320,7 @@ func (p *Proof) Started() time.Time { return p.start }
 // Trials returns the trials run so far (the journal's evidence).
 func (p *Proof) Trials() []Trial {
 	out := slices.Clone(p.trials)
-	if n := len(out); n > 0 && out[n-1].Capped == nil && out[n-1].Freed == nil && !out[n-1].Void {
+	if n := len(out); n > 0 && out[n-1].Outcome == "" {
 		out = out[:n-1]
 	}
 	return out
@@ -321,22 +335,24 @@ func (p *Proof) Abort(why string) {
 }
 
 // Summary is the trials in a line for logs: each trial's freed/capped as
-// "+2.31" (passed) or "-1.05" (failed), "v" for a void one.
+// "+2.31" (passed), "-1.05" (failed) or "~1.01" (quiet), "v" for a void
+// one, and the evidence at the end.
 func (p *Proof) Summary() string {
 	var b strings.Builder
-	for i, t := range p.Trials() {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		switch {
-		case t.Void:
+	for _, t := range p.Trials() {
+		switch t.Outcome {
+		case TrialVoid:
 			b.WriteString("v")
-		case t.Pass:
+		case TrialPass:
 			fmt.Fprintf(&b, "+%.2f", math.Exp(t.Drop))
+		case TrialQuiet:
+			fmt.Fprintf(&b, "~%.2f", math.Exp(t.Drop))
 		default:
 			fmt.Fprintf(&b, "-%.2f", math.Exp(t.Drop))
 		}
+		b.WriteByte(' ')
 	}
+	fmt.Fprintf(&b, "(evidence %.2g)", p.evidence)
 	return b.String()
 }
 
