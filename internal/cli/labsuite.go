@@ -13,18 +13,21 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crosstalk-project/crosstalk/internal/agent"
+
 	"github.com/crosstalk-project/crosstalk/internal/lab"
 )
 
 func newLabSuiteCmd(g *globals) *cobra.Command {
 	var (
-		plan     lab.SuitePlan
-		reps     int
-		policies []string
-		asJSON   bool
-		list     bool
-		outDir   string
-		interval time.Duration
+		plan       lab.SuitePlan
+		reps       int
+		policies   []string
+		configFile string
+		asJSON     bool
+		list       bool
+		outDir     string
+		interval   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "suite [SCENARIO|FILE ...]",
@@ -68,11 +71,18 @@ Needs root (it creates cgroups), except --list.`,
 			if list {
 				return writeSuiteList(g, cases)
 			}
+			cfg, err := agentConfig(configFile)
+			if err != nil {
+				return err
+			}
 			opt, done, err := g.labOptions(policies, interval)
 			if err != nil {
 				return err
 			}
 			defer done()
+			// The suite scores the agent as an operator runs it: its
+			// defaults (or --config), not the lab's quicker sampling.
+			opt.Registry["crosstalk"] = agent.LabPolicy(cfg)
 			ctx, cancel := labContext(cmd.Context())
 			defer cancel()
 			progress := func(sc lab.RunScore) { lab.WriteSuiteRun(g.errOut, sc) }
@@ -104,6 +114,7 @@ Needs root (it creates cgroups), except --list.`,
 	f.DurationVar(&plan.Phase, "duration", 0, "override every scenario's phase length (offsets scale with it)")
 	f.IntVar(&reps, "repetitions", 1, "runs of each scenario, each scored")
 	f.StringSliceVar(&policies, "policy", []string{"none", "crosstalk"}, "policies to run, comma separated; crosstalk is the one scored")
+	f.StringVar(&configFile, "config", "", "the agent's configuration for the crosstalk policy (default: crosstalk run's defaults)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	f.BoolVar(&list, "list", false, "print the runs the suite would make, without running them")
 	f.StringVar(&outDir, "out", "", "also write suite.json and an HTML page to `DIR`")
