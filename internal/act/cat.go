@@ -18,10 +18,10 @@ package act
 // kill -9, RestoreAll at the next start does the same from the records.
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -397,7 +397,7 @@ func (c *ResctrlClasses) Release(tenantID string) error {
 			back[origin] = append(back[origin], tid)
 		}
 		var errs []error
-		for _, origin := range sortedKeys(back) {
+		for _, origin := range slices.Sorted(maps.Keys(back)) {
 			if _, _, err := resctrl.MoveTasks(c.Host, resctrl.CtrlGroup(rec.Mount, origin), back[origin]); err != nil {
 				errs = append(errs, err)
 			}
@@ -419,21 +419,12 @@ func usualOrigin(origins map[string]string) string {
 		count[o]++
 	}
 	best := ""
-	for _, o := range sortedKeys(count) {
+	for _, o := range slices.Sorted(maps.Keys(count)) {
 		if count[o] > count[best] {
 			best = o
 		}
 	}
 	return best
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.SortFunc(out, cmp.Compare[string])
-	return out
 }
 
 // RestoreAll releases every recorded class: on a clean stop, and at start

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"path"
 	"path/filepath"
 	"slices"
@@ -495,7 +496,7 @@ func (a *Agent) shutdown() {
 	for id, h := range a.holds {
 		claims := h.claims
 		a.forgetHoldsLocked(id)
-		for _, p := range sortedKeys(claims) {
+		for _, p := range slices.Sorted(maps.Keys(claims)) {
 			a.recordPolicyLocked(a.d.Now(), h.tenant, p, "release", string(claims[p].lever), 1, "agent stopping")
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -206,7 +207,7 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 	}
 	hw := NewHardware(cfg, HardwareOptions{Host: h, Topology: topo, Identity: id, State: state, Log: log, Now: o.Now,
 		Events: events, QuotaSteps: cfg.Sparsify().Steps, Files: files})
-	for _, k := range sortedKeys(hw.Off()) {
+	for _, k := range slices.Sorted(maps.Keys(hw.Off())) {
 		log.Info("hardware policy off", "name", k, "why", hw.Off()[k])
 	}
 	// Always attached, even with every policy off: the state API says why.
@@ -270,13 +271,4 @@ func (a *Agent) saveBaselines() {
 	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), a.baselinePath) != nil {
 		os.Remove(tmp.Name())
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 
@@ -162,7 +163,7 @@ func printRestore(w io.Writer, rep agent.RestoreReport, err error) {
 		return
 	}
 	fmt.Fprintf(w, "restored %d change(s) from %s\n", rep.Total(), rep.StateFile)
-	for _, kind := range sortedKeys(rep.Restored) {
+	for _, kind := range slices.Sorted(maps.Keys(rep.Restored)) {
 		fmt.Fprintf(w, "  %-18s %d\n", kind, rep.Restored[kind])
 	}
 	q := rep.Quotas
@@ -182,7 +183,7 @@ func printRestore(w io.Writer, rep agent.RestoreReport, err error) {
 		list("adopted, cgroup gone", a.Gone)
 		list("adoption failed", a.Failed)
 	}
-	for _, kind := range sortedKeys(rep.Kept) {
+	for _, kind := range slices.Sorted(maps.Keys(rep.Kept)) {
 		fmt.Fprintf(w, "  kept %d %s record(s) this crosstalk cannot undo: %v\n", len(rep.Kept[kind]), kind, rep.Kept[kind])
 	}
 	if rep.StateNotUpdated != "" {
@@ -191,13 +192,4 @@ func printRestore(w io.Writer, rep agent.RestoreReport, err error) {
 	if err != nil {
 		fmt.Fprintf(w, "errors: %v\n", err)
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

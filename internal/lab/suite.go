@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -166,7 +167,7 @@ func suiteRunLine(r RunScore) string {
 	}
 	line += fmt.Sprintf(" | innocents proof %d (%.2fs) convicted %d (%.2fs)", r.InnocentsProofCapped, r.InnocentProofCapSeconds, r.InnocentsConvicted, r.InnocentConvictedSeconds)
 	var sds []string
-	for _, p := range sortedKeys(r.VictimSlowdown) {
+	for _, p := range slices.Sorted(maps.Keys(r.VictimSlowdown)) {
 		s := p + " " + fmtSlowdown(r.VictimSlowdown[p])
 		if v := r.VictimSlowdownAfter[p]; v != nil {
 			s += " (after " + fmtSlowdown(v) + ")"
@@ -189,15 +190,6 @@ func fmtOptSecs(v *float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2fs", *v)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // WriteSuiteText prints a suite: a line a run, then the totals overall and

@@ -3,6 +3,7 @@ package libvirt
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -262,17 +263,8 @@ func (c *DomainConfig) PinnedCPUs() (cpuset.Set, bool) {
 		return cpuset.Set{}, false
 	}
 	all = all.Union(emu)
-	for _, id := range sortedKeys(c.IOThreadPins) {
+	for _, id := range slices.Sorted(maps.Keys(c.IOThreadPins)) {
 		all = all.Union(c.IOThreadPins[id])
 	}
 	return all, true
-}
-
-func sortedKeys[V any](m map[int]V) []int {
-	keys := make([]int, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

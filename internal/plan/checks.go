@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/bits"
 	"runtime/debug"
@@ -152,7 +153,7 @@ func checkNUMASpan(hc *Host, d *Domain) Check {
 			all[n] = true
 		}
 	}
-	used := sortedKeys(all)
+	used := slices.Sorted(maps.Keys(all))
 	for _, n := range used {
 		if node, ok := hc.Node(n); ok && len(c.Evidence) < 9 {
 			c.Evidence = append(c.Evidence, Evidence{File: fmt.Sprintf("%s/node%d/cpulist", nodeDir, n), Value: node.CPUs.String()})
@@ -456,9 +457,9 @@ func checkL3Sharing(hc *Host, d *Domain) Check {
 				touched[idx] = true
 			}
 		}
-		l3Of[i] = sortedKeys(seen)
+		l3Of[i] = slices.Sorted(maps.Keys(seen))
 	}
-	for _, idx := range sortedKeys(touched) {
+	for _, idx := range slices.Sorted(maps.Keys(touched)) {
 		if len(c.Evidence) >= 8 {
 			break
 		}
@@ -474,7 +475,7 @@ func checkL3Sharing(hc *Host, d *Domain) Check {
 		dies[d.Topology.dieOf(i)] = append(dies[d.Topology.dieOf(i)], i)
 	}
 	var claimed []string
-	for _, die := range sortedKeys(boolKeys(dies)) {
+	for _, die := range slices.Sorted(maps.Keys(boolKeys(dies))) {
 		v := dies[die]
 		if len(v) < 2 {
 			continue
@@ -502,7 +503,7 @@ func checkL3Sharing(hc *Host, d *Domain) Check {
 		confined[x][d.Topology.dieOf(i)] = true
 	}
 	var missed []string
-	for _, x := range sortedKeys(boolKeys(confined)) {
+	for _, x := range slices.Sorted(maps.Keys(boolKeys(confined))) {
 		if n := len(confined[x]); n > 1 {
 			missed = append(missed, fmt.Sprintf("%d virtual dies share the physical L3 of CPUs %s", n, l3[x].CPUs))
 		}

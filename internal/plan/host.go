@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -111,7 +112,7 @@ func (hc *Host) NodesOf(cpus cpuset.Set) []int {
 			seen[n] = true
 		}
 	}
-	return sortedKeys(seen)
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // Node returns node id.
@@ -183,13 +184,4 @@ func (hc *Host) siblings(cpu int) cpuset.Set {
 		return cpuset.Set{}
 	}
 	return c.Siblings.Intersect(hc.Topo.Online)
-}
-
-func sortedKeys(m map[int]bool) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

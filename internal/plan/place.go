@@ -3,6 +3,7 @@ package plan
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -202,7 +203,7 @@ func (p *planner) place(vm VMSpec, reserve cpuset.Set) (*Placement, error) {
 			pl.Pins = append(pl.Pins, g.pool)
 		}
 	}
-	pl.Nodes = sortedKeys(nodes)
+	pl.Nodes = slices.Sorted(maps.Keys(nodes))
 	pl.IdleSiblings = cpuset.Of(idle...)
 	pl.Topology, pl.Cells = virtualTopology(groups, threads, vm.Memory)
 	if vm.Policy == Shared {
@@ -265,7 +266,7 @@ func (p *planner) placeCores(vm VMSpec, threads int) ([]group, error) {
 	for _, byL3 := range free {
 		maxL3 = max(maxL3, len(byL3))
 	}
-	nodeIDs := sortedKeys(boolKeys(free))
+	nodeIDs := slices.Sorted(maps.Keys(boolKeys(free)))
 	for k := 1; k <= len(nodeIDs); k++ {
 		for d := 1; d <= maxL3; d++ {
 			if n%(k*d) != 0 {

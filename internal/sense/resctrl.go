@@ -30,6 +30,7 @@ package sense
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -321,7 +322,7 @@ func (m *ResctrlMonitor) Sync(tenants []Tenant) error {
 		}
 		m.dropSources(mt, parts, ours, &errs)
 		var notMeasured []string
-		for _, key := range sortedKeys(parts) {
+		for _, key := range slices.Sorted(maps.Keys(parts)) {
 			tids, pg := parts[key], place[key]
 			if pg.Mon != "" || (pg.Ctrl != "" && !resctrl.IsOwned(pg.Ctrl)) {
 				// Another tool's group: read it if it holds only this tenant.
@@ -628,15 +629,6 @@ func (m *ResctrlMonitor) Close() error {
 	}
 	m.tenants = map[string]*monTenant{}
 	return errors.Join(errs...)
-}
-
-func sortedKeys(m map[string][]int) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // sameSet reports whether a and b hold the same thread IDs.

@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -584,11 +585,11 @@ func idNote(id, name string) string {
 func (f *frame) actions(s agent.State, rows int) {
 	f.blank()
 	var totals []string
-	for _, k := range sortedKeys(s.ActionsTotal) {
+	for _, k := range slices.Sorted(maps.Keys(s.ActionsTotal)) {
 		totals = append(totals, fmt.Sprintf("%s %d", clean(k), s.ActionsTotal[k]))
 	}
 	var proofs []string
-	for _, k := range sortedKeys(s.ProofsTotal) {
+	for _, k := range slices.Sorted(maps.Keys(s.ProofsTotal)) {
 		proofs = append(proofs, fmt.Sprintf("%s %d", clean(k), s.ProofsTotal[k]))
 	}
 	totalsLine := func() {
@@ -808,15 +809,6 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
-}
-
-func sortedKeys(m map[string]uint64) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // seconds formats a duration given in seconds: 1s, 250ms, 12.5ms.
