@@ -273,6 +273,13 @@ func (p *Proof) decide() bool {
 		p.verdict = ProofInconclusive
 		p.why = fmt.Sprintf("the probe could not read in %d of %d trials", void, n)
 		return true
+	case p.quietRun() >= 3:
+		// The contention went away, whoever caused it: capping the
+		// suspect longer would cost it for nothing.
+		p.verdict = ProofInconclusive
+		p.why = fmt.Sprintf("the %.2f× contention went quiet (%d of %d trials, the last 3 in a row); %d passed, %d failed",
+			p.before, quiet, n, pass, fail)
+		return true
 	case fail >= 2 && fail > pass, n >= p.cfg.Trials:
 		// Acquittals never raise the false convictions: stop at the
 		// first sign that the cap does not remove the contention.
@@ -290,6 +297,15 @@ func (p *Proof) decide() bool {
 	p.why = fmt.Sprintf("capping it did not remove %.0f%% of the %.2f× contention in %d of %d randomized trials, %d quiet (median freed/capped %.2f×, evidence %.2f)",
 		100*p.cfg.Effect, p.before, fail, n, quiet, math.Exp(p.medianDrop()), p.evidence)
 	return true
+}
+
+// quietRun counts the quiet trials at the end of the proof.
+func (p *Proof) quietRun() int {
+	n := 0
+	for i := len(p.trials) - 1; i >= 0 && p.trials[i].Outcome == TrialQuiet; i-- {
+		n++
+	}
+	return n
 }
 
 func (p *Proof) medianDrop() float64 {
