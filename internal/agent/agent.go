@@ -1143,7 +1143,8 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 		} else {
 			a.backoff[key] = a.nextBackoff(key, now)
 		}
-		a.recordLocked(now, p.tenant, "release", 0, 1, verdict+": "+why)
+		a.noteActionLocked(ActionRecord{Time: now, Tenant: p.tenant.ID, Name: p.tenant.Name, Kind: "release", Policy: policyProbe,
+			Lever: string(judge.LeverCPUQuota), Duty: 1, Reason: verdict + ": " + why})
 		a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
 		return
 	}
@@ -1325,15 +1326,23 @@ func (a *Agent) recordPolicyLocked(now time.Time, t sense.Tenant, policy, kind, 
 
 // recordActionLocked notes an action for the state, the journal and the hook.
 func (a *Agent) recordActionLocked(r ActionRecord) {
-	r.DryRun = a.cfg.DryRun
 	// A throttle set or lifted changes what the probes read: the next
 	// proof waits for them to settle. Permits are left out: a tenant at
 	// its booking flips between OVER and UNDER every few intervals by
-	// design, and would otherwise keep every proof waiting.
-	slot := r.Kind == "proof" || r.Kind == "proof-free"
-	if !slot && r.Policy != policyPermits {
+	// design, and would otherwise keep every proof waiting; so are a
+	// proof's own caps and releases (a suspect capped for tens of
+	// milliseconds at a time leaves nothing to settle).
+	if r.Kind != "proof" && r.Kind != "proof-free" && r.Policy != policyPermits {
 		a.lastChange = r.Time
 	}
+	a.noteActionLocked(r)
+}
+
+// noteActionLocked records an action for the state, the journal, the log
+// and the hook.
+func (a *Agent) noteActionLocked(r ActionRecord) {
+	r.DryRun = a.cfg.DryRun
+	slot := r.Kind == "proof" || r.Kind == "proof-free"
 	a.actions = append(a.actions, r)
 	if len(a.actions) > 50 {
 		a.actions = a.actions[len(a.actions)-50:]
