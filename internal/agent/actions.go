@@ -1,0 +1,118 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"syscall"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// apply states the probe policy's CPU-quota claim on a tenant (a proof's
+// cap or a proven polluter's duty); the tenant gets the tightest claim of
+// all policies. In dry-run nothing is written.
+func (a *Agent) apply(t sense.Tenant, q cgroup.Quota, reason string, now time.Time) error {
+	return a.holdQuotaLocked(t, policyProbe, q, reason, now)
+}
+
+// releaseLocked drops the probe policy's claim on a tenant: it gets its
+// original quota back unless another policy still holds it.
+func (a *Agent) releaseLocked(t sense.Tenant, why string) {
+	if err := a.releaseHoldLocked(t.ID, policyProbe); err != nil {
+		a.log.Error("restore quota", "tenant", t.ID, "err", err)
+		a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: "restore failed: " + err.Error()})
+	}
+	a.recordLocked(a.d.Now(), t, "release", 0, 1, why)
+}
+
+// handleWriteErr deals with a failed cgroup write: a vanished tenant is
+// forgotten; anything else is logged and journalled, and the tenant left
+// alone until the next decision.
+func (a *Agent) handleWriteErr(t sense.Tenant, err error) {
+	if errors.Is(err, act.ErrGone) {
+		delete(a.throttled, t.ID)
+		a.forgetHoldsLocked(t.ID)
+		a.log.Info("tenant vanished while acting on it", "tenant", t.ID)
+		return
+	}
+	if errors.Is(err, act.ErrUnavailable) {
+		a.unavailableLocked(t, err)
+		return
+	}
+	a.log.Error("cgroup write failed", "tenant", t.ID, "err", err)
+	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) {
+		a.backoff[t.ID] = a.nextBackoff(t.ID, a.d.Now())
+	}
+}
+
+// recordLocked notes an action of the probe policy (through CPU quota).
+func (a *Agent) recordLocked(now time.Time, t sense.Tenant, kind string, quota, duty float64, reason string) {
+	a.recordActionLocked(ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policyProbe, Lever: string(judge.LeverCPUQuota), Quota: quota, Duty: duty, Reason: reason})
+}
+
+// recordSlotLocked notes a proof's cap or release for one trial's slot: on
+// the timeline and in the journal like any action, at debug level in the log
+// (a proof switches a dozen times).
+func (a *Agent) recordSlotLocked(now time.Time, t sense.Tenant, kind string, quota float64, reason string) {
+	a.recordActionLocked(ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policyProbe, Lever: string(judge.LeverCPUQuota), Quota: quota, Duty: 1, Reason: reason})
+}
+
+// recordPolicyLocked notes an action of another policy.
+func (a *Agent) recordPolicyLocked(now time.Time, t sense.Tenant, policy, kind, lever string, duty float64, reason string) {
+	var quota float64
+	if h := a.holds[t.ID]; h != nil && h.quota.Period > 0 {
+		quota = h.quota.CPUs()
+	}
+	a.recordActionLocked(ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policy, Lever: lever, Quota: quota, Duty: duty, Reason: reason})
+}
+
+// recordActionLocked notes an action for the state, the journal and the hook.
+func (a *Agent) recordActionLocked(r ActionRecord) {
+	// A throttle set or lifted changes what the probes read: the next
+	// proof waits for them to settle. Permits are left out: a tenant at
+	// its booking flips between OVER and UNDER every few intervals by
+	// design, and would otherwise keep every proof waiting; so are a
+	// proof's own caps and releases (a suspect capped for tens of
+	// milliseconds at a time leaves nothing to settle).
+	if r.Kind != "proof" && r.Kind != "proof-free" && r.Policy != policyPermits {
+		a.lastChange = r.Time
+	}
+	a.noteActionLocked(r)
+}
+
+// noteActionLocked records an action for the state, the journal, the log
+// and the hook.
+func (a *Agent) noteActionLocked(r ActionRecord) {
+	r.DryRun = a.cfg.DryRun
+	slot := r.Kind == "proof" || r.Kind == "proof-free"
+	a.actions = append(a.actions, r)
+	if len(a.actions) > 50 {
+		a.actions = a.actions[len(a.actions)-50:]
+	}
+	a.totals[r.Kind]++
+	q := r.Quota
+	a.journal(act.Event{Time: r.Time, Kind: r.Kind, Policy: r.Policy, Lever: r.Lever, Tenant: r.Tenant, Name: r.Name, Detail: r.Reason, Quota: &q, DryRun: r.DryRun})
+	level := slog.LevelInfo
+	if slot && r.Quota > 0 || r.Kind == "proof-free" {
+		level = slog.LevelDebug
+	}
+	a.log.Log(context.Background(), level, "action", "kind", r.Kind, "by", r.Policy, "lever", r.Lever, "tenant", r.Name, "quota_cpus", r.Quota, "duty", r.Duty, "reason", r.Reason)
+	if a.d.OnAction != nil {
+		a.d.OnAction(r)
+	}
+}
+
+func (a *Agent) journal(e act.Event) {
+	if e.Time.IsZero() {
+		e.Time = a.d.Now().UTC()
+	}
+	if err := a.d.Journal.Write(e); err != nil {
+		a.log.Warn("journal", "err", err)
+	}
+}

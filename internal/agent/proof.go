@@ -1,0 +1,329 @@
+package agent
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// proof is a perturbation proof in progress (judge.Proof) and what the
+// agent needs to run it: whom it caps, where it reads, and the cap state
+// it applied last.
+type proof struct {
+	tenant sense.Tenant
+	p      *judge.Proof
+	cpu    CPUDomain // where the probe reads
+	kind   string    // the probe kind that showed the contention ("" = all)
+	reason string
+	capped bool // the cap is applied now
+	// switched says the cap state changed since the last reading: a
+	// CPU-wait reading's window then spans both states.
+	switched bool
+	since    time.Time // when the cap was last applied
+	next     time.Time // the next reading
+	// signal is the contention being proven: signalProbe (the canary
+	// probes on cpu) or signalWait (the victims' CPU wait, waitFrom their
+	// counters at the previous reading).
+	signal   string
+	victims  []sense.Tenant
+	waitFrom map[string]sense.TenantStats
+}
+
+// proofPeriod is the CFS period of a proof's hard cap: the capped suspect
+// runs at most 1 ms of it, mostly right when the cap is set (before a
+// slot's first reading) and then in one reading of a hundred.
+const proofPeriod = 100 * time.Millisecond
+
+// CPUDomain is a CPU and its L3 domain.
+type CPUDomain struct{ Domain, CPU int }
+
+// maybeProveLocked starts a perturbation proof on the top suspect.
+func (a *Agent) maybeProveLocked(now time.Time, v judge.Verdict, ranked []judge.Suspect, present map[string]sample) {
+	if len(ranked) == 0 || len(a.throttled) >= a.cfg.MaxThrottled {
+		return
+	}
+	// While a throttled polluter on a contended domain can still be held
+	// tighter, contention there is its controller's business: proving a
+	// neighbour now would blame it for what is left of the polluter.
+	for _, t := range a.throttled {
+		for _, d := range a.domainsOf(t.tenant.CPUs) {
+			if slices.Contains(v.Domains, d) && t.thr.Step > a.sp.FloorStep {
+				return
+			}
+		}
+	}
+	top := ranked[0]
+	s, ok := present[top.ID]
+	if !ok {
+		return
+	}
+	cpu, kind, before := a.proofCPU(now, v, s.t.CPUs)
+	reason := fmt.Sprintf("%s; suspect score %.2f: %s", v.Reason, top.Score, strings.Join(top.Reasons, "; "))
+	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: map[string]any{"ratio": v.Ratio, "suspects": ranked}})
+	a.startProofLocked(now, &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}, before)
+}
+
+// proofCPU picks where and what a proof of a tenant on cpus reads, and the
+// contention it answers to. The kind: the DRAM probe if it read contended
+// in the last few intervals — it answers a cap within milliseconds, while
+// the LLC probe shares the cache with whatever runs beside it and wanders
+// (measured on the dev machines: a capped split-lock polluter left the DRAM
+// probe at 1.0× and the LLC probe anywhere in 1-18×) — else the kind that
+// reads worst. The CPU: one of a contended domain that the tenant does not
+// run on, where one exists (capping a tenant frees its own CPU, and a probe
+// there reads the tenant's absence as relief), the most contended in that
+// kind. The ratio: the worst of that kind on the contended domains now, at
+// least the contention threshold.
+func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDomain, string, float64) {
+	th := a.cont.Thresholds()
+	kind, worst := "", 0.0
+	for _, r := range v.Readings {
+		if slices.Contains(v.Domains, r.Domain) {
+			if x := a.cont.Worst([]judge.RatedReading{r}, nil); x > worst {
+				kind, worst = r.Kind, x
+			}
+		}
+	}
+	if at, ok := a.hotKind[sense.ProbeDRAM]; ok && now.Sub(at) <= 4*a.cfg.Interval {
+		kind = sense.ProbeDRAM
+	}
+	var best CPUDomain
+	bestRatio, bestAway, found := 0.0, false, false
+	before := th.Ratio
+	for _, r := range v.Readings {
+		if !slices.Contains(v.Domains, r.Domain) || r.Kind != kind {
+			continue
+		}
+		x := a.cont.Worst([]judge.RatedReading{r}, nil)
+		before = max(before, x)
+		away := !cpus.Contains(r.CPU)
+		if !found || away && !bestAway || away == bestAway && x > bestRatio {
+			best, bestRatio, bestAway, found = CPUDomain{r.Domain, r.CPU}, x, away, true
+		}
+	}
+	if !found {
+		// No reading of that kind on a contended domain this interval:
+		// any CPU of one, away from the tenant if it can be.
+		for _, d := range v.Domains {
+			for _, c := range a.domain[d].List() {
+				away := !cpus.Contains(c)
+				if !found || away && !bestAway {
+					best, bestAway, found = CPUDomain{d, c}, away, true
+				}
+			}
+		}
+	}
+	return best, kind, before
+}
+
+// startProofLocked caps or frees the suspect as the proof's first trial
+// asks and schedules its first reading; in dry-run it only says what it
+// would do. before is the contention ratio the proof answers to.
+func (a *Agent) startProofLocked(now time.Time, p *proof, before float64) {
+	if a.cfg.DryRun {
+		a.recordLocked(now, p.tenant, "proof", 0, 1, "dry run: would cap it to prove it: "+p.reason)
+		key := backoffKey(p.signal, p.tenant.ID)
+		a.backoff[key] = a.nextBackoff(key, now)
+		return
+	}
+	cfg := a.cfg.Proof.ProofConfig
+	if p.signal == signalWait {
+		// CPU wait is read over the time between two readings: a few
+		// windows a slot, the first of which (it spans the switch) only
+		// starts the count.
+		cfg.Samples = min(cfg.Samples, 4)
+	}
+	p.p = judge.NewProof(cfg, before, now, uint64(now.UnixNano()))
+	a.proof = p
+	a.recordLocked(now, p.tenant, "proof", 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", a.cfg.Proof.Trials, p.reason))
+	a.followPlanLocked(now, p)
+}
+
+// followPlanLocked applies the cap state the proof wants now and sets the
+// time of its next reading. A failed write ends the proof.
+func (a *Agent) followPlanLocked(now time.Time, p *proof) {
+	plan := p.p.Plan()
+	p.next = plan.SampleAt
+	if plan.Capped == p.capped {
+		return
+	}
+	p.switched = true
+	if plan.Capped {
+		// Capped hard: the kernel's minimum quota (1 ms) per CPU a period,
+		// so the suspect runs in rare 1 ms slots while the probe reads.
+		q := cgroup.Quota{Quota: time.Duration(max(1, p.tenant.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
+		if err := a.apply(p.tenant, q, "proof", now); err != nil {
+			a.handleWriteErr(p.tenant, err)
+			p.p.Abort("could not cap it: " + err.Error())
+			a.endProofLocked(now, p)
+			return
+		}
+		p.capped, p.since = true, now
+		a.capSpent(p.tenant.ID, now, 0)
+		a.recordSlotLocked(now, p.tenant, "proof", q.CPUs(), "proof: capped for a trial")
+		return
+	}
+	a.uncapLocked(now, p, "proof: freed for a trial")
+}
+
+// uncapLocked lifts a proof's cap (if on) and books the time it was on.
+func (a *Agent) uncapLocked(now time.Time, p *proof, why string) {
+	if !p.capped {
+		return
+	}
+	if err := a.releaseHoldLocked(p.tenant.ID, policyProbe); err != nil {
+		a.log.Error("restore quota", "tenant", p.tenant.ID, "err", err)
+		a.journal(act.Event{Kind: "error", Tenant: p.tenant.ID, Name: p.tenant.Name, Detail: "restore failed: " + err.Error()})
+	}
+	p.capped = false
+	a.capSpent(p.tenant.ID, now, now.Sub(p.since))
+	a.recordSlotLocked(now, p.tenant, "proof-free", 0, why)
+}
+
+func (a *Agent) currentProof() *proof {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.proof
+}
+
+// proofSample takes one reading for the proof in progress and moves it
+// on: the cap state of the next slot, or the verdict.
+func (a *Agent) proofSample(now time.Time) {
+	a.mu.Lock()
+	p := a.proof
+	a.mu.Unlock()
+	if p == nil {
+		return
+	}
+	ratio, ok := -1.0, false
+	var waitNow map[string]sense.TenantStats
+	if p.signal == signalWait {
+		waitNow = a.readVictims(p.victims)
+	} else {
+		var kinds []string
+		if p.kind != "" {
+			kinds = []string{p.kind}
+		}
+		if rs, err := a.measureCPU(p.cpu.Domain, p.cpu.CPU, kinds...); err == nil && len(rs) > 0 {
+			ratio, ok = a.cont.Worst(a.cont.Rate(rs), nil), true
+		}
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.proof != p {
+		return // ended meanwhile (the tenant vanished, the agent stopped)
+	}
+	if p.signal == signalWait {
+		ratio = a.waitProofRatioLocked(p, waitNow)
+		ok = ratio > 0 && !p.switched
+	}
+	p.switched = false
+	a.log.Debug("proof reading", "tenant", p.tenant.Name, "capped", p.capped, "ratio", ratio, "ok", ok, "cpu", p.cpu.CPU, "kind", p.kind)
+	if p.p.Observe(now, ratio, ok) {
+		a.endProofLocked(now, p)
+		return
+	}
+	a.followPlanLocked(now, p)
+}
+
+// endProofLocked records a proof's verdict, with every trial's evidence,
+// and acts on it: a polluter is throttled at the start step; anyone else is
+// left free and not tested again for a while.
+func (a *Agent) endProofLocked(now time.Time, p *proof) {
+	a.proof = nil
+	verdict, why := p.p.Verdict()
+	a.proofs[verdict]++
+	a.journal(act.Event{Kind: "proof", Tenant: p.tenant.ID, Name: p.tenant.Name, Detail: verdict + ": " + why,
+		Evidence: map[string]any{"before": p.p.Before(), "cpu": p.cpu.CPU, "kind": p.kind, "signal": p.signal, "trials": p.p.Trials(),
+			"false_conviction_bound": a.cfg.Proof.FalseConviction()}})
+	key := backoffKey(p.signal, p.tenant.ID)
+	if verdict != judge.ProofGuilty {
+		a.uncapLocked(now, p, verdict+": "+why)
+		if verdict == judge.ProofInconclusive {
+			// Not acquitted: proved again soon, within the budget, with
+			// the backoff it had.
+			b := a.backoff[key]
+			b.until = now.Add(inconclusiveRetry)
+			a.backoff[key] = b
+		} else {
+			a.backoff[key] = a.nextBackoff(key, now)
+		}
+		a.noteActionLocked(ActionRecord{Time: now, Tenant: p.tenant.ID, Name: p.tenant.Name, Kind: "release", Policy: policyProbe,
+			Lever: string(judge.LeverCPUQuota), Duty: 1, Reason: verdict + ": " + why})
+		a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
+		return
+	}
+	if p.capped {
+		a.capSpent(p.tenant.ID, now, now.Sub(p.since))
+	}
+	a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
+	thr := a.sp.NewThrottle(now, p.p.Before())
+	q := a.sp.Quota(thr.Step, p.tenant.CPUs.Len())
+	if err := a.apply(p.tenant, q, "proven polluter", now); err != nil {
+		a.handleWriteErr(p.tenant, err)
+		return
+	}
+	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal}
+	delete(a.backoff, key)
+	a.recordLocked(now, p.tenant, "throttle", q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
+}
+
+// inconclusiveRetry is how soon a suspect whose proof was inconclusive
+// may be proved again.
+const inconclusiveRetry = time.Second
+
+// capSpent books d of proof cap time on a tenant (at now) and forgets
+// what is older than a minute; it returns what the tenant was capped in
+// the last minute.
+func (a *Agent) capSpent(id string, now time.Time, d time.Duration) time.Duration {
+	spent := a.capTime[id]
+	keep := spent[:0]
+	for _, s := range spent {
+		if now.Sub(s.at) < time.Minute {
+			keep = append(keep, s)
+		}
+	}
+	if d > 0 {
+		keep = append(keep, capSlot{at: now, d: d})
+	}
+	var total time.Duration
+	for _, s := range keep {
+		total += s.d
+	}
+	if len(keep) == 0 {
+		delete(a.capTime, id)
+	} else {
+		a.capTime[id] = keep
+	}
+	return total
+}
+
+// overBudget says a tenant was capped for proofs as much as the budget
+// allows in the last minute: it is not proved again until that passes.
+func (a *Agent) overBudget(id string, now time.Time) bool {
+	return a.capSpent(id, now, 0) >= a.cfg.Proof.Budget
+}
+
+// capSlot is a stretch of proof cap time on a tenant.
+type capSlot struct {
+	at time.Time
+	d  time.Duration
+}
+
+func (a *Agent) nextBackoff(id string, now time.Time) backoff {
+	b := a.backoff[id]
+	if b.next == 0 {
+		b.next = a.cfg.Proof.Backoff
+	}
+	b.until = now.Add(b.next)
+	b.next = min(2*b.next, a.cfg.Proof.MaxBackoff)
+	return b
+}

@@ -1,0 +1,86 @@
+package agent
+
+import (
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// publishLocked builds and publishes the State.
+func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, ranked []judge.Suspect, readings []sense.ProbeReading, cpuBefore time.Duration) {
+	st := &State{
+		Time: now, Interval: a.cfg.Interval.Seconds(), Host: a.d.Host, Version: a.d.Version, DryRun: a.cfg.DryRun,
+		PMU: a.d.PMU, Contention: v.Contended, ContentionRatio: v.Ratio,
+		CPUWait: a.lastWait.Contended, CPUWaitRatio: a.lastWait.Ratio,
+		Tenants: []TenantState{}, Probes: []ProbeState{}, Suspects: []Suspect{},
+		Actions: slices.Clone(a.actions), ActionsTotal: map[string]uint64{}, ProofsTotal: map[string]uint64{},
+	}
+	if st.Actions == nil {
+		st.Actions = []ActionRecord{}
+	}
+	for k, n := range a.totals {
+		st.ActionsTotal[k] = n
+	}
+	for k, n := range a.proofs {
+		st.ProofsTotal[k] = n
+	}
+	scores := map[string]float64{}
+	for _, r := range ranked {
+		scores[r.ID] = r.Score
+		st.Suspects = append(st.Suspects, Suspect{Tenant: r.ID, Name: r.Name, Score: r.Score, Reasons: r.Reasons})
+	}
+	for _, s := range samples {
+		ts := TenantState{ID: s.t.ID, Kind: s.t.Kind, Name: s.t.Name, UUID: s.t.UUID, Cgroup: s.t.Cgroup, CPUs: s.t.CPUs.String(),
+			CPU: s.usage, ThrottledRatio: s.thrRatio, RunDelay: s.delay, PSI: s.psi, Counters: s.counters,
+			Duty: 1, Protected: a.protected(s.t), Score: scores[s.t.ID]}
+		if h := a.holds[s.t.ID]; h != nil && len(h.claims) > 0 {
+			ts.Throttled, ts.Duty, ts.Holds = true, h.duty(), h.describe()
+			if h.quota.Period > 0 {
+				ts.Quota = h.quota.CPUs()
+			}
+		}
+		if hw := a.d.Hardware; hw != nil {
+			if cl := hw.tenantClasses(s.t.ID); len(cl) > 0 {
+				ts.Throttled, ts.Holds = true, append(ts.Holds, cl...)
+			}
+			if khz := hw.nominalKHz; khz > 0 {
+				ts.Pollution, _ = sense.TenantPollution(s.counters, khz)
+			}
+			ts.Watts = hw.status.TenantWatts[s.t.ID]
+			if u, ok := hw.status.Resctrl[s.t.ID]; ok {
+				for _, d := range u.Domains {
+					ts.LLCOccupancy += d.OccupancyBytes
+					ts.MemBandwidth += d.TotalBytesPerSec
+				}
+			}
+		}
+		st.Tenants = append(st.Tenants, ts)
+	}
+	for _, r := range a.cont.Rate(readings) {
+		st.Probes = append(st.Probes, ProbeState{Domain: r.Domain, CPU: r.CPU, Kind: r.Kind, LatencyNs: r.Ns, BaselineNs: r.Baseline, Ratio: r.Ratio})
+	}
+	if a.proof != nil {
+		st.Proof = &ProofState{Tenant: a.proof.tenant.ID, Name: a.proof.tenant.Name, Started: a.proof.p.Started(), Before: a.proof.p.Before(), Trials: a.proof.p.Trials()}
+	}
+	if a.d.Counters != nil {
+		st.PerfFDs = a.d.Counters.FDs()
+	}
+	if a.d.Hardware != nil {
+		hs := a.d.Hardware.State()
+		st.Hardware = &hs
+	}
+	st.IntervalCPU = (selfCPU() - cpuBefore).Seconds()
+	a.latest.Store(st)
+}
+
+// selfCPU is this process's CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,166 @@
+package agent
+
+import (
+	"cmp"
+	"errors"
+	"io/fs"
+	"slices"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// sample is one interval's view of one tenant.
+type sample struct {
+	t        sense.Tenant
+	usage    float64
+	thrRatio float64
+	psi      float64
+	delay    float64
+	counters map[string]float64
+	fresh    bool // has rates (seen before)
+	// waitUsage and waitDelay are CPU use and run delay over one window
+	// (since the run delay was last read: an interval, or a turn of up to
+	// 5 s on a busy host), for the CPU-wait judge's stretch; waitFresh says
+	// the window ended this interval.
+	waitUsage, waitDelay float64
+	waitFresh            bool
+}
+
+// delayMark is a tenant's CPU time when its run delay was last read.
+type delayMark struct {
+	at    time.Time
+	usage time.Duration
+}
+
+// runDelayBudget is how many threads' run delay (a /proc/TID/schedstat
+// each) the agent reads per interval before it reads tenants in turns.
+const runDelayBudget = 400
+
+// maxRunDelayEvery bounds the turn: every tenant's run delay at least this often.
+const maxRunDelayEvery = 5 * time.Second
+
+// budgetRunDelay sets how often each tenant's run delay is read: every
+// interval while the host's threads fit in the budget (a few VMs: the CPU-
+// wait signal stays an interval's), else in turns long enough to stay
+// within it, up to every 5 s (a thousand tenants).
+func (a *Agent) budgetRunDelay(tenants []sense.Tenant) {
+	r, ok := a.d.Stats.(interface{ SetRunDelayEvery(time.Duration) })
+	if !ok {
+		return
+	}
+	n := 0
+	for _, t := range tenants {
+		n += len(t.Threads)
+	}
+	every := time.Duration(0) // every read
+	if n > runDelayBudget {
+		every = min(maxRunDelayEvery, time.Duration(int64(a.cfg.Interval)*int64(n)/runDelayBudget))
+	}
+	r.SetRunDelayEvery(every)
+}
+
+// viewsOf is what the judges see of the tenants with rates this interval.
+func (a *Agent) viewsOf(samples []sample) []judge.TenantView {
+	views := make([]judge.TenantView, 0, len(samples))
+	for _, s := range samples {
+		if !s.fresh {
+			continue
+		}
+		views = append(views, judge.TenantView{ID: s.t.ID, Name: s.t.Name, CPUs: s.t.CPUs, Usage: s.usage, Counters: s.counters, Protected: a.protected(s.t)})
+	}
+	return views
+}
+
+func presentOf(samples []sample) map[string]sample {
+	present := make(map[string]sample, len(samples))
+	for _, s := range samples {
+		present[s.t.ID] = s
+	}
+	return present
+}
+
+// sampleTenants reads every tenant's counters and turns them into rates.
+func (a *Agent) sampleTenants(tenants []sense.Tenant) []sample {
+	out := make([]sample, 0, len(tenants))
+	seen := map[string]bool{}
+	for _, t := range tenants {
+		var prev *sense.TenantStats
+		if p, ok := a.prev[t.ID]; ok {
+			prev = &p
+		}
+		st, err := a.d.Stats.Read(t, prev)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				a.log.Debug("tenant stats", "tenant", t.ID, "err", err)
+			}
+			continue // vanished mid-sample, or unreadable this time
+		}
+		seen[t.ID] = true
+		s := sample{t: t}
+		if p, ok := a.prev[t.ID]; ok {
+			if dt := st.At.Sub(p.At).Seconds(); dt > 0 {
+				s.fresh = true
+				s.usage = max(0, (st.Usage-p.Usage).Seconds()/dt)
+				s.thrRatio = max(0, (st.Throttled-p.Throttled).Seconds()/dt)
+				// Run delay is read in turns (sense.CgroupStats.RunDelayEvery):
+				// its rate is over the window between two reads.
+				s.delay = st.RunDelayRate
+				if st.HasPSI && p.HasPSI {
+					s.psi = max(0, (st.PSISome-p.PSISome).Seconds()/dt)
+				}
+			}
+		}
+		// The run delay's window ends when it is read (or brought up to
+		// date): CPU use over the same window makes the stretch consistent.
+		if !st.RunDelayAt.IsZero() && st.RunDelayAt.Equal(st.At) {
+			if m, ok := a.marks[t.ID]; ok {
+				if dt := st.At.Sub(m.at).Seconds(); dt > 0 {
+					s.waitUsage = max(0, (st.Usage-m.usage).Seconds()/dt)
+					s.waitDelay = st.RunDelayRate
+					s.waitFresh = true
+				}
+			}
+			a.marks[t.ID] = delayMark{at: st.At, usage: st.Usage}
+		}
+		a.prev[t.ID] = st
+		out = append(out, s)
+	}
+	for id := range a.prev {
+		if !seen[id] {
+			delete(a.prev, id)
+		}
+	}
+	for id := range a.marks {
+		if !seen[id] {
+			delete(a.marks, id)
+		}
+	}
+	return out
+}
+
+// priority orders tenants for the perf fd budget: throttled and suspected
+// first, then by CPU use.
+func (a *Agent) priority(samples []sample) []sense.Tenant {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := slices.Clone(samples)
+	rank := func(x sample) int {
+		if _, ok := a.throttled[x.t.ID]; ok {
+			return 0
+		}
+		if a.proof != nil && a.proof.tenant.ID == x.t.ID {
+			return 0
+		}
+		return 1
+	}
+	slices.SortStableFunc(s, func(x, y sample) int {
+		return cmp.Or(cmp.Compare(rank(x), rank(y)), cmp.Compare(y.usage, x.usage))
+	})
+	out := make([]sense.Tenant, len(s))
+	for i := range s {
+		out[i] = s[i].t
+	}
+	return out
+}

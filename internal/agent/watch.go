@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// WatchEvery is how often the agent looks for a first sign of contention
+// between intervals, and how soon it confirms one: a quarter of an interval,
+// at least quickInterval. (Each look costs about 0.2-0.3 ms of CPU in a VM,
+// most of it the wake-up itself: four a second at the 1 s interval.)
+func (a *Agent) WatchEvery() time.Duration { return max(a.cfg.Interval/4, quickInterval) }
+
+// minBusy is the CPU use (cores) of a busy tenant, for the watch.
+const minBusy = 0.05
+
+// quickInterval is the shortest watch: the probes' own cost bounds it.
+const quickInterval = 100 * time.Millisecond
+
+// watch takes one cheap probe reading between intervals — two chunks of
+// the DRAM kind on one CPU, in turn — while some tenant was busy in the
+// last interval (with every tenant idle there is nobody to protect yet,
+// and the next interval sees whoever starts), and
+// reports whether it reads contended, so that the interval runs now: a
+// polluter that starts just after an interval would otherwise run free for
+// most of one before anyone looks. It teaches the baselines nothing, and
+// stays quiet while a proof or a throttle is running (the interval then
+// watches closely enough), or before the first interval's readings.
+func (a *Agent) watch() bool {
+	a.mu.Lock()
+	busy := a.proof != nil || len(a.throttled) > 0 || a.watchKind == "" || !a.anyBusy
+	a.mu.Unlock()
+	if busy {
+		return false
+	}
+	targets := a.d.Probe.Domains()
+	if len(targets) == 0 {
+		return false
+	}
+	a.watchN++
+	d := targets[a.watchN%len(targets)]
+	cpus := d.CPUs.List()
+	if len(cpus) == 0 {
+		return false
+	}
+	cpu := cpus[(a.watchN/len(targets))%len(cpus)]
+	rs, err := a.measureQuick(d.ID, cpu, a.watchKind)
+	if err != nil || len(rs) == 0 {
+		return false
+	}
+	rated := a.cont.Rate(rs)
+	return a.cont.Worst(rated, nil) >= a.cont.Thresholds().Ratio && a.cont.Above(rated[0])
+}
+
+// surveyRounds is how many intervals at start survey the quiet level.
+const surveyRounds = 2
+
+// surveyMax bounds the tenants a survey caps at once.
+const surveyMax = 16
+
+// surveyQuiet learns what the probes read when no tenant runs, for an
+// agent that starts with no baselines (none saved, none calibrated) on a
+// host that may already be contended: whatever the probes read first would
+// otherwise become "quiet", and a polluter already running would never
+// show. Every busy tenant is capped hard at once for a few milliseconds
+// while the probes read; those readings only ever lower the baselines.
+// It runs surveyRounds times, on intervals where tenants have rates, and
+// costs each busy tenant a few tens of milliseconds of CPU once; in
+// dry-run it is skipped (nothing may be written).
+func (a *Agent) surveyQuiet(now time.Time, samples []sample) {
+	if a.cfg.DryRun {
+		a.survey = 0
+		return
+	}
+	var busy []sense.Tenant
+	fresh := false
+	for _, s := range samples {
+		fresh = fresh || s.fresh
+		if s.fresh && s.usage >= 0.05 && !a.protected(s.t) && len(busy) < surveyMax {
+			busy = append(busy, s.t)
+		}
+	}
+	if !fresh {
+		return // no rates yet: who is busy is not known
+	}
+	a.survey--
+	if len(busy) == 0 {
+		return
+	}
+	a.mu.Lock()
+	var capped []sense.Tenant
+	for _, t := range busy {
+		if a.heldLocked(t.ID, "") {
+			continue
+		}
+		q := cgroup.Quota{Quota: time.Duration(max(1, t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
+		if err := a.apply(t, q, "survey", now); err != nil {
+			a.handleWriteErr(t, err)
+			continue
+		}
+		capped = append(capped, t)
+		a.recordSlotLocked(now, t, "proof", q.CPUs(), "start-up survey: capped for a moment to read the probes' quiet level")
+	}
+	a.mu.Unlock()
+	start := a.d.Now()
+	a.d.Sleep(a.cfg.Proof.Slot / 4)
+	var readings []sense.ProbeReading
+	for range 2 {
+		for _, t := range a.d.Probe.Targets() {
+			if rs, err := a.measureCPU(t.Domain, t.CPU, t.Kinds...); err == nil {
+				readings = append(readings, rs...)
+			}
+		}
+	}
+	a.cont.Lower(readings)
+	a.mu.Lock()
+	end := a.d.Now()
+	for _, t := range capped {
+		if err := a.releaseHoldLocked(t.ID, policyProbe); err != nil {
+			a.log.Error("restore quota", "tenant", t.ID, "err", err)
+		}
+		a.capSpent(t.ID, end, end.Sub(start))
+		a.recordSlotLocked(end, t, "proof-free", 0, "start-up survey done")
+	}
+	a.mu.Unlock()
+	a.log.Info("surveyed the probes' quiet level with busy tenants capped", "tenants", len(capped), "readings", len(readings))
+}
+
+// quickProber is a probe with a cheap reading for the watch.
+type quickProber interface {
+	MeasureQuick(domain, cpu int, kind string) ([]sense.ProbeReading, error)
+}
+
+// measureQuick is the watch's reading: the probe's cheap one where it has
+// one, else a whole reading of the kind.
+func (a *Agent) measureQuick(domain, cpu int, kind string) ([]sense.ProbeReading, error) {
+	if q, ok := a.d.Probe.(quickProber); ok {
+		return a.measureOn(cpu, func() ([]sense.ProbeReading, error) { return q.MeasureQuick(domain, cpu, kind) })
+	}
+	return a.measureCPU(domain, cpu, kind)
+}
