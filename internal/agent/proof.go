@@ -77,9 +77,9 @@ func (a *Agent) maybeProveLocked(now time.Time, v judge.Verdict, ranked []judge.
 // (measured on the dev machines: a capped split-lock polluter left the DRAM
 // probe at 1.0× and the LLC probe anywhere in 1-18×) — else the kind that
 // reads worst. The CPU: one of a contended domain that the tenant does not
-// run on, where one exists (capping a tenant frees its own CPU, and a probe
-// there reads the tenant's absence as relief), the most contended in that
-// kind. The ratio: the worst of that kind on the contended domains now, at
+// run on where that kind reads contended (capping a tenant frees its own
+// CPU, and a probe there reads the tenant's absence as relief), else the
+// most contended in that kind. The ratio: the worst of that kind on the contended domains now, at
 // least the contention threshold.
 func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDomain, string, float64) {
 	th := a.cont.Thresholds()
@@ -103,7 +103,10 @@ func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDo
 		}
 		x := a.cont.Worst([]judge.RatedReading{r}, nil)
 		before = max(before, x)
-		away := !cpus.Contains(r.CPU)
+		// Away from the tenant only where the contention shows: on a
+		// small host the other CPU may be the polluter's own, where the
+		// probe reads quiet because it displaces the polluter.
+		away := !cpus.Contains(r.CPU) && x >= th.Ratio
 		if !found || away && !bestAway || away == bestAway && x > bestRatio {
 			best, bestRatio, bestAway, found = CPUDomain{r.Domain, r.CPU}, x, away, true
 		}
