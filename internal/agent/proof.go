@@ -36,10 +36,11 @@ type proof struct {
 	waitFrom map[string]sense.TenantStats
 }
 
-// proofPeriod is the CFS period of a proof's hard cap: the capped suspect
-// runs at most 1 ms of it, mostly right when the cap is set (before a
-// slot's first reading) and then in one reading of a hundred.
-const proofPeriod = 100 * time.Millisecond
+// proofPeriod is the CFS period of a proof's hard cap: the longest the
+// kernel takes, so that the 1 ms a period the capped suspect may still run
+// (right when the cap is set, before a slot's first reading) is refilled in
+// a slot once in twenty at most.
+const proofPeriod = time.Second
 
 // CPUDomain is a CPU and its L3 domain.
 type CPUDomain struct{ Domain, CPU int }

@@ -172,7 +172,8 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 			c.runs[s.ID] = 0
 			c.hot[s.ID] = c.hot[s.ID] << 1 & 0b111
 		}
-		r.Contended = above && (c.runs[s.ID] >= 2 || b.Above(stretch, c.th.Strong, 2*c.th.Noise)) && !(s.Fair > 0 && s.Usage >= s.Fair)
+		r.Contended = above && (c.runs[s.ID] >= 2 || b.Above(stretch, c.th.Strong, 2*c.th.Noise)) &&
+			!(s.Fair > 0 && s.Usage >= s.Fair) && c.lost(s.ID, s.Usage)
 		if c.last == nil {
 			c.last = map[string]WaitRating{}
 		}
@@ -239,6 +240,22 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 		v.Reason = fmt.Sprintf("CPU wait: %s's work takes %.1f× its usual time (stretch %.2f, quiet %.2f)", w.ID, w.Ratio, w.Stretch, w.Baseline)
 	}
 	return v
+}
+
+// minLoss is the part of its CPU a waiting tenant must have lost, against
+// its use before the waits began, to be a victim.
+const minLoss = 0.1
+
+// lost reports whether a tenant uses less CPU than before the waits began
+// (true when that is not known yet). A tenant that waits longer but still
+// gets as much CPU as before — a service at a steady rate whose requests
+// now queue a few milliseconds behind a busy neighbour — loses latency, not
+// work; a vCPU whose time a neighbour takes loses work. Only the second is
+// CPU-wait pollution, and throttling the neighbour for the first would
+// trade its work for the other's milliseconds.
+func (c *CPUWait) lost(id string, usage float64) bool {
+	before, ok := c.use[id]
+	return !ok || before <= 0 || usage < (1-minLoss)*before
 }
 
 // useAlpha smooths the usage remembered outside episodes.

@@ -184,6 +184,31 @@ func TestCPUWaitStaleCarriesTheLastRating(t *testing.T) {
 // A tenant that waits but gets at least its fair share of the CPUs it
 // shares pays the price of sharing and is no victim; the same waits with
 // less than its share make it one.
+// A tenant that waits longer but still does as much work as before is no
+// victim; one that lost CPU is.
+func TestCPUWaitNeedsLostWork(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		usage  float64
+		victim bool
+	}{
+		{"lost half its CPU", 0.45, true},
+		{"same CPU, longer waits", 0.9, false},
+	} {
+		c := NewCPUWait(Thresholds{})
+		for range 8 {
+			c.Update([]WaitSample{{ID: "t", Usage: 0.9, Delay: 0.05}})
+		}
+		var v WaitVerdict
+		for range 2 {
+			v = c.Update([]WaitSample{{ID: "t", Usage: tc.usage, Delay: 3 * tc.usage}})
+		}
+		if got := len(v.Victims) == 1; got != tc.victim {
+			t.Errorf("%s: victim %v, want %v (%+v)", tc.name, got, tc.victim, v)
+		}
+	}
+}
+
 func TestCPUWaitFairShare(t *testing.T) {
 	for _, tc := range []struct {
 		name   string

@@ -26,7 +26,8 @@ type ProofConfig struct {
 	// milliseconds of it running or not.
 	Slot time.Duration `yaml:"slot" json:"slot"`
 	// Samples is how many probe readings each slot takes (default 12,
-	// about 3 ms apart); the slot's value is the worst of them. A
+	// about 3 ms apart); the slot's value is the second worst of them
+	// (one stray reading neither makes nor undoes a slot). A
 	// split-lock polluter in a VM pollutes in bursts: measured on the dev
 	// VM with its neighbours running, a freed polluter showed in one DRAM
 	// reading of three to five, and a freed slot of 50 ms now and then in
@@ -115,8 +116,9 @@ type Trial struct {
 	CappedFirst bool      `json:"capped_first"`
 	Capped      []float64 `json:"capped"` // contention ratios read while capped
 	Freed       []float64 `json:"freed"`  // and while free
-	// Drop is log(freed) − log(capped) of the slots' worst readings: how
-	// much of the contention the cap removed, in log-ratio.
+	// Drop is log(freed) − log(capped) of the slots' values (their second
+	// worst readings): how much of the contention the cap removed, in
+	// log-ratio.
 	Drop float64 `json:"drop"`
 	// Outcome: "pass" (the cap removed the full effect), "fail" (the
 	// contention was there and the cap did not remove it), "quiet" (no
@@ -235,7 +237,7 @@ func (p *Proof) score(t *Trial) {
 		t.Outcome = TrialVoid
 		return
 	}
-	worstCapped, worstFreed := slices.Max(t.Capped), slices.Max(t.Freed)
+	worstCapped, worstFreed := slotValue(t.Capped), slotValue(t.Freed)
 	t.Drop = math.Log(worstFreed) - math.Log(worstCapped)
 	p.evidence *= 1 + p.cfg.Bet*max(-1, min(1, t.Drop/p.margin))
 	switch {
@@ -297,6 +299,14 @@ func (p *Proof) decide() bool {
 	p.why = fmt.Sprintf("capping it did not remove %.0f%% of the %.2f× contention in %d of %d randomized trials, %d quiet (median freed/capped %.2f×, evidence %.2f)",
 		100*p.cfg.Effect, p.before, fail, n, quiet, math.Exp(p.medianDrop()), p.evidence)
 	return true
+}
+
+// slotValue is a slot's contention: its second worst reading (its only one
+// when it has one).
+func slotValue(rs []float64) float64 {
+	s := slices.Clone(rs)
+	slices.Sort(s)
+	return s[max(0, len(s)-2)]
 }
 
 // quietRun counts the quiet trials at the end of the proof.
