@@ -202,17 +202,10 @@ func WriteSuiteText(w io.Writer, r *SuiteResult) error {
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUNS\tN\tRECALL\tFALSE CONV.\tINNOCENT PROOF CAP s/run\tFIRST CAP s\tCONVICTION s\tRELEASE s")
-	rows := []struct {
-		name string
-		a    Aggregate
-	}{{"all", r.Total}, {ClassPolluter, r.ByClass[ClassPolluter]}, {ClassControl, r.ByClass[ClassControl]}}
+	rows := r.classRows()
 	for _, row := range rows {
 		a := row.a
-		n := fmt.Sprint(a.Runs)
-		if a.Errors > 0 {
-			n += fmt.Sprintf(" (+%d errors)", a.Errors)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.name, n, fmtRate(a.Recall, a.PolluterRuns), fmtRate(a.FalseConvictionRate, a.Runs),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.name, row.runs, fmtRate(a.Recall, a.PolluterRuns), fmtRate(a.FalseConvictionRate, a.Runs),
 			fmtDist(a.InnocentProofCapSeconds, "%.2f"), fmtDist(a.FirstCap, "%.2f"), fmtDist(a.Conviction, "%.2f"), fmtDist(a.Release, "%.2f"))
 	}
 	tw.Flush()
@@ -228,6 +221,28 @@ func WriteSuiteText(w io.Writer, r *SuiteResult) error {
 	b.WriteString("\nmedian / p95 over runs; recall = polluter runs whose polluter was convicted; false conv. = runs with an innocent convicted.\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// classRow is one line of the totals: all runs, polluter runs or control
+// runs, with its count of runs (and of errors).
+type classRow struct {
+	name, runs string
+	a          Aggregate
+}
+
+func (r *SuiteResult) classRows() []classRow {
+	var rows []classRow
+	for _, c := range []struct {
+		name string
+		a    Aggregate
+	}{{"all", r.Total}, {ClassPolluter, r.ByClass[ClassPolluter]}, {ClassControl, r.ByClass[ClassControl]}} {
+		n := fmt.Sprint(c.a.Runs)
+		if c.a.Errors > 0 {
+			n += fmt.Sprintf(" (+%d errors)", c.a.Errors)
+		}
+		rows = append(rows, classRow{name: c.name, runs: n, a: c.a})
+	}
+	return rows
 }
 
 func fmtRate(v *float64, of int) string {

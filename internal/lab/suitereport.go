@@ -52,17 +52,9 @@ type suiteRunRow struct {
 
 func newSuitePage(r *SuiteResult) suitePage {
 	p := suitePage{Seed: r.Seed, Host: r.Host, Policies: strings.Join(r.Policies, ", "), Runs: len(r.Runs), PolicyHeadings: r.Policies}
-	classes := []struct {
-		name string
-		a    Aggregate
-	}{{"all", r.Total}, {ClassPolluter, r.ByClass[ClassPolluter]}, {ClassControl, r.ByClass[ClassControl]}}
-	for _, c := range classes {
+	for _, c := range r.classRows() {
 		a := c.a
-		n := fmt.Sprint(a.Runs)
-		if a.Errors > 0 {
-			n += fmt.Sprintf(" (+%d errors)", a.Errors)
-		}
-		p.Totals = append(p.Totals, suiteTotalRow{Class: c.name, Runs: n, Recall: fmtRate(a.Recall, a.PolluterRuns),
+		p.Totals = append(p.Totals, suiteTotalRow{Class: c.name, Runs: c.runs, Recall: fmtRate(a.Recall, a.PolluterRuns),
 			FalseConviction: fmtRate(a.FalseConvictionRate, a.Runs), ProofCap: fmtDist(a.InnocentProofCapSeconds, "%.2fs"),
 			FirstCap: fmtDist(a.FirstCap, "%.2fs"), Conviction: fmtDist(a.Conviction, "%.2fs"), Release: fmtDist(a.Release, "%.2fs")})
 		for i, pol := range r.Policies {
