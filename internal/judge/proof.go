@@ -168,7 +168,7 @@ func NewProof(cfg ProofConfig, before float64, now time.Time, seed uint64) *Proo
 	cfg.Fill()
 	before = max(before, 1.01)
 	p := &Proof{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), before: before,
-		margin: cfg.Effect * math.Log(before), quiet: 1 + (before-1)/3, start: now, from: now, evidence: 1}
+		margin: cfg.Effect * math.Log(before), quiet: min(1+(before-1)/3, quietRatio), start: now, from: now, evidence: 1}
 	p.trials = append(p.trials, Trial{CappedFirst: p.rng.IntN(2) == 0})
 	return p
 }
@@ -300,6 +300,11 @@ func (p *Proof) decide() bool {
 		100*p.cfg.Effect, p.before, fail, n, quiet, math.Exp(p.medianDrop()), p.evidence)
 	return true
 }
+
+// quietRatio is the contention ratio under which a slot counts as quiet
+// whatever the contention was before: a freed slot at 2× a capped one at
+// 1× says something even when the contention had been at 8×.
+const quietRatio = 1.3
 
 // slotValue is a slot's contention: its second worst reading (its only one
 // when it has one).
