@@ -239,9 +239,17 @@ func (p *Proof) score(t *Trial) {
 	}
 	worstCapped, worstFreed := slotValue(t.Capped), slotValue(t.Freed)
 	t.Drop = math.Log(worstFreed) - math.Log(worstCapped)
-	p.evidence *= 1 + p.cfg.Bet*max(-1, min(1, t.Drop/p.margin))
+	// The bet: the drop against the full effect, and the part of the
+	// contention before the proof that the cap took away (a polluter's cap
+	// takes most of it; a co-runner whose footprint costs the probe a
+	// little takes a little, however clearly), the smaller of the two,
+	// clipped to 1. Both change sign when the slots are swapped, so the
+	// bet is fair while the cap does nothing.
+	removed := (worstFreed - worstCapped) / (p.before - 1) / fullRemoval
+	x := math.Copysign(min(math.Abs(t.Drop/p.margin), math.Abs(removed), 1), t.Drop)
+	p.evidence *= 1 + p.cfg.Bet*x
 	switch {
-	case t.Drop > p.margin:
+	case t.Drop > p.margin && removed >= 1:
 		t.Outcome = TrialPass
 	case max(worstCapped, worstFreed) < p.quiet:
 		t.Outcome = TrialQuiet
@@ -300,6 +308,10 @@ func (p *Proof) decide() bool {
 		100*p.cfg.Effect, p.before, fail, n, quiet, math.Exp(p.medianDrop()), p.evidence)
 	return true
 }
+
+// fullRemoval is the part of the contention before the proof that a trial's
+// cap must take away to count in full.
+const fullRemoval = 0.8
 
 // quietRatio is the contention ratio under which a slot counts as quiet
 // whatever the contention was before: a freed slot at 2× a capped one at

@@ -150,6 +150,34 @@ func TestProofSmallEffect(t *testing.T) {
 	t.Logf("small effect convicted %d of %d", convicted, runs)
 }
 
+// Seen on the dev VM: contention at 1.6× on the LLC probe of the CPU a
+// busy victim runs on; capping the victim there lowers the probe by a fifth
+// every time (its own cache footprint), clearly but far from removing the
+// contention. It must not be convicted.
+func TestProofCoRunnerFootprint(t *testing.T) {
+	cfg := ProofConfig{}
+	cfg.Fill()
+	const runs = 2000
+	convicted := 0
+	for seed := range uint64(runs) {
+		rng := rand.New(rand.NewPCG(seed, 13))
+		v, _ := runProof(t, cfg, 1.59, seed+1, func(_ time.Duration, capped bool) float64 {
+			x := 1.5 * math.Exp(0.05*rng.NormFloat64())
+			if capped {
+				x *= 0.8
+			}
+			return x
+		})
+		if v == ProofGuilty {
+			convicted++
+		}
+	}
+	if rate := float64(convicted) / runs; rate > cfg.Alpha {
+		t.Errorf("a co-runner's footprint convicted %d of %d (%.4f), want at most %.2f", convicted, runs, rate, cfg.Alpha)
+	}
+	t.Logf("footprint convicted %d of %d", convicted, runs)
+}
+
 func TestProofConvictsPolluters(t *testing.T) {
 	cfg := ProofConfig{}
 	cfg.Fill()
@@ -165,9 +193,12 @@ func TestProofConvictsPolluters(t *testing.T) {
 	}{
 		{"split-lock storm", 7, 1.05, 0.1, 0, 0, 0.999},
 		{"as measured on the dev VM", 7, 1.05, 0.3, 0.5, 0.005, 0.95},
-		// Quiet in seven readings of ten: a freed slot now and then reads
-		// nothing, a trial that says nothing.
-		{"burstier still", 5, 1.1, 0.3, 0.7, 0.005, 0.9},
+		// Quiet in seven readings of ten: a freed slot often shows only part
+		// of the contention, and a trial counts in part; a little over half
+		// of the proofs convict, the others end inconclusive or acquit and
+		// the agent proves it again (the price of not convicting a
+		// co-runner's footprint, TestProofCoRunnerFootprint).
+		{"burstier still", 5, 1.1, 0.3, 0.7, 0.005, 0.55},
 		{"moderate contention", 2, 1.05, 0.1, 0.05, 0.005, 0.95},
 	}
 	for _, tc := range cases {
