@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
@@ -196,7 +197,7 @@ func (a *CPUQuota) flagUnowned(cgroupPath, tenant string, cur cgroup.Quota) erro
 // crosstalk-shaped quota no entry covers, and flags it; it reports whether
 // it did. The agent runs it over the tenants it finds at start.
 func (a *CPUQuota) FlagIfUnowned(cgroupPath, tenant string) bool {
-	if _, known := a.State.Get(cgroupPath); known || !ValidCgroupPath(cgroupPath) {
+	if _, known := a.State.Get(cgroupPath); known || !ValidCgroupPath(cgroupPath) || a.recorded(cgroupPath) {
 		return false
 	}
 	cur, err := a.read(cgroup.Open(a.Host, a.Layout, cgroupPath), cgroupPath)
@@ -205,6 +206,23 @@ func (a *CPUQuota) FlagIfUnowned(cgroupPath, tenant string) bool {
 	}
 	a.flagUnowned(cgroupPath, tenant, cur)
 	return true
+}
+
+// recorded says another actuator's record covers the cgroup (a VM
+// throttled through libvirt, whose quota sits in the domain's cgroups): its
+// quota is crosstalk's, and that actuator restores it.
+func (a *CPUQuota) recorded(cgroupPath string) bool {
+	for _, kind := range a.State.RecordKinds() {
+		if kind == RecordUnownedQuota {
+			continue
+		}
+		for _, key := range a.State.RecordKeys(kind) {
+			if key == cgroupPath || strings.HasPrefix(cgroupPath, key+"/") || strings.HasPrefix(key, cgroupPath+"/") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Outcome is what restoring one cgroup came to.

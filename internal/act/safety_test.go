@@ -210,3 +210,27 @@ func TestReleaseLeavesAnOperatorsChange(t *testing.T) {
 		t.Error("entry kept")
 	}
 }
+
+// A VM throttled through libvirt has a crosstalk-shaped quota in its
+// cgroups and a libvirt record, not a CPU-quota entry: it is crosstalk's,
+// and not flagged (the libvirt actuator restores it); the same quota with
+// no record anywhere is.
+func TestUnownedSkipsOtherActuatorsRecords(t *testing.T) {
+	h, l, root := cgroupTree(t)
+	os.WriteFile(filepath.Join(root, "cg/cpu/a/cpu.cfs_period_us"), []byte("16000\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "cg/cpu/a/cpu.cfs_quota_us"), []byte("1000\n"), 0o644)
+	s, _ := OpenState(filepath.Join(t.TempDir(), "state.json"))
+	a := &CPUQuota{Host: h, Layout: l, State: s, Shapes: DefaultQuotaShapes()}
+	if err := s.PutRecord(LibvirtRecordKind, "/a", map[string]string{"domain": "vm-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if a.FlagIfUnowned("/a", "a") {
+		t.Error("a VM's libvirt throttle flagged as unowned")
+	}
+	if err := s.ForgetRecord(LibvirtRecordKind, "/a"); err != nil {
+		t.Fatal(err)
+	}
+	if !a.FlagIfUnowned("/a", "a") {
+		t.Error("the same quota with no record anywhere not flagged")
+	}
+}
