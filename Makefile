@@ -35,7 +35,7 @@ fuzz:
 clean:
 	rm -f $(BIN)
 
-# --- install, release, deb (issue #7) ----------------------------------------
+# --- install, release, deb ---------------------------------------------------
 # `make install` puts the binary, the systemd unit, the default configuration
 # (the documented example, which is the defaults), a modules-load.d entry for
 # the msr driver and the docs under DESTDIR/PREFIX, and creates the state

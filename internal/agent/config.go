@@ -65,7 +65,7 @@ type Config struct {
 	Levers   LeversConfig              `yaml:"levers"`
 	Resctrl  ResctrlConfig             `yaml:"resctrl"`
 
-	// The CPU-wait contention signal and libvirt VMs (issue #6).
+	// The CPU-wait contention signal and libvirt VMs.
 	CPUWait CPUWaitConfig `yaml:"cpu_wait"`
 	Libvirt LibvirtConfig `yaml:"libvirt"`
 }

@@ -1,6 +1,6 @@
 package sim
 
-// The contract between the simulated host and issue #5's hardware
+// The contract between the simulated host and the hardware
 // components: each production sensor and actuator, driven directly (no
 // agent), reads what the model computed and moves the model the way the
 // hardware would. The agent's wiring relies on exactly these paths.

@@ -33,7 +33,7 @@
 // scaling_cur_freq) and hands the resctrl emulation each RMID's occupancy
 // and memory traffic (resctrlfs.FS.Account), which renders mon_data.
 //
-// components_test.go is the contract with issue #5's hardware components:
+// components_test.go is the contract with the hardware components:
 // each production sensor and actuator (sense.ResctrlMonitor,
 // act.ResctrlClasses, sense.PowerSensor, act.ClockModulation, act.CPUFreq,
 // sense.PerfCounters with sense.PerfEventsFor's events) driven directly on

@@ -261,7 +261,7 @@ tenants:
 }
 
 // The agent's CPU per interval on the scale scenario (1,000 tenants on 224
-// CPUs) must stay under 50 ms (issue #5). CPU time on a shared machine is
+// CPUs) must stay under 50 ms. CPU time on a shared machine is
 // noisy and the race detector multiplies it, so this runs only when asked:
 // CROSSTALK_SIM_PERF=1 go test ./internal/sim -run TestScaleAgentCPU.
 // `crosstalk sim run scale --policy crosstalk` prints the same numbers.
