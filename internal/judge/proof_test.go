@@ -37,6 +37,19 @@ func runProof(t *testing.T, cfg ProofConfig, before float64, seed uint64, w worl
 	return "", 0
 }
 
+// convictions runs proofs against the world makeWorld builds for each
+// seed and counts the convictions.
+func convictions(t *testing.T, cfg ProofConfig, runs int, before float64, makeWorld func(seed uint64) world) (int, float64) {
+	t.Helper()
+	convicted := 0
+	for seed := range uint64(runs) {
+		if v, _ := runProof(t, cfg, before, seed*31+1, makeWorld(seed)); v == ProofGuilty {
+			convicted++
+		}
+	}
+	return convicted, float64(convicted) / float64(runs)
+}
+
 // noise is an autocorrelated lognormal scatter with bursts of a contention
 // nobody in the proof causes (another polluter, or the host), on a random
 // on/off schedule: the noise the proof must not take for evidence.
@@ -91,22 +104,17 @@ func TestProofFalseConvictionBound(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			convicted := 0
-			for seed := range uint64(runs) {
+			shift := tc.effect(tc.before)
+			convicted, rate := convictions(t, cfg, runs, tc.before, func(seed uint64) world {
 				n := &noise{rng: rand.New(rand.NewPCG(seed, 7)), sigma: tc.sigma, burst: tc.burst, on: tc.on}
-				shift := tc.effect(tc.before)
-				v, _ := runProof(t, cfg, tc.before, seed*31+1, func(at time.Duration, capped bool) float64 {
+				return func(at time.Duration, capped bool) float64 {
 					x := n.at(at)
 					if capped {
 						x *= math.Exp(-shift)
 					}
 					return x
-				})
-				if v == ProofGuilty {
-					convicted++
 				}
-			}
-			rate := float64(convicted) / runs
+			})
 			// The bound plus four standard errors of the estimate.
 			if limit := alpha + 4*math.Sqrt(alpha*(1-alpha)/runs); rate > limit {
 				t.Errorf("false convictions %d of %d (%.4f), bound %.4f", convicted, runs, rate, alpha)
@@ -129,22 +137,18 @@ func TestProofSmallEffect(t *testing.T) {
 	cfg := ProofConfig{}
 	cfg.Fill()
 	const runs = 2000
-	convicted := 0
-	for seed := range uint64(runs) {
+	shift := 0.2 * cfg.Effect * math.Log(4)
+	convicted, rate := convictions(t, cfg, runs, 4, func(seed uint64) world {
 		n := &noise{rng: rand.New(rand.NewPCG(seed, 9)), sigma: 0.2, burst: 4, on: 0.9}
-		shift := 0.2 * cfg.Effect * math.Log(4)
-		v, _ := runProof(t, cfg, 4, seed*7+3, func(at time.Duration, capped bool) float64 {
+		return func(at time.Duration, capped bool) float64 {
 			x := n.at(at)
 			if capped {
 				x *= math.Exp(-shift)
 			}
 			return x
-		})
-		if v == ProofGuilty {
-			convicted++
 		}
-	}
-	if rate := float64(convicted) / runs; rate > cfg.Alpha {
+	})
+	if rate > cfg.Alpha {
 		t.Errorf("small effect convicted %d of %d (%.4f), want at most %.2f", convicted, runs, rate, cfg.Alpha)
 	}
 	t.Logf("small effect convicted %d of %d", convicted, runs)
@@ -158,21 +162,17 @@ func TestProofCoRunnerFootprint(t *testing.T) {
 	cfg := ProofConfig{}
 	cfg.Fill()
 	const runs = 2000
-	convicted := 0
-	for seed := range uint64(runs) {
+	convicted, rate := convictions(t, cfg, runs, 1.59, func(seed uint64) world {
 		rng := rand.New(rand.NewPCG(seed, 13))
-		v, _ := runProof(t, cfg, 1.59, seed+1, func(_ time.Duration, capped bool) float64 {
+		return func(_ time.Duration, capped bool) float64 {
 			x := 1.5 * math.Exp(0.05*rng.NormFloat64())
 			if capped {
 				x *= 0.8
 			}
 			return x
-		})
-		if v == ProofGuilty {
-			convicted++
 		}
-	}
-	if rate := float64(convicted) / runs; rate > cfg.Alpha {
+	})
+	if rate > cfg.Alpha {
 		t.Errorf("a co-runner's footprint convicted %d of %d (%.4f), want at most %.2f", convicted, runs, rate, cfg.Alpha)
 	}
 	t.Logf("footprint convicted %d of %d", convicted, runs)
@@ -203,22 +203,17 @@ func TestProofConvictsPolluters(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			guilty := 0
-			for seed := range uint64(runs) {
+			guilty, rate := convictions(t, cfg, runs, tc.before, func(seed uint64) world {
 				rng := rand.New(rand.NewPCG(seed, 11))
-				v, _ := runProof(t, cfg, tc.before, seed+5, func(_ time.Duration, capped bool) float64 {
+				return func(_ time.Duration, capped bool) float64 {
 					x := math.Exp(tc.sigma * rng.NormFloat64())
 					hot := !capped && rng.Float64() >= tc.quietOff || capped && rng.Float64() < tc.leak
 					if hot {
 						return tc.before * x
 					}
 					return tc.capped * x
-				})
-				if v == ProofGuilty {
-					guilty++
 				}
-			}
-			rate := float64(guilty) / runs
+			})
 			if rate < tc.minRate {
 				t.Errorf("convicted %d of %d (%.3f), want at least %.3f", guilty, runs, rate, tc.minRate)
 			}
