@@ -23,11 +23,18 @@ func (a *Agent) apply(t sense.Tenant, q cgroup.Quota, reason string, now time.Ti
 // releaseLocked drops the probe policy's claim on a tenant: it gets its
 // original quota back unless another policy still holds it.
 func (a *Agent) releaseLocked(t sense.Tenant, why string) {
+	a.dropProbeHoldLocked(t)
+	a.recordLocked(a.d.Now(), t, "release", 0, 1, why)
+}
+
+// dropProbeHoldLocked drops the probe policy's claim on a tenant (a proof's
+// cap, a survey's, a polluter's duty); a failed restore is logged and
+// journalled.
+func (a *Agent) dropProbeHoldLocked(t sense.Tenant) {
 	if err := a.releaseHoldLocked(t.ID, policyProbe); err != nil {
 		a.log.Error("restore quota", "tenant", t.ID, "err", err)
 		a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: "restore failed: " + err.Error()})
 	}
-	a.recordLocked(a.d.Now(), t, "release", 0, 1, why)
 }
 
 // handleWriteErr deals with a failed cgroup write: a vanished tenant is

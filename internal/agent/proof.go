@@ -182,10 +182,7 @@ func (a *Agent) uncapLocked(now time.Time, p *proof, why string) {
 	if !p.capped {
 		return
 	}
-	if err := a.releaseHoldLocked(p.tenant.ID, policyProbe); err != nil {
-		a.log.Error("restore quota", "tenant", p.tenant.ID, "err", err)
-		a.journal(act.Event{Kind: "error", Tenant: p.tenant.ID, Name: p.tenant.Name, Detail: "restore failed: " + err.Error()})
-	}
+	a.dropProbeHoldLocked(p.tenant)
 	p.capped = false
 	a.capSpent(p.tenant.ID, now, now.Sub(p.since))
 	a.recordSlotLocked(now, p.tenant, "proof-free", 0, why)

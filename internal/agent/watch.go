@@ -118,9 +118,7 @@ func (a *Agent) surveyQuiet(now time.Time, samples []sample) {
 	a.mu.Lock()
 	end := a.d.Now()
 	for _, t := range capped {
-		if err := a.releaseHoldLocked(t.ID, policyProbe); err != nil {
-			a.log.Error("restore quota", "tenant", t.ID, "err", err)
-		}
+		a.dropProbeHoldLocked(t)
 		a.capSpent(t.ID, end, end.Sub(start))
 		a.recordSlotLocked(end, t, "proof-free", 0, "start-up survey done")
 	}
