@@ -50,6 +50,18 @@ func convictions(t *testing.T, cfg ProofConfig, runs int, before float64, makeWo
 	return convicted, float64(convicted) / float64(runs)
 }
 
+// capLowers is a world where the probe reads base, lowered by the factor
+// while the suspect is capped.
+func capLowers(base func(time.Duration) float64, factor float64) world {
+	return func(at time.Duration, capped bool) float64 {
+		x := base(at)
+		if capped {
+			x *= factor
+		}
+		return x
+	}
+}
+
 // noise is an autocorrelated lognormal scatter with bursts of a contention
 // nobody in the proof causes (another polluter, or the host), on a random
 // on/off schedule: the noise the proof must not take for evidence.
@@ -107,13 +119,7 @@ func TestProofFalseConvictionBound(t *testing.T) {
 			shift := tc.effect(tc.before)
 			convicted, rate := convictions(t, cfg, runs, tc.before, func(seed uint64) world {
 				n := &noise{rng: rand.New(rand.NewPCG(seed, 7)), sigma: tc.sigma, burst: tc.burst, on: tc.on}
-				return func(at time.Duration, capped bool) float64 {
-					x := n.at(at)
-					if capped {
-						x *= math.Exp(-shift)
-					}
-					return x
-				}
+				return capLowers(n.at, math.Exp(-shift))
 			})
 			// The bound plus four standard errors of the estimate.
 			if limit := alpha + 4*math.Sqrt(alpha*(1-alpha)/runs); rate > limit {
@@ -140,13 +146,7 @@ func TestProofSmallEffect(t *testing.T) {
 	shift := 0.2 * cfg.Effect * math.Log(4)
 	convicted, rate := convictions(t, cfg, runs, 4, func(seed uint64) world {
 		n := &noise{rng: rand.New(rand.NewPCG(seed, 9)), sigma: 0.2, burst: 4, on: 0.9}
-		return func(at time.Duration, capped bool) float64 {
-			x := n.at(at)
-			if capped {
-				x *= math.Exp(-shift)
-			}
-			return x
-		}
+		return capLowers(n.at, math.Exp(-shift))
 	})
 	if rate > cfg.Alpha {
 		t.Errorf("small effect convicted %d of %d (%.4f), want at most %.2f", convicted, runs, rate, cfg.Alpha)
@@ -164,13 +164,7 @@ func TestProofCoRunnerFootprint(t *testing.T) {
 	const runs = 2000
 	convicted, rate := convictions(t, cfg, runs, 1.59, func(seed uint64) world {
 		rng := rand.New(rand.NewPCG(seed, 13))
-		return func(_ time.Duration, capped bool) float64 {
-			x := 1.5 * math.Exp(0.05*rng.NormFloat64())
-			if capped {
-				x *= 0.8
-			}
-			return x
-		}
+		return capLowers(func(time.Duration) float64 { return 1.5 * math.Exp(0.05*rng.NormFloat64()) }, 0.8)
 	})
 	if rate > cfg.Alpha {
 		t.Errorf("a co-runner's footprint convicted %d of %d (%.4f), want at most %.2f", convicted, runs, rate, cfg.Alpha)
