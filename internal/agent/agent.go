@@ -102,6 +102,9 @@ type Agent struct {
 	// capTime is each tenant's proof cap time in the last minute, for the
 	// budget that bounds what proofs may cost an innocent.
 	capTime map[string][]capSlot
+	// carry is the evidence an inconclusive proof left, per backoff key,
+	// for the next proof of the same suspect to continue.
+	carry map[string]carried
 	// watchAt is when the next watch is due, watchN counts watches (for
 	// the CPU rotation), watchKind is the probe kind it reads: DRAM where
 	// the probe has it, else the first kind the intervals read.
@@ -159,7 +162,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		wait: judge.NewCPUWait(cfg.WaitThresholds()), waitSusp: judge.NewSuspects(cfg.Judge.Window),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]delayMark{}, throttled: map[string]*throttled{},
 		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{}, holds: map[string]*tenantHolds{},
-		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{}, survey: surveyRounds,
+		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{}, carry: map[string]carried{}, survey: surveyRounds,
 		hotKind: map[string]time.Time{},
 	}
 	for _, pd := range d.Probe.Domains() {

@@ -60,29 +60,51 @@ func (a *Agent) maybeProveLocked(now time.Time, v judge.Verdict, ranked []judge.
 			}
 		}
 	}
-	top := ranked[0]
-	s, ok := present[top.ID]
-	if !ok {
+	// The first suspect that can be proved: one with a CPU to read on
+	// that it does not run on and that shows the contention.
+	for _, top := range ranked[:min(len(ranked), maxProveTries)] {
+		s, ok := present[top.ID]
+		if !ok {
+			continue
+		}
+		cpu, kind, before, ok := a.proofCPU(now, v, s.t.CPUs)
+		if !ok {
+			a.log.Debug("suspect not provable now: no CPU away from it reads the contention", "tenant", top.Name)
+			continue
+		}
+		reason := fmt.Sprintf("%s; suspect score %.2f: %s", v.Reason, top.Score, strings.Join(top.Reasons, "; "))
+		a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: map[string]any{"ratio": v.Ratio, "suspects": ranked}})
+		a.startProofLocked(now, &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}, before)
 		return
 	}
-	cpu, kind, before := a.proofCPU(now, v, s.t.CPUs)
-	reason := fmt.Sprintf("%s; suspect score %.2f: %s", v.Reason, top.Score, strings.Join(top.Reasons, "; "))
-	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: map[string]any{"ratio": v.Ratio, "suspects": ranked}})
-	a.startProofLocked(now, &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}, before)
 }
 
+// maxProveTries is how many suspects, best first, the agent looks at for
+// one it can prove.
+const maxProveTries = 3
+
 // proofCPU picks where and what a proof of a tenant on cpus reads, and the
-// contention it answers to. The kind: the DRAM probe if it read contended
-// in the last few intervals — it answers a cap within milliseconds, while
-// the LLC probe shares the cache with whatever runs beside it and wanders
-// (measured on the dev machines: a capped split-lock polluter left the DRAM
-// probe at 1.0× and the LLC probe anywhere in 1-18×) — else the kind that
-// reads worst. The CPU: one of a contended domain that the tenant does not
-// run on where that kind reads contended (capping a tenant frees its own
-// CPU, and a probe there reads the tenant's absence as relief), else the
-// most contended in that kind. The ratio: the worst of that kind on the contended domains now, at
-// least the contention threshold.
-func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDomain, string, float64) {
+// contention it answers to; ok false says the tenant cannot be proved now.
+//
+// The kind: the DRAM probe if it read contended in the last few intervals
+// — it answers a cap within milliseconds, while the LLC probe shares the
+// cache with whatever runs beside it and wanders (measured on the dev
+// machines: a capped split-lock polluter left the DRAM probe at 1.0× and
+// the LLC probe anywhere in 1-18×) — else the kind that reads worst.
+//
+// The CPU: the most contended in that kind of a contended domain that the
+// tenant does not run on. Never one it runs on, where a domain has others:
+// capping a tenant frees its CPU, and the probe there reads its absence —
+// its own cache footprint, the CPU time it no longer takes — as relief (a
+// real effect of the cap, which the proof would convict). When the CPUs
+// away from it read no contention (on a small host the other CPU may be the
+// polluter's own, where the probe reads quiet because it displaces the
+// polluter) the tenant is not provable now. A tenant that may run on every
+// CPU of the contended domains is read where the contention is worst.
+//
+// The ratio: the worst of that kind on the contended domains now, at least
+// the contention threshold.
+func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDomain, string, float64, bool) {
 	th := a.cont.Thresholds()
 	kind, worst := "", 0.0
 	for _, r := range v.Readings {
@@ -95,8 +117,14 @@ func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDo
 	if at, ok := a.hotKind[sense.ProbeDRAM]; ok && now.Sub(at) <= 4*a.cfg.Interval {
 		kind = sense.ProbeDRAM
 	}
+	awayExists := false
+	for _, d := range v.Domains {
+		if !a.domain[d].Difference(cpus).IsEmpty() {
+			awayExists = true
+		}
+	}
 	var best CPUDomain
-	bestRatio, bestAway, found := 0.0, false, false
+	bestRatio, found := 0.0, false
 	before := th.Ratio
 	for _, r := range v.Readings {
 		if !slices.Contains(v.Domains, r.Domain) || r.Kind != kind {
@@ -104,27 +132,24 @@ func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDo
 		}
 		x := a.cont.Worst([]judge.RatedReading{r}, nil)
 		before = max(before, x)
-		// Away from the tenant only where the contention shows: on a
-		// small host the other CPU may be the polluter's own, where the
-		// probe reads quiet because it displaces the polluter.
-		away := !cpus.Contains(r.CPU) && x >= th.Ratio
-		if !found || away && !bestAway || away == bestAway && x > bestRatio {
-			best, bestRatio, bestAway, found = CPUDomain{r.Domain, r.CPU}, x, away, true
+		if awayExists && (cpus.Contains(r.CPU) || x < th.Ratio) {
+			continue
+		}
+		if !found || x > bestRatio {
+			best, bestRatio, found = CPUDomain{r.Domain, r.CPU}, x, true
 		}
 	}
-	if !found {
+	if !found && !awayExists {
 		// No reading of that kind on a contended domain this interval:
-		// any CPU of one, away from the tenant if it can be.
+		// any CPU of one.
 		for _, d := range v.Domains {
-			for _, c := range a.domain[d].List() {
-				away := !cpus.Contains(c)
-				if !found || away && !bestAway {
-					best, bestAway, found = CPUDomain{d, c}, away, true
-				}
+			if c := a.domain[d].List(); len(c) > 0 {
+				best, found = CPUDomain{d, c[0]}, true
+				break
 			}
 		}
 	}
-	return best, kind, before
+	return best, kind, before, found
 }
 
 // startProofLocked caps or frees the suspect as the proof's first trial
@@ -144,7 +169,13 @@ func (a *Agent) startProofLocked(now time.Time, p *proof, before float64) {
 		// starts the count.
 		cfg.Samples = min(cfg.Samples, 4)
 	}
-	p.p = judge.NewProof(cfg, before, now, uint64(now.UnixNano()))
+	key := backoffKey(p.signal, p.tenant.ID)
+	carry := 1.0
+	if c, ok := a.carry[key]; ok && now.Sub(c.at) <= carryWindow {
+		carry = c.evidence
+	}
+	delete(a.carry, key)
+	p.p = judge.NewProofCarry(cfg, before, now, uint64(now.UnixNano()), carry)
 	a.proof = p
 	a.recordLocked(now, p.tenant, "proof", 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", a.cfg.Proof.Trials, p.reason))
 	a.followPlanLocked(now, p)
@@ -250,7 +281,13 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 		a.uncapLocked(now, p, verdict+": "+why)
 		if verdict == judge.ProofInconclusive {
 			// Not acquitted: proved again soon, within the budget, with
-			// the backoff it had.
+			// the backoff it had, continuing this proof's evidence.
+			for k, c := range a.carry {
+				if now.Sub(c.at) > carryWindow {
+					delete(a.carry, k)
+				}
+			}
+			a.carry[key] = carried{evidence: p.p.Carry(), at: now}
 			b := a.backoff[key]
 			b.until = now.Add(inconclusiveRetry)
 			a.backoff[key] = b
@@ -280,6 +317,18 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 // inconclusiveRetry is how soon a suspect whose proof was inconclusive
 // may be proved again.
 const inconclusiveRetry = time.Second
+
+// carried is the evidence an inconclusive proof ended with.
+type carried struct {
+	evidence float64
+	at       time.Time
+}
+
+// carryWindow is how long an inconclusive proof's evidence waits for the
+// next proof of its suspect: a proof started later begins a new chain at 1
+// (each chain convicts a tenant whose cap does nothing with probability at
+// most Alpha; a chain is one martingale whichever way its proofs ended).
+const carryWindow = 30 * time.Second
 
 // capSpent books d of proof cap time on a tenant (at now) and forgets
 // what is older than a minute; it returns what the tenant was capped in

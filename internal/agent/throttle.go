@@ -52,8 +52,15 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			ratio = 1
 		}
 		ncpus := t.tenant.CPUs.Len()
-		d := a.sp.Next(t.thr, now, ratio, s.usage, ncpus)
-		if d != act.Release && d != act.Useless && s.usage < a.sp.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
+		// A tenant its quota held back in the window wanted more than it
+		// got: not idle, whatever it used (right after a conviction it may
+		// still be waiting out the proof's long cap period).
+		used := s.usage
+		if s.thrRatio > 0 {
+			used = max(used, a.sp.Duty(t.thr.Step)*float64(ncpus))
+		}
+		d := a.sp.Next(t.thr, now, ratio, used, ncpus)
+		if d != act.Release && d != act.Useless && used < a.sp.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
 			idle = true
 		}
 		switch d {
@@ -66,8 +73,8 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			a.backoff[key] = a.nextBackoff(key, now)
 		case act.Release:
 			why := fmt.Sprintf("contention %.2f× stayed under %.2f× at full relaxation", ratio, a.sp.RelaxBelow)
-			if s.usage < a.sp.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
-				why = fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed", s.usage, a.sp.Duty(t.thr.Step)*float64(ncpus))
+			if used < a.sp.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
+				why = fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed, never held back by it", s.usage, a.sp.Duty(t.thr.Step)*float64(ncpus))
 			}
 			a.releaseLocked(t.tenant, why)
 			delete(a.throttled, id)

@@ -26,27 +26,36 @@ type ProofConfig struct {
 	// milliseconds of it running or not.
 	Slot time.Duration `yaml:"slot" json:"slot"`
 	// Samples is how many probe readings each slot takes (default 12,
-	// about 3 ms apart); the slot's value is the second worst of them
-	// (one stray reading neither makes nor undoes a slot). A
-	// split-lock polluter in a VM pollutes in bursts: measured on the dev
-	// VM with its neighbours running, a freed polluter showed in one DRAM
-	// reading of three to five, and a freed slot of 50 ms now and then in
-	// none of twelve; a capped one read 1.0-1.1× but in the first ~10 ms
-	// after the cap was set. The readings start 30% into a slot. The same
-	// statistic on both slots keeps the proof's guarantee.
+	// about 3 ms apart); the slot's level is the mean of their log-ratios
+	// (each clipped to [0, log(before)+log 2]), so that a polluter
+	// that shows in a quarter of the readings moves a slot by a quarter of
+	// its contention and a stray reading by a twelfth. A split-lock
+	// polluter in a VM pollutes in bursts: measured on the dev VM, a
+	// polluter sharing its CPU with a paced service showed in one DRAM
+	// reading of four (the host stalls a vCPU that split-locks after it
+	// slept), one alone on its CPU in every reading; a capped one read
+	// 1.0-1.1× but in the first few milliseconds after the cap was set.
+	// The readings start 30% into a slot. The same statistic on both slots
+	// keeps the proof's guarantee.
 	Samples int `yaml:"samples" json:"samples"`
-	// Trials is the most trials a proof runs (default 16).
+	// Trials is the most trials a proof runs (default 24). A suspect whose
+	// cap makes no consistent difference is acquitted long before: see
+	// futile.
 	Trials int `yaml:"trials" json:"trials"`
 	// Alpha is the false-conviction bound (default 0.01): a tenant whose
 	// cap does not move the probe is convicted with at most this
-	// probability, however long the proof runs and whenever it stops.
+	// probability, however long the proof runs and whenever it stops (a
+	// proof that continues its suspect's previous one, see Carry, shares
+	// that one's bound).
 	Alpha float64 `yaml:"alpha" json:"alpha"`
 	// Effect is the part of the contention, in log-ratio, that a trial
-	// must see the cap remove to count in full (default 0.4: with
-	// contention at 4×, the freed slot reading 1.74× the capped one). A
-	// trial that sees less counts in proportion, so a co-runner whose own
-	// cache footprint costs the probe a little is not convicted within
-	// Trials for a contention it does not cause.
+	// must see the cap remove, beyond a dead zone of 12% of it, to count in
+	// full (default 0.3: with contention at 4×, the freed slot's level
+	// 1.68× the capped one's; a split-lock polluter sharing its CPU showed
+	// in about a third of a freed slot's readings on the dev VM). A
+	// trial that sees less counts in proportion, so a tenant whose cap
+	// moves the probe a little is acquitted (see futile) before it can be
+	// convicted for a contention it does not cause.
 	Effect float64 `yaml:"effect" json:"effect"`
 	// Bet is the stake of each trial (default 0.8): a full trial
 	// multiplies the evidence by 1+Bet, one that reads the other way by
@@ -63,13 +72,13 @@ func (c *ProofConfig) Fill() {
 		c.Samples = 12
 	}
 	if c.Trials == 0 {
-		c.Trials = 16
+		c.Trials = 24
 	}
 	if c.Alpha == 0 {
 		c.Alpha = 0.01
 	}
 	if c.Effect == 0 {
-		c.Effect = 0.4
+		c.Effect = 0.3
 	}
 	if c.Bet == 0 {
 		c.Bet = 0.8
@@ -108,7 +117,9 @@ func (c ProofConfig) Validate() error {
 // effect clipped to [-1, 1], whose expectation is then 1: the evidence is a
 // nonnegative martingale starting at 1, and by Ville's inequality it ever
 // reaches 1/Alpha with probability at most Alpha — at any trial, however
-// the proof stops.
+// the proof stops. A proof that starts from the evidence its suspect's
+// previous proof left (Carry) continues the same martingale: the chain of
+// proofs together is convicted with probability at most Alpha.
 func (c ProofConfig) FalseConviction() float64 { return c.Alpha }
 
 // Trial is one capped slot and one freed slot of a proof.
@@ -116,14 +127,17 @@ type Trial struct {
 	CappedFirst bool      `json:"capped_first"`
 	Capped      []float64 `json:"capped"` // contention ratios read while capped
 	Freed       []float64 `json:"freed"`  // and while free
-	// Drop is log(freed) − log(capped) of the slots' values (their second
-	// worst readings): how much of the contention the cap removed, in
-	// log-ratio.
+	// Drop is the freed slot's level minus the capped one's (each the mean
+	// log-ratio of its readings): how much of the contention the cap
+	// removed, in log-ratio.
 	Drop float64 `json:"drop"`
-	// Outcome: "pass" (the cap removed the full effect), "fail" (the
-	// contention was there and the cap did not remove it), "quiet" (no
-	// contention in either slot: the trial says nothing) or "void" (a slot
-	// got no reading).
+	// Score is the trial's bet, Drop over the full effect clipped to
+	// [-1, 1].
+	Score float64 `json:"score"`
+	// Outcome: "pass" (the cap removed at least half the full effect),
+	// "partial" (less, but some), "fail" (the contention was there and the
+	// cap did not lower it), "quiet" (no contention in either slot: the
+	// trial says little) or "void" (a slot got no reading).
 	Outcome string `json:"outcome"`
 	// Evidence is the proof's evidence after this trial.
 	Evidence float64 `json:"evidence"`
@@ -131,10 +145,11 @@ type Trial struct {
 
 // Trial outcomes.
 const (
-	TrialPass  = "pass"
-	TrialFail  = "fail"
-	TrialQuiet = "quiet"
-	TrialVoid  = "void"
+	TrialPass    = "pass"
+	TrialPartial = "partial"
+	TrialFail    = "fail"
+	TrialQuiet   = "quiet"
+	TrialVoid    = "void"
 )
 
 // Proof is a perturbation proof in progress on a suspect (or a group of
@@ -146,7 +161,9 @@ type Proof struct {
 	rng    *rand.Rand
 	before float64
 	margin float64 // the drop, in log-ratio, that counts in full
-	quiet  float64 // a slot reading under this has no contention
+	quiet  float64 // a slot level (log) under this has no contention
+	ceil   float64 // a reading's log-ratio counts up to this
+	dead   float64 // a drop (log) this small counts nothing
 	start  time.Time
 	// evidence is the running product of the trials' bets: a martingale
 	// with expectation 1 while the cap does nothing.
@@ -165,10 +182,23 @@ type Proof struct {
 // seed draws the trials' orders: anything the noise cannot predict (the
 // agent uses the clock).
 func NewProof(cfg ProofConfig, before float64, now time.Time, seed uint64) *Proof {
+	return NewProofCarry(cfg, before, now, seed, 1)
+}
+
+// NewProofCarry is NewProof continuing the evidence a previous proof of the
+// same suspect left (Carry of that proof): whatever it is, above 1 or
+// below, so that the chain stays one martingale (restarting only the
+// losing chains at 1 would not be).
+func NewProofCarry(cfg ProofConfig, before float64, now time.Time, seed uint64, carry float64) *Proof {
 	cfg.Fill()
 	before = max(before, 1.01)
+	if !(carry > 0) || math.IsInf(carry, 0) {
+		carry = 1
+	}
+	l := math.Log(before)
 	p := &Proof{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), before: before,
-		margin: cfg.Effect * math.Log(before), quiet: min(1+(before-1)/3, quietRatio), start: now, from: now, evidence: 1}
+		margin: max(cfg.Effect*l, minMargin), quiet: math.Log(min(1+(before-1)/3, quietRatio)), ceil: l + math.Ln2, dead: deadZone * l,
+		start: now, from: now, evidence: carry}
 	p.trials = append(p.trials, Trial{CappedFirst: p.rng.IntN(2) == 0})
 	return p
 }
@@ -237,33 +267,51 @@ func (p *Proof) score(t *Trial) {
 		t.Outcome = TrialVoid
 		return
 	}
-	worstCapped, worstFreed := slotValue(t.Capped), slotValue(t.Freed)
-	t.Drop = math.Log(worstFreed) - math.Log(worstCapped)
-	// The bet: the drop against the full effect, and the part of the
-	// contention before the proof that the cap took away (a polluter's cap
-	// takes most of it; a co-runner whose footprint costs the probe a
-	// little takes a little, however clearly), the smaller of the two,
-	// clipped to 1. Both change sign when the slots are swapped, so the
-	// bet is fair while the cap does nothing.
-	removed := (worstFreed - worstCapped) / (p.before - 1) / fullRemoval
-	x := math.Copysign(min(math.Abs(t.Drop/p.margin), math.Abs(removed), 1), t.Drop)
-	p.evidence *= 1 + p.cfg.Bet*x
+	capped, freed := p.level(t.Capped), p.level(t.Freed)
+	t.Drop = freed - capped
+	// The bet: the drop beyond a dead zone against the full effect,
+	// clipped to [-1, 1]. It changes sign when the slots are swapped, so
+	// the bet is fair while the cap does nothing; the dead zone keeps a
+	// tenant whose cap lowers the probe by a sliver of the contention (its
+	// own footprint where the probe reads) from gaining on every trial.
+	d := max(0, math.Abs(t.Drop)-p.dead)
+	t.Score = math.Copysign(min(1, d/p.margin), t.Drop)
+	p.evidence *= 1 + p.cfg.Bet*t.Score
 	switch {
-	case t.Drop > p.margin && removed >= 1:
+	case t.Score >= 0.5:
 		t.Outcome = TrialPass
-	case max(worstCapped, worstFreed) < p.quiet:
+	case max(capped, freed) < p.quiet:
 		t.Outcome = TrialQuiet
+	case t.Score > futileScore:
+		t.Outcome = TrialPartial
 	default:
 		t.Outcome = TrialFail
 	}
 }
 
+// level is a slot's contention: the mean of its readings' log-ratios,
+// each clipped to [0, ceil] (a reading faster than the baseline is no
+// contention; one far beyond the contention before is one reading).
+func (p *Proof) level(rs []float64) float64 {
+	var sum float64
+	for _, r := range rs {
+		sum += max(0, min(p.ceil, math.Log(r)))
+	}
+	return sum / float64(len(rs))
+}
+
 func (p *Proof) decide() bool {
-	var pass, fail, quiet, void int
+	var pass, partial, fail, quiet, void int
+	var score float64
 	for _, t := range p.trials {
+		if t.Outcome == TrialPass || t.Outcome == TrialPartial || t.Outcome == TrialFail {
+			score += t.Score
+		}
 		switch t.Outcome {
 		case TrialPass:
 			pass++
+		case TrialPartial:
+			partial++
 		case TrialFail:
 			fail++
 		case TrialQuiet:
@@ -272,12 +320,13 @@ func (p *Proof) decide() bool {
 			void++
 		}
 	}
-	n := pass + fail + quiet + void
+	n := pass + partial + fail + quiet + void
+	counted := pass + partial + fail
 	switch {
 	case p.evidence >= 1/p.cfg.Alpha:
 		p.verdict = ProofGuilty
-		p.why = fmt.Sprintf("capping it removed at least %.0f%% of the %.2f× contention in %d of %d randomized trials (median freed/capped %.2f×; evidence %.0f, the chance of reaching %.0f for a tenant the cap does not affect ≤ %.2g)",
-			100*p.cfg.Effect, p.before, pass, n, math.Exp(p.medianDrop()), p.evidence, 1/p.cfg.Alpha, p.cfg.Alpha)
+		p.why = fmt.Sprintf("the probe read %.2f× higher with it free than capped (geometric mean over %d randomized trials, %d of them passed; the %.2f× contention before); evidence %.0f: a tenant the cap does not affect gets there with probability ≤ %.2g",
+			math.Exp(p.meanDrop()), n, pass, p.before, p.evidence, p.cfg.Alpha)
 		return true
 	case void > n/2 && void >= 2:
 		p.verdict = ProofInconclusive
@@ -287,44 +336,53 @@ func (p *Proof) decide() bool {
 		// The contention went away, whoever caused it: capping the
 		// suspect longer would cost it for nothing.
 		p.verdict = ProofInconclusive
-		p.why = fmt.Sprintf("the %.2f× contention went quiet (%d of %d trials, the last 3 in a row); %d passed, %d failed",
-			p.before, quiet, n, pass, fail)
+		p.why = fmt.Sprintf("the %.2f× contention went quiet (%d of %d trials, the last 3 in a row; evidence %.2f)",
+			p.before, quiet, n, p.evidence)
 		return true
-	case fail >= 2 && fail > pass, n >= p.cfg.Trials:
-		// Acquittals never raise the false convictions: stop at the
-		// first sign that the cap does not remove the contention.
-	default:
-		return false
-	}
-	// As many passes as failures is no acquittal: the contention came and
-	// went with the cap often, but not often enough to convict (a polluter
-	// that paused by itself for a few trials). Neither is a proof whose
-	// contention went quiet. The agent proves such a suspect again soon.
-	p.verdict = ProofInnocent
-	if pass >= fail || quiet+void > pass+fail {
+	case counted >= 2 && futile(score, counted):
+		// Acquittals never raise the false convictions: stop as soon as
+		// the cap shows no consistent effect.
+		p.verdict = ProofInnocent
+		p.why = fmt.Sprintf("capping it made no consistent difference to the %.2f× contention: %d randomized trials with contention averaged %.0f%% of the effect that counts in full (%d passed, %d in part, %d failed; %d quiet; evidence %.2f)",
+			p.before, counted, 100*score/float64(counted), pass, partial, fail, quiet, p.evidence)
+		return true
+	case n >= p.cfg.Trials:
+		// A consistent effect, too weak or too scattered to convict: the
+		// agent proves such a suspect again soon, from this evidence.
 		p.verdict = ProofInconclusive
+		p.why = fmt.Sprintf("capping it lowered the %.2f× contention in %d of %d randomized trials (%d passed), not enough to convict (evidence %.2f of %.0f)",
+			p.before, pass+partial, n, pass, p.evidence, 1/p.cfg.Alpha)
+		return true
 	}
-	p.why = fmt.Sprintf("capping it did not remove %.0f%% of the %.2f× contention in %d of %d randomized trials, %d quiet (median freed/capped %.2f×, evidence %.2f)",
-		100*p.cfg.Effect, p.before, fail, n, quiet, math.Exp(p.medianDrop()), p.evidence)
-	return true
+	return false
 }
 
-// fullRemoval is the part of the contention before the proof that a trial's
-// cap must take away to count in full.
-const fullRemoval = 0.8
+// futile says the trials' scores, summed over n trials, show no consistent
+// effect: a sum at most a quarter per trial, less a half. A tenant whose cap
+// does nothing scores about 0 a trial and is acquitted after 2 to 4
+// trials; a polluter that shows in a quarter of the readings scores about
+// 0.5 a trial and is acquitted by this rarely (about 1% in the synthetic
+// tests). It never convicts, so it cannot raise the false convictions.
+// Quiet trials do not count: a contention that went away says nothing of
+// the suspect.
+func futile(sum float64, n int) bool { return sum <= 0.25*float64(n)-0.5 }
+
+// deadZone is the part of the contention, in log-ratio, a trial's drop
+// must exceed to count at all.
+const deadZone = 0.12
+
+// futileScore is the score at or under which a trial counts as failed.
+const futileScore = 0.1
+
+// minMargin is the smallest full effect, in log-ratio: a cap that lowers
+// the probe by under 10% never counts in full, however low the contention
+// was.
+const minMargin = 0.0953 // log 1.1
 
 // quietRatio is the contention ratio under which a slot counts as quiet
 // whatever the contention was before: a freed slot at 2× a capped one at
 // 1× says something even when the contention had been at 8×.
 const quietRatio = 1.3
-
-// slotValue is a slot's contention: its second worst reading (its only one
-// when it has one).
-func slotValue(rs []float64) float64 {
-	s := slices.Clone(rs)
-	slices.Sort(s)
-	return s[max(0, len(s)-2)]
-}
 
 // quietRun counts the quiet trials at the end of the proof.
 func (p *Proof) quietRun() int {
@@ -335,17 +393,20 @@ func (p *Proof) quietRun() int {
 	return n
 }
 
-func (p *Proof) medianDrop() float64 {
-	var d []float64
+// meanDrop is the trials' mean drop, void ones aside.
+func (p *Proof) meanDrop() float64 {
+	var sum float64
+	n := 0
 	for _, t := range p.trials {
-		if t.Outcome == TrialPass || t.Outcome == TrialFail {
-			d = append(d, t.Drop)
+		if t.Outcome != "" && t.Outcome != TrialVoid {
+			sum += t.Drop
+			n++
 		}
 	}
-	if len(d) == 0 {
+	if n == 0 {
 		return 0
 	}
-	return median(d)
+	return sum / float64(n)
 }
 
 // Done reports whether the proof has a verdict.
@@ -353,6 +414,10 @@ func (p *Proof) Done() bool { return p.verdict != "" }
 
 // Verdict returns the verdict and why ("" while running).
 func (p *Proof) Verdict() (verdict, why string) { return p.verdict, p.why }
+
+// Carry is the evidence the proof ends with, for a next proof of the same
+// suspect to continue (NewProofCarry).
+func (p *Proof) Carry() float64 { return p.evidence }
 
 // Before is the contention ratio the proof answers to.
 func (p *Proof) Before() float64 { return p.before }
@@ -377,9 +442,9 @@ func (p *Proof) Abort(why string) {
 	}
 }
 
-// Summary is the trials in a line for logs: each trial's freed/capped as
-// "+2.31" (passed), "-1.05" (failed) or "~1.01" (quiet), "v" for a void
-// one, and the evidence at the end.
+// Summary is the trials in a line for logs: each trial's freed/capped
+// levels as "+2.31" (passed), "/1.40" (passed in part), "-1.05" (failed)
+// or "~1.01" (quiet), "v" for a void one, and the evidence at the end.
 func (p *Proof) Summary() string {
 	var b strings.Builder
 	for _, t := range p.Trials() {
@@ -388,6 +453,8 @@ func (p *Proof) Summary() string {
 			b.WriteString("v")
 		case TrialPass:
 			fmt.Fprintf(&b, "+%.2f", math.Exp(t.Drop))
+		case TrialPartial:
+			fmt.Fprintf(&b, "/%.2f", math.Exp(t.Drop))
 		case TrialQuiet:
 			fmt.Fprintf(&b, "~%.2f", math.Exp(t.Drop))
 		default:
@@ -397,16 +464,4 @@ func (p *Proof) Summary() string {
 	}
 	fmt.Fprintf(&b, "(evidence %.2g)", p.evidence)
 	return b.String()
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
