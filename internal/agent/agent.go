@@ -105,6 +105,8 @@ type Agent struct {
 	// carry is the evidence an inconclusive proof left, per backoff key,
 	// for the next proof of the same suspect to continue.
 	carry map[string]carried
+	// convicts are polluters released because they stopped, on record.
+	convicts map[string]convict
 	// watchAt is when the next watch is due, watchN counts watches (for
 	// the CPU rotation), watchKind is the probe kind it reads: DRAM where
 	// the probe has it, else the first kind the intervals read.
@@ -162,7 +164,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		wait: judge.NewCPUWait(cfg.WaitThresholds()), waitSusp: judge.NewSuspects(cfg.Judge.Window),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]delayMark{}, throttled: map[string]*throttled{},
 		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{}, holds: map[string]*tenantHolds{},
-		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{}, carry: map[string]carried{}, survey: surveyRounds,
+		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{}, carry: map[string]carried{}, convicts: map[string]convict{}, survey: surveyRounds,
 		hotKind: map[string]time.Time{},
 	}
 	for _, pd := range d.Probe.Domains() {
@@ -474,6 +476,9 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	}
 
 	var ranked []judge.Suspect
+	if v.Contended && a.proof == nil {
+		a.rethrottleLocked(now, v, present)
+	}
 	if v.Contended {
 		ranked = a.susp.Rank(v, views, a.domain, func(id string) bool {
 			if _, ok := a.throttled[id]; ok {

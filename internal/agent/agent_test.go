@@ -470,8 +470,8 @@ func TestConfig(t *testing.T) {
 		t.Errorf("defaults invalid: %v", d.Validate())
 	}
 	for in, want := range map[string]string{
-		"intervall: 1s\n":                      "line 1: field intervall not found",
-		"proof:\n  windw: 1s\n":                "line 2: field windw not found",
+		"intervall: 1s\n":                      `line 1: unknown key "intervall" (did you mean "interval"?)`,
+		"proof:\n  windw: 1s\n":                `line 2: unknown key "windw" (known keys: alpha,`,
 		"interval: 10ms\n":                     "interval: 10ms outside",
 		"throttle:\n  steps: 1\n":              "throttle.steps",
 		"throttle:\n  period: 8ms\n":           "throttle.floor_step",
@@ -554,4 +554,55 @@ func emptyIsNil(v any) any {
 		}
 	}
 	return v
+}
+
+// A polluter released because it stopped, that comes back while the
+// contention does, is throttled again on its record at once, without a new
+// proof; its controller then verifies the throttle helps.
+func TestAgentRethrottlesAReturningPolluter(t *testing.T) {
+	w := newWorld(t)
+	hs := newHarness(t, w, testConfig(t.TempDir()), nil)
+	stop := hs.run(t)
+	defer stop()
+	hs.waitFor(t, "a throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	w.mu.Lock()
+	w.running = false
+	w.mu.Unlock()
+	hs.waitFor(t, "the release", 3*time.Second, func() bool { return w.quota("polluter").Unlimited() })
+	st, _ := hs.agent.Latest()
+	proofs := st.ProofsTotal["polluter"] + st.ProofsTotal["innocent"] + st.ProofsTotal["inconclusive"]
+	w.mu.Lock()
+	w.running = true
+	w.mu.Unlock()
+	hs.waitFor(t, "a second throttle", 3*time.Second, func() bool { return hs.count("throttle", "polluter") >= 2 })
+	st, _ = hs.agent.Latest()
+	if n := st.ProofsTotal["polluter"] + st.ProofsTotal["innocent"] + st.ProofsTotal["inconclusive"]; n != proofs {
+		t.Errorf("proofs went from %d to %d: the returning polluter was proved again", proofs, n)
+	}
+	if q := w.quota("polluter"); q.Unlimited() || q.CPUs() > 0.2 {
+		t.Errorf("polluter quota after the second throttle = %v", q)
+	}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	last := ""
+	for _, a := range hs.actions {
+		if a.Kind == "throttle" && a.Name == "polluter" {
+			last = a.Reason
+		}
+	}
+	if !strings.Contains(last, "busy again") || !strings.Contains(last, "proven polluter") {
+		t.Errorf("second throttle's reason %q should say it is on its record", last)
+	}
+}
+
+func (hs *harness) count(kind, name string) int {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	n := 0
+	for _, a := range hs.actions {
+		if a.Kind == kind && a.Name == name {
+			n++
+		}
+	}
+	return n
 }

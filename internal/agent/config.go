@@ -6,11 +6,9 @@
 package agent
 
 import (
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path"
@@ -23,6 +21,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
+	"github.com/crosstalk-project/crosstalk/internal/yamlfile"
 )
 
 // Config is the agent's YAML configuration. Every field has a safe default:
@@ -374,10 +373,12 @@ func StateDirOf(data []byte) (string, bool) {
 // ParseConfig parses and validates a configuration.
 func ParseConfig(data []byte, source string) (Config, error) {
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return c, fmt.Errorf("%s: %w", source, err)
+	// An empty file is the defaults; anything else is read strictly, with
+	// errors that name the line and the closest known key.
+	if err := yamlfile.DecodeStrict(data, source, "", &c); err != nil {
+		if e, ok := err.(*yamlfile.Error); !ok || e.Msg != "" {
+			return c, err
+		}
 	}
 	// fill turns an absent max_throttled into its default; written out as
 	// 0 it would silently become that default too.

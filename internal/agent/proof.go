@@ -309,7 +309,7 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 		a.handleWriteErr(p.tenant, err)
 		return
 	}
-	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal}
+	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal, reason: "proven polluter: " + why}
 	delete(a.backoff, key)
 	a.recordLocked(now, p.tenant, "throttle", q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
 }

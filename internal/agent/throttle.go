@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
@@ -13,6 +14,58 @@ type throttled struct {
 	tenant sense.Tenant
 	thr    *act.Throttle
 	signal string // what convicted it: signalProbe or signalWait
+	reason string // the conviction, for a re-throttle on its record
+}
+
+// convict is a polluter released because it stopped: should it come back
+// while the contention does, it is throttled again at once, on this
+// record, without a new proof (a proof then would cost its victims the
+// proof's time again, and a polluter that pauses and resumes would run
+// free at every resumption).
+type convict struct {
+	at     time.Time // released
+	reason string
+}
+
+// recidivWindow is how long a released polluter's conviction stands.
+const recidivWindow = 5 * time.Minute
+
+// rethrottleLocked throttles again, at the start step, a polluter released
+// within recidivWindow because it stopped, now busy again on a domain the
+// probes read contended. Its duty
+// controller then verifies it as after a proof: if the contention stays,
+// it is released as useless and its record dropped.
+func (a *Agent) rethrottleLocked(now time.Time, v judge.Verdict, present map[string]sample) {
+	for id, c := range a.convicts {
+		if now.Sub(c.at) > recidivWindow {
+			delete(a.convicts, id)
+			continue
+		}
+		s, ok := present[id]
+		if !ok || s.usage < minBusy || len(a.throttled) >= a.cfg.MaxThrottled || a.heldLocked(id, "") || a.protected(s.t) {
+			continue
+		}
+		if a.proof != nil && a.proof.tenant.ID == id {
+			continue
+		}
+		hot := false
+		for _, d := range a.domainsOf(s.t.CPUs) {
+			hot = hot || slices.Contains(v.Domains, d)
+		}
+		if !hot {
+			continue
+		}
+		thr := a.sp.NewThrottle(now, v.Ratio)
+		q := a.sp.Quota(thr.Step, s.t.CPUs.Len())
+		if err := a.apply(s.t, q, "convicted polluter busy again", now); err != nil {
+			a.handleWriteErr(s.t, err)
+			continue
+		}
+		delete(a.convicts, id)
+		a.throttled[id] = &throttled{tenant: s.t, thr: thr, signal: signalProbe, reason: c.reason}
+		a.recordLocked(now, s.t, "throttle", q.CPUs(), a.sp.Duty(thr.Step),
+			fmt.Sprintf("convicted before and released %.1fs ago when it stopped; busy again (%.2f CPU) as the %.2f× contention returns: %s", now.Sub(c.at).Seconds(), s.usage, v.Ratio, c.reason))
+	}
 }
 
 type backoff struct {
@@ -66,7 +119,9 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 		switch d {
 		case act.Useless:
 			// Held at the floor and the contention stays: it is not the
-			// cause. Free it, and do not suspect it again for a while.
+			// cause. Free it, and do not suspect it again for a while (nor
+			// throttle it again on its record).
+			delete(a.convicts, id)
 			a.releaseLocked(t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× while it was held down", ratio))
 			delete(a.throttled, id)
 			key := backoffKey(t.signal, id)
@@ -78,6 +133,9 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			}
 			a.releaseLocked(t.tenant, why)
 			delete(a.throttled, id)
+			if t.signal == signalProbe {
+				a.convicts[id] = convict{at: now, reason: t.reason}
+			}
 		case act.Tighten, act.Relax:
 			q := a.sp.Quota(t.thr.Step, ncpus)
 			if err := a.apply(t.tenant, q, fmt.Sprintf("duty %d/%d", t.thr.Step, a.sp.Steps), now); err != nil {

@@ -22,7 +22,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "c.yaml")
 	os.WriteFile(f, []byte("interval: 1s\nprobe:\n  cpus_per_domian: 2\n"), 0o644)
 	_, _, err := run(t, "run", "--config", f, "--root", tree("dev-epyc-vm"))
-	if err == nil || !strings.Contains(err.Error(), "line 3: field cpus_per_domian not found") {
+	if err == nil || !strings.Contains(err.Error(), `line 3: unknown key "cpus_per_domian" (did you mean "cpus_per_domain"?)`) {
 		t.Errorf("bad config: %v", err)
 	}
 	if _, _, err := run(t, "run", "--config", filepath.Join(t.TempDir(), "missing.yaml")); err == nil {

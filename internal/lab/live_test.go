@@ -318,7 +318,8 @@ func (*startsLate) End(context.Context) error { return nil }
 // A policy that starts into the phase sees the tenants already running and
 // is told so; a pause window stops the tenant's processes (no CPU used while
 // paused) and is marked on the timeline; SoloVictimOnly runs only the
-// victim's solo phase.
+// victim's solo phase; WithoutPolluter adds a phase with the polluter left
+// out, the victim's slowdown there reported.
 func TestLivePolicyStartAndPause(t *testing.T) {
 	h, l := liveHost(t)
 	vc, oc := twoCPUs(t, h)
@@ -327,7 +328,7 @@ phase: 1500ms
 policy_start: 400ms
 tenants:
   - {name: victim, role: victim, load: chase, args: ["--size", "256KiB"], cpus: "%s"}
-  - {name: busy, role: bystander, load: cpu, cpus: "%s", pause: 300ms, resume: 1200ms}
+  - {name: busy, role: polluter, load: cpu, cpus: "%s", pause: 300ms, resume: 1200ms}
 `, vc, oc)), "late")
 	if err != nil {
 		t.Fatal(err)
@@ -336,7 +337,7 @@ tenants:
 	reg := DefaultPolicies()
 	reg["late"] = func() Policy { return pol }
 	res, err := Run(context.Background(), s, Options{Host: h, Self: crosstalkBin, Policies: []string{"late"}, Registry: reg,
-		Interval: 100 * time.Millisecond, SoloVictimOnly: true})
+		Interval: 100 * time.Millisecond, SoloVictimOnly: true, WithoutPolluter: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,5 +364,8 @@ tenants:
 	}
 	if res.Solo["busy"].Value != nil || res.Solo["victim"].Value == nil {
 		t.Errorf("solo values: victim %v, busy %v (want only the victim's)", res.Solo["victim"].Value, res.Solo["busy"].Value)
+	}
+	if res.VictimSlowdownWithoutPolluter == nil {
+		t.Error("no victim slowdown without the polluter")
 	}
 }

@@ -19,6 +19,9 @@ type Result struct {
 	Victim      string          `json:"victim"`
 	Solo        map[string]Solo `json:"solo"`
 	Results     []PolicyResult  `json:"results"`
+	// VictimSlowdownWithoutPolluter is the victim's slowdown with its
+	// neighbours but the polluter, under no policy (Options.WithoutPolluter).
+	VictimSlowdownWithoutPolluter *float64 `json:"victim_slowdown_without_polluter,omitempty"`
 }
 
 // Solo is a tenant's metric when it ran alone.

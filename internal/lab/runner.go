@@ -38,7 +38,12 @@ type Options struct {
 	// only the victim's slowdown is then known, in a third less time or
 	// better (the suite, which scores attribution, needs no more).
 	SoloVictimOnly bool
-	Log            *slog.Logger
+	// WithoutPolluter adds, to a scenario with a polluter, a co-located
+	// phase with no policy and the polluter left out: the victim's slowdown
+	// there, against the none policy's, is how much the polluter itself
+	// hurt it (the rest is its other neighbours' share of the CPUs).
+	WithoutPolluter bool
+	Log             *slog.Logger
 }
 
 type runner struct {
@@ -158,6 +163,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	colo := map[string]map[string][]float64{}
 	stats := map[string]map[string][2]time.Duration{} // policy → tenant → {throttled, cpu} summed
 	last := map[string]phaseOut{}
+	var without []float64 // the victim's value with the polluter left out
 	for _, p := range r.opt.Policies {
 		colo[p] = map[string][]float64{}
 		stats[p] = map[string][2]time.Duration{}
@@ -195,6 +201,24 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			}
 			last[pname] = out
 		}
+		if r.opt.WithoutPolluter {
+			var rest []Tenant
+			for _, t := range s.Tenants {
+				if t.Role != RolePolluter {
+					rest = append(rest, t)
+				}
+			}
+			if len(rest) < len(s.Tenants) {
+				r.log.Info("co-located phase without the polluter", "policy", "none", "seconds", s.Phase.Seconds(), "repetition", rep)
+				out, err := r.phase(ctx, fmt.Sprintf("r%d-without-polluter", rep), s.Phase, 0, rest, nonePolicy{})
+				if err != nil {
+					return nil, err
+				}
+				if v, ok := out.values[s.Victim().Name]; ok {
+					without = append(without, v)
+				}
+			}
+		}
 	}
 
 	for _, t := range s.Tenants {
@@ -207,6 +231,13 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			so.Values = []float64{}
 		}
 		res.Solo[t.Name] = so
+	}
+	if v, ok := median(without); ok {
+		if so := res.Solo[res.Victim]; so.Value != nil {
+			if sd, ok := Slowdown(*so.Value, v, so.Direction); ok {
+				res.VictimSlowdownWithoutPolluter = ptr(sd)
+			}
+		}
 	}
 	for _, pname := range r.opt.Policies {
 		out := last[pname]

@@ -87,6 +87,7 @@ func RunSuite(ctx context.Context, cases []SuiteCase, repetitions int, opt Optio
 	}
 	repetitions = max(repetitions, 1)
 	opt.SoloVictimOnly = true
+	opt.WithoutPolluter = slices.Contains(opt.Policies, "none")
 	out := &SuiteResult{Policies: opt.Policies, Runs: []RunScore{}}
 	if opt.Host != nil {
 		out.Host, _ = opt.Host.ReadString("/proc/sys/kernel/hostname")
@@ -164,6 +165,9 @@ func suiteRunLine(r RunScore) string {
 			early = " (already running)"
 		}
 		line += fmt.Sprintf(" cap %s convict %s release %s%s", fmtOptSecs(r.FirstCapSeconds), fmtOptSecs(r.ConvictionSeconds), fmtOptSecs(r.ReleaseSeconds), early)
+		if r.Harm != nil {
+			line += " | harm " + fmtSlowdown(r.Harm)
+		}
 	}
 	line += fmt.Sprintf(" | innocents proof %d (%.2fs) convicted %d (%.2fs)", r.InnocentsProofCapped, r.InnocentProofCapSeconds, r.InnocentsConvicted, r.InnocentConvictedSeconds)
 	var sds []string
@@ -218,7 +222,7 @@ func WriteSuiteText(w io.Writer, r *SuiteResult) error {
 		}
 	}
 	tw.Flush()
-	b.WriteString("\nmedian / p95 over runs; recall = polluter runs whose polluter was convicted; false conv. = runs with an innocent convicted.\n")
+	fmt.Fprintf(&b, "\nmedian / p95 over runs; recall = polluter runs whose polluter was convicted; false conv. = runs with an innocent convicted;\nharmful = polluter runs whose victim was at least %.1f× worse off with the polluter than without it, under no policy (harm).\n", HarmThreshold)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -235,7 +239,7 @@ func (r *SuiteResult) classRows() []classRow {
 	for _, c := range []struct {
 		name string
 		a    Aggregate
-	}{{"all", r.Total}, {ClassPolluter, r.ByClass[ClassPolluter]}, {ClassControl, r.ByClass[ClassControl]}} {
+	}{{"all", r.Total}, {ClassPolluter, r.ByClass[ClassPolluter]}, {ClassHarmful, r.ByClass[ClassHarmful]}, {ClassControl, r.ByClass[ClassControl]}} {
 		n := fmt.Sprint(c.a.Runs)
 		if c.a.Errors > 0 {
 			n += fmt.Sprintf(" (+%d errors)", c.a.Errors)

@@ -18,6 +18,7 @@ func WriteSuiteReport(w io.Writer, r *SuiteResult) error {
 }
 
 type suitePage struct {
+	HarmThreshold  float64
 	Seed           int64
 	Host           string
 	Policies       string
@@ -46,12 +47,12 @@ type suiteCell struct {
 
 type suiteRunRow struct {
 	Name, Class, Victim, Polluter, Timing, Placement, Bystanders, Verdict string
-	Cap, Convict, Release, Proof, Convicted, Error                        string
+	Cap, Convict, Release, Proof, Convicted, Error, Harm                  string
 	Slowdowns                                                             []suiteCell
 }
 
 func newSuitePage(r *SuiteResult) suitePage {
-	p := suitePage{Seed: r.Seed, Host: r.Host, Policies: strings.Join(r.Policies, ", "), Runs: len(r.Runs), PolicyHeadings: r.Policies}
+	p := suitePage{HarmThreshold: HarmThreshold, Seed: r.Seed, Host: r.Host, Policies: strings.Join(r.Policies, ", "), Runs: len(r.Runs), PolicyHeadings: r.Policies}
 	for _, c := range r.classRows() {
 		a := c.a
 		p.Totals = append(p.Totals, suiteTotalRow{Class: c.name, Runs: c.runs, Recall: fmtRate(a.Recall, a.PolluterRuns),
@@ -75,6 +76,12 @@ func newSuitePage(r *SuiteResult) suitePage {
 				row.Cap, row.Convict, row.Release = fmtOptSecs(s.FirstCapSeconds), fmtOptSecs(s.ConvictionSeconds), fmtOptSecs(s.ReleaseSeconds)
 				if s.AlreadyRunning {
 					row.Cap += " ⁱ"
+				}
+				if s.Harm != nil {
+					row.Harm = fmtRatio(s.Harm)
+					if s.Harmful {
+						row.Harm += " ʰ"
+					}
 				}
 			}
 			row.Proof = fmt.Sprintf("%d (%.2fs)", s.InnocentsProofCapped, s.InnocentProofCapSeconds)
@@ -110,7 +117,7 @@ var suiteTmpl = template.Must(template.New("suite").Funcs(template.FuncMap{
 <tbody>{{range .Totals}}
 <tr><td>{{.Class}}</td><td class="num">{{.Runs}}</td><td class="num">{{.Recall}}</td><td class="num">{{.FalseConviction}}</td><td class="num">{{.ProofCap}}</td><td class="num">{{.FirstCap}}</td><td class="num">{{.Conviction}}</td><td class="num">{{.Release}}</td></tr>{{end}}
 </tbody></table>
-<p class="meta">Median / 95th percentile over runs. Recall: polluter runs whose polluter was convicted (throttled while it ran). False convictions: runs where any innocent (victim or bystander) was convicted, control runs included. Reactions count from the polluter's start, or from the agent's when the polluter was already running.</p>
+<p class="meta">Median / 95th percentile over runs. Recall: polluter runs whose polluter was convicted (throttled while it ran). False convictions: runs where any innocent (victim or bystander) was convicted, control runs included. Reactions count from the polluter's start, or from the agent's when the polluter was already running. Harmful: the polluter runs whose victim was at least {{.HarmThreshold}}× worse off with the polluter than without it, under no policy.</p>
 
 <h2>Victim slowdown</h2>
 <table class="slowdowns">
@@ -122,11 +129,11 @@ var suiteTmpl = template.Must(template.New("suite").Funcs(template.FuncMap{
 
 <h2>Runs</h2>
 <table class="runs">
-<thead><tr><th>run</th><th>class</th><th>victim</th><th>polluter</th><th>timing</th><th>placement</th><th>bystanders</th><th>verdict</th><th class="num">first cap</th><th class="num">conviction</th><th class="num">release</th><th class="num">innocents proved</th><th class="num">innocents convicted</th>{{range .PolicyHeadings}}<th class="num">{{.}}</th>{{end}}</tr></thead>
+<thead><tr><th>run</th><th>class</th><th>victim</th><th>polluter</th><th>timing</th><th>placement</th><th>bystanders</th><th>verdict</th><th class="num">harm</th><th class="num">first cap</th><th class="num">conviction</th><th class="num">release</th><th class="num">innocents proved</th><th class="num">innocents convicted</th>{{range .PolicyHeadings}}<th class="num">{{.}}</th>{{end}}</tr></thead>
 <tbody>{{range .Rows}}
-<tr><td>{{.Name}}</td><td>{{.Class}}</td><td>{{.Victim}}</td><td class="role-polluter">{{.Polluter}}</td><td>{{.Timing}}</td><td>{{.Placement}}</td><td class="role-bystander">{{.Bystanders}}</td>{{if .Error}}<td class="verdict-error" colspan="6">error: {{.Error}}</td>{{else}}<td class="verdict-{{.Verdict}}">{{.Verdict}}</td><td class="num">{{.Cap}}</td><td class="num">{{.Convict}}</td><td class="num">{{.Release}}</td><td class="num">{{.Proof}}</td><td class="num">{{.Convicted}}</td>{{end}}{{range .Slowdowns}}<td class="num" style="background:{{.Heat.Bg}};color:{{.Heat.Fg}}">{{.Text}}</td>{{end}}</tr>{{end}}
+<tr><td>{{.Name}}</td><td>{{.Class}}</td><td>{{.Victim}}</td><td class="role-polluter">{{.Polluter}}</td><td>{{.Timing}}</td><td>{{.Placement}}</td><td class="role-bystander">{{.Bystanders}}</td>{{if .Error}}<td class="verdict-error" colspan="7">error: {{.Error}}</td>{{else}}<td class="verdict-{{.Verdict}}">{{.Verdict}}</td><td class="num">{{.Harm}}</td><td class="num">{{.Cap}}</td><td class="num">{{.Convict}}</td><td class="num">{{.Release}}</td><td class="num">{{.Proof}}</td><td class="num">{{.Convicted}}</td>{{end}}{{range .Slowdowns}}<td class="num" style="background:{{.Heat.Bg}};color:{{.Heat.Fg}}">{{.Text}}</td>{{end}}</tr>{{end}}
 </tbody></table>
-<p class="meta">Per policy: the victim's slowdown over the whole phase / after the first action. ⁱ: the polluter was already running when the agent started.</p>
+<p class="meta">Per policy: the victim's slowdown over the whole phase / after the first action. ⁱ: the polluter was already running when the agent started. Harm: the victim's slowdown under no policy over its slowdown with the polluter left out; ʰ: at least {{.HarmThreshold}}×, a harmful run.</p>
 
 <footer>slowdown = co-located / solo, oriented so that &gt; 1 is worse. Generated by crosstalk lab suite.</footer>
 </body></html>

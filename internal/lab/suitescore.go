@@ -52,7 +52,23 @@ type RunScore struct {
 	// moment applied to every policy's timeline).
 	VictimSlowdown      map[string]*float64 `json:"victim_slowdown"`
 	VictimSlowdownAfter map[string]*float64 `json:"victim_slowdown_after_first_action"`
+	// Harm is what the polluter itself cost the victim: its slowdown under
+	// the none policy over its slowdown with the polluter left out (nil
+	// when not measured). Harmful: at least HarmThreshold.
+	Harm    *float64 `json:"harm,omitempty"`
+	Harmful bool     `json:"harmful"`
 }
+
+// HarmThreshold is the harm from which a polluter run counts as harmful:
+// the victim at least 20% worse off with the polluter than without it, the
+// rest of its neighbours the same. A polluter that harms less on this host
+// (a bandwidth loop on a machine whose memory it cannot saturate) is not
+// there to be found, and recall over harmful runs says so apart.
+const HarmThreshold = 1.2
+
+// ClassHarmful names the polluter runs whose polluter was harmful, in the
+// totals.
+const ClassHarmful = "harmful"
 
 // Verdict is the run's outcome in a word.
 func (r RunScore) Verdict() string {
@@ -191,6 +207,10 @@ func ScoreRun(s *Scenario, res *Result) RunScore {
 	var firstAction *float64
 	if guilty != nil {
 		firstAction = scorePolluter(&sc, guilty, s, ct)
+		if none, without := sc.VictimSlowdown["none"], res.VictimSlowdownWithoutPolluter; none != nil && without != nil && *without > 0 {
+			sc.Harm = ptr(*none / *without)
+			sc.Harmful = *sc.Harm >= HarmThreshold
+		}
 	}
 	var solo Solo
 	if res.Solo != nil {
@@ -414,10 +434,10 @@ type SuiteResult struct {
 func (r *SuiteResult) Summarize() {
 	r.Total = Summarize(r.Runs)
 	r.ByClass = map[string]Aggregate{}
-	for _, class := range []string{ClassPolluter, ClassControl} {
+	for _, class := range []string{ClassPolluter, ClassHarmful, ClassControl} {
 		var of []RunScore
 		for _, s := range r.Runs {
-			if s.Class == class {
+			if s.Class == class || class == ClassHarmful && s.Class == ClassPolluter && s.Harmful {
 				of = append(of, s)
 			}
 		}

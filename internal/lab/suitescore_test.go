@@ -168,6 +168,21 @@ func TestScoreVictimSlowdownAfterFirstAction(t *testing.T) {
 			t.Errorf("%s slowdown after first action = %v, want %v", p, deref(v), w[1])
 		}
 	}
+	// The harm: the none policy's slowdown over the one without the
+	// polluter.
+	if got.Harm != nil || got.Harmful {
+		t.Errorf("harm %v without a phase without the polluter", deref(got.Harm))
+	}
+	for _, c := range []struct {
+		without float64
+		harmful bool
+	}{{2, true}, {4.5, false}} {
+		res.VictimSlowdownWithoutPolluter = fp(c.without)
+		got = ScoreRun(s, res)
+		if got.Harm == nil || math.Abs(*got.Harm-5/c.without) > 1e-9 || got.Harmful != c.harmful {
+			t.Errorf("without the polluter %v: harm %v harmful %v, want %v %v", c.without, deref(got.Harm), got.Harmful, 5/c.without, c.harmful)
+		}
+	}
 	// Without a policy "crosstalk" there is nothing to score.
 	res.Results = res.Results[:1]
 	if sc := ScoreRun(s, res); sc.Error == "" {
@@ -199,11 +214,11 @@ func TestDistAndSummarize(t *testing.T) {
 	}
 
 	runs := []RunScore{
-		{Class: ClassPolluter, Convicted: true, FirstCapSeconds: fp(1), ConvictionSeconds: fp(2), ReleaseSeconds: fp(0.5), InnocentProofCapSeconds: 0.2,
+		{Class: ClassPolluter, Harmful: true, Convicted: true, FirstCapSeconds: fp(1), ConvictionSeconds: fp(2), ReleaseSeconds: fp(0.5), InnocentProofCapSeconds: 0.2,
 			VictimSlowdown: map[string]*float64{"none": fp(4), "crosstalk": fp(2)}, VictimSlowdownAfter: map[string]*float64{"none": fp(5), "crosstalk": fp(1)}},
 		{Class: ClassPolluter, Convicted: true, FirstCapSeconds: fp(3), ConvictionSeconds: fp(4), InnocentProofCapSeconds: 0.4, InnocentsConvicted: 1,
 			VictimSlowdown: map[string]*float64{"none": fp(6), "crosstalk": fp(3)}, VictimSlowdownAfter: map[string]*float64{"none": fp(7), "crosstalk": fp(2)}},
-		{Class: ClassPolluter, FirstCapSeconds: fp(2), InnocentProofCapSeconds: 0,
+		{Class: ClassPolluter, Harmful: true, FirstCapSeconds: fp(2), InnocentProofCapSeconds: 0,
 			VictimSlowdown: map[string]*float64{"none": fp(8), "crosstalk": nil}},
 		{Class: ClassControl, InnocentProofCapSeconds: 1,
 			VictimSlowdown: map[string]*float64{"none": fp(1), "crosstalk": fp(1.1)}},
@@ -238,6 +253,9 @@ func TestDistAndSummarize(t *testing.T) {
 	sr.Summarize()
 	if p := sr.ByClass[ClassPolluter]; p.Runs != 3 || *p.Recall != 2.0/3 || *p.FalseConvictionRate != 1.0/3 {
 		t.Errorf("polluter class = %+v", p)
+	}
+	if h := sr.ByClass[ClassHarmful]; h.Runs != 2 || *h.Recall != 0.5 {
+		t.Errorf("harmful class = %+v", h)
 	}
 	if c := sr.ByClass[ClassControl]; c.Runs != 1 || c.Errors != 1 || c.Recall != nil || *c.FalseConvictionRate != 0 {
 		t.Errorf("control class = %+v", c)

@@ -41,7 +41,7 @@ func TestFromConfig(t *testing.T) {
 	for in, want := range map[string]string{
 		"kubernetes:\n  taint: NoExecute\n":      "kubernetes.taint",
 		"kubernetes:\n  uncontained_after: 1s\n": "at least 10 intervals",
-		"kubernetes:\n  node_sigal: true\n":      "field node_sigal not found",
+		"kubernetes:\n  node_sigal: true\n":      `unknown key "node_sigal" (did you mean "node_signal"?)`,
 	} {
 		if _, err := agent.ParseConfig([]byte(in), "c.yaml"); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", in, err, want)
