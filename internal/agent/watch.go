@@ -25,7 +25,9 @@ const quickInterval = 100 * time.Millisecond
 // and the next interval sees whoever starts), and
 // reports whether it reads contended, so that the interval runs now: a
 // polluter that starts just after an interval would otherwise run free for
-// most of one before anyone looks. It teaches the baselines nothing, and
+// most of one before anyone looks. A contended watch counts as a reading
+// for persistence (judge.Contention.Mark): confirmed by that interval, the
+// contention is persistent and a proof can start. It teaches the baselines nothing, and
 // stays quiet while a proof or a throttle is running (the interval then
 // watches closely enough), or before the first interval's readings.
 func (a *Agent) watch() bool {
@@ -50,8 +52,10 @@ func (a *Agent) watch() bool {
 	if err != nil || len(rs) == 0 {
 		return false
 	}
-	rated := a.cont.Rate(rs)
-	return a.cont.Worst(rated, nil) >= a.cont.Thresholds().Ratio && a.cont.Above(rated[0])
+	if a.cont.Worst(a.cont.Rate(rs), nil) < a.cont.Thresholds().Ratio {
+		return false
+	}
+	return a.cont.Mark(rs)
 }
 
 // surveyRounds is how many intervals at start survey the quiet level.

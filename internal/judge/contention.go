@@ -203,6 +203,26 @@ func (c *Contention) Above(r RatedReading) bool {
 	return c.baseline(r.Domain, r.Kind).Above(r.Ns, ratio, c.th.Noise)
 }
 
+// Mark counts readings taken between intervals (the agent's watch) as an
+// interval of their own for persistence, without learning from them, and
+// reports whether one was contended: a watch that reads contended and the
+// interval it brings forward that confirms it are two readings of the
+// same contention, persistent at once instead of an interval later.
+func (c *Contention) Mark(rs []sense.ProbeReading) bool {
+	hot := map[int]bool{}
+	for _, r := range c.Rate(rs) {
+		ratio, _ := c.th.For(r.Kind)
+		if c.baseline(r.Domain, r.Kind).Above(r.Ns, ratio, c.th.Noise) {
+			hot[r.Domain] = true
+			c.above[probeKey{r.Domain, r.Kind}]++
+		}
+	}
+	for d := range hot {
+		c.hot[d] = (c.hot[d]<<1 | 1) & 0b111
+	}
+	return len(hot) > 0
+}
+
 // Update judges one interval's readings and then learns from them.
 func (c *Contention) Update(rs []sense.ProbeReading) Verdict {
 	v := Verdict{Ratio: 1, Readings: c.Rate(rs)}

@@ -107,6 +107,43 @@ func TestContentionVerdict(t *testing.T) {
 	}
 }
 
+// A contended watch reading between intervals counts for persistence: the
+// interval it brings forward, contended too, is persistent at once. A quiet
+// one does not count, and a watch never teaches the baseline.
+func TestContentionMarkCountsTheWatch(t *testing.T) {
+	quiet := map[int][2]float64{0: {75, 350}, 1: {78, 360}}
+	storm := map[int][2]float64{0: {80, 360}, 1: {600, 2100}}
+	fresh := func() *Contention {
+		c := NewContention(Thresholds{})
+		for range 3 {
+			c.Calibrate(readings(0, quiet))
+		}
+		c.Update(readings(0, quiet))
+		return c
+	}
+	c := fresh()
+	if c.Mark(readings(0, quiet)) {
+		t.Error("a quiet watch marked contended")
+	}
+	if v := c.Update(readings(0, storm)); v.Persistent {
+		t.Error("one storm interval after a quiet watch is persistent")
+	}
+	c = fresh()
+	if !c.Mark(readings(0, storm)) {
+		t.Fatal("a storm watch not marked")
+	}
+	if v := c.Update(readings(0, storm)); !v.Contended || !v.Persistent {
+		t.Errorf("a storm interval after a storm watch: %+v, want persistent", v)
+	}
+	c = fresh()
+	for range 50 {
+		c.Mark(readings(0, storm))
+	}
+	if b := c.Baselines()["0/dram"]; b.Level > 400 {
+		t.Errorf("the watch taught the baseline: %v", b.Level)
+	}
+}
+
 // The lab's buslock-burst layout: victim and a light bystander run from the
 // start, the polluter starts later. Its CPU use is the one that tracks the
 // contention.
