@@ -26,7 +26,7 @@ import (
 
 const unitFile = "systemd/crosstalk.service"
 
-// The capabilities the unit keeps, each with the reason the README gives.
+// The capabilities the unit keeps, each with the reason docs/operating.md gives.
 var unitCaps = []string{"CAP_PERFMON", "CAP_DAC_OVERRIDE", "CAP_SYS_RAWIO"}
 
 // systemd-analyze verify checks every key and value against systemd's own
@@ -112,7 +112,7 @@ func TestUnitMatchesTheAgent(t *testing.T) {
 	if host, _, _ := strings.Cut(def.Listen, ":"); host != "127.0.0.1" || agent.Defaults().Listen != def.Listen {
 		t.Errorf("default listen %q: the metrics endpoint must stay on localhost unless configured", def.Listen)
 	}
-	readme, err := os.ReadFile("../README.md")
+	doc, err := os.ReadFile("../docs/operating.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,8 +120,8 @@ func TestUnitMatchesTheAgent(t *testing.T) {
 		if !regexp.MustCompile(`#\s+` + c + `\s+\S`).MatchString(text) {
 			t.Errorf("%s is kept without a comment saying why", c)
 		}
-		if !strings.Contains(string(readme), c) {
-			t.Errorf("README does not document %s", c)
+		if !strings.Contains(string(doc), c) {
+			t.Errorf("docs/operating.md does not document %s", c)
 		}
 	}
 }

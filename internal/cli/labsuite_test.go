@@ -127,10 +127,10 @@ func TestLabSuiteSmoke(t *testing.T) {
 	}
 }
 
-// Every `crosstalk lab suite` command the README shows runs here as it is
+// Every `crosstalk lab suite` command docs/lab.md shows runs here as it is
 // written: --list ones anywhere, the others as root.
-func TestREADMELabSuiteExamples(t *testing.T) {
-	f, err := os.Open("../../README.md")
+func TestLabSuiteDocExamples(t *testing.T) {
+	f, err := os.Open("../../docs/lab.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestREADMELabSuiteExamples(t *testing.T) {
 		}
 	}
 	if len(cmds) < 2 {
-		t.Fatalf("README shows %d lab suite commands, want the list and a run", len(cmds))
+		t.Fatalf("docs/lab.md shows %d lab suite commands, want the list and a run", len(cmds))
 	}
 	for _, c := range cmds {
 		t.Run(c, func(t *testing.T) {

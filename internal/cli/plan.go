@@ -73,7 +73,7 @@ Exit status: 0 planned (warnings included), 1 the VMs do not fit or the root is
 unusable, 2 bad input.`,
 		Example: `  crosstalk plan vms.yaml
   crosstalk plan --root testdata/hosts/amd-naples-2s vms.yaml --reserve 0,64
-  crosstalk plan vms.yaml --json | jq '.vms[].xml' -r
+  crosstalk plan examples/plan.yaml --root testdata/hosts/amd-naples-2s --json | jq -r '.plan.vms[].xml'
   crosstalk plan --from-status --policy per-llc`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

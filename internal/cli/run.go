@@ -55,7 +55,7 @@ Metrics (Prometheus) and the state API are served on 127.0.0.1:9477 by default
 listener on localhost unless a firewall or an authenticating proxy protects it.
 
 With no --config, safe defaults apply; see 'crosstalk run --help' flags and the
-README for the configuration file (unknown keys are rejected).`,
+docs/configuration.md for the configuration file (unknown keys are rejected).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// From the first moment: any terminating signal (SIGHUP,

@@ -90,8 +90,8 @@ Scenario YAML (unknown keys are errors, with their line):
           bus_locks: 0     # per second, alone
           power: 24W       # all vCPUs busy at max_mhz
 
-The model, its constants and their sources: see the README ("The
-simulator") and 'go doc ./internal/sim'.`,
+The model, its constants and their sources: see docs/simulator.md and
+'go doc ./internal/sim'.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sc, err := sim.Load(args[0])

@@ -14,8 +14,8 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 )
 
-// What every built-in scenario must show under the crosstalk policy (issue
-// #5, "Must hold"): each polluter named, no innocent tenant throttled beyond
+// What every built-in scenario must show under the crosstalk policy (the
+// simulator's "must hold"): each polluter named, no innocent tenant throttled beyond
 // its proofs, nothing left throttled, and the victims within 10% of solo
 // where the model allows it: where the victims' slowdown with every
 // polluter held as far as the scenario's policy holds it (its lever at its
