@@ -50,9 +50,10 @@ func (n *Notifier) Enabled() bool { return n.enabled }
 // Watchdog is systemd's watchdog timeout (0: none).
 func (n *Notifier) Watchdog() time.Duration { return n.watchdog }
 
-// Run feeds systemd from the agent's loop until ctx ends: every beat is a
-// pass of the loop, so a loop that hangs stops the watchdog pings and
-// systemd restarts the agent. state is the agent's latest published state.
+// Run feeds systemd from the agent's loop until ctx ends, then says the
+// agent is stopping: every beat is a pass of the loop, so a loop that hangs
+// stops the watchdog pings and systemd restarts the agent. state is the
+// agent's latest published state.
 func (n *Notifier) Run(ctx context.Context, beats <-chan struct{}, state func() (agent.State, bool)) {
 	if !n.enabled {
 		return
@@ -60,6 +61,8 @@ func (n *Notifier) Run(ctx context.Context, beats <-chan struct{}, state func() 
 	for {
 		select {
 		case <-ctx.Done():
+			// The agent's Run ends with the same context: it restores now.
+			n.Stopping()
 			return
 		case <-beats:
 			n.Beat(state())

@@ -108,7 +108,13 @@ func TestNotifierWatchdogFollowsTheLoop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { n.Run(ctx, beats, func() (agent.State, bool) { return state(1, 0), true }); close(done) }()
-	defer func() { cancel(); <-done }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			cancel()
+			<-done
+		}
+	}()
 
 	pings := func(within time.Duration, beating bool) int {
 		end := time.Now().Add(within)
@@ -135,6 +141,12 @@ func TestNotifierWatchdogFollowsTheLoop(t *testing.T) {
 	}
 	if got := pings(150*time.Millisecond, true); got < 1 {
 		t.Error("no ping once the loop beats again")
+	}
+	cancel()
+	<-done
+	stopped = true
+	if got := sd.messages(50 * time.Millisecond); len(got) != 1 || !strings.HasPrefix(got[0], "STOPPING=1\n") {
+		t.Errorf("when the context ends: %q, want STOPPING=1", got)
 	}
 }
 
