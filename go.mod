@@ -3,6 +3,7 @@ module github.com/crosstalk-project/crosstalk
 go 1.26.8
 
 require (
+	github.com/coreos/go-systemd/v22 v22.5.0
 	github.com/digitalocean/go-libvirt v0.0.0-20260217163227-273eaa321819
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2

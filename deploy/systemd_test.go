@@ -76,7 +76,16 @@ func TestUnitMatchesTheAgent(t *testing.T) {
 	if d, err := time.ParseDuration(u.get(svc, "TimeoutStopSec")); err != nil || d < 10*time.Second {
 		t.Errorf("TimeoutStopSec = %q: give the agent time to restore", u.get(svc, "TimeoutStopSec"))
 	}
+	// Type=notify: the agent sends READY=1, WATCHDOG=1 and STATUS= itself
+	// (internal/service), and SIGHUP reloads it.
+	if d, err := time.ParseDuration(u.get(svc, "WatchdogSec")); err != nil || d < time.Minute {
+		t.Errorf("WatchdogSec = %q: the longest interval (1m) watches every 15s, and a ping goes out every half of WatchdogSec after a pass; give it at least 1m", u.get(svc, "WatchdogSec"))
+	}
+	if got := u.get(svc, "ExecReload"); got != "/bin/kill -HUP $MAINPID" {
+		t.Errorf("ExecReload = %q: systemctl reload must send the agent SIGHUP", got)
+	}
 	for key, want := range map[string]string{
+		"Type": "notify", "NotifyAccess": "main",
 		"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectKernelTunables": "yes",
 		"ProtectControlGroups": "no", "PrivateDevices": "no", "DevicePolicy": "closed",
 		"ProtectProc": "default", "ProcSubset": "all", "Restart": "on-failure",

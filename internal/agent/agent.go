@@ -135,6 +135,10 @@ type Agent struct {
 	actions    []ActionRecord
 	totals     map[string]uint64
 	proofs     map[string]uint64
+
+	// beats and reloads are Run's service channels (service.go, reload.go).
+	beats   chan struct{}
+	reloads chan reloadRequest
 }
 
 // New builds an agent from its configuration and parts.
@@ -165,7 +169,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]delayMark{}, throttled: map[string]*throttled{},
 		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{}, holds: map[string]*tenantHolds{},
 		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{}, carry: map[string]carried{}, convicts: map[string]convict{}, survey: surveyRounds,
-		hotKind: map[string]time.Time{},
+		hotKind: map[string]time.Time{}, beats: make(chan struct{}, 1), reloads: make(chan reloadRequest),
 	}
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
@@ -242,7 +246,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			timer.Reset(time.Until(wake))
 		case now := <-proofTimer:
 			a.proofSample(now)
+		case req := <-a.reloads:
+			// Between passes: nothing reads the configuration meanwhile.
+			change, err := a.Reconfigure(req.cfg)
+			req.done <- reloadResult{change, err}
 		}
+		a.beat()
 	}
 }
 

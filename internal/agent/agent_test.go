@@ -501,7 +501,7 @@ func TestExampleConfigIsTheDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := Defaults()
-	if c.Interval != d.Interval || c.Listen != d.Listen || c.StateDir != d.StateDir || c.MaxThrottled != d.MaxThrottled ||
+	if c.Interval != d.Interval || c.Listen != d.Listen || c.LogLevel != d.LogLevel || c.StateDir != d.StateDir || c.MaxThrottled != d.MaxThrottled ||
 		c.Sparsify() != d.Sparsify() || c.Thresholds() != d.Thresholds() || c.Proof != d.Proof ||
 		c.Judge.Window != d.Judge.Window || *c.Perf.Enabled != *d.Perf.Enabled || c.Perf.FDBudget != d.Perf.FDBudget {
 		t.Errorf("example config differs from the defaults:\n%+v\n%+v", c, d)

@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path"
@@ -37,6 +38,9 @@ type Config struct {
 	StateDir string `yaml:"state_dir"`
 	// DryRun judges and journals but writes nothing to any cgroup.
 	DryRun bool `yaml:"dry_run"`
+	// LogLevel is debug, info (default), warn or error; --log-level wins
+	// over it.
+	LogLevel string `yaml:"log_level"`
 
 	Tenants TenantsConfig `yaml:"tenants"`
 	// Protect lists tenants never proven nor throttled: IDs, names or
@@ -268,6 +272,9 @@ func (c *Config) fill() {
 	if c.StateDir == "" {
 		c.StateDir = "/var/lib/crosstalk"
 	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
 	if c.Tenants.Builtin == nil {
 		c.Tenants.Builtin = ptrTo(true)
 	}
@@ -453,6 +460,9 @@ func (c *Config) Validate() error {
 	if err := checkListen(c.Listen); err != nil {
 		bad("listen", "%v", err)
 	}
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		bad("log_level", "%v", err)
+	}
 	if c.MaxThrottled < 1 || c.MaxThrottled > 1000 {
 		bad("max_throttled", "%d outside 1-1000", c.MaxThrottled)
 	}
@@ -567,6 +577,16 @@ func (c *Config) Validate() error {
 		bad("libvirt.timeout", "%s outside 100ms-1m", c.Libvirt.Timeout)
 	}
 	return errors.Join(errs...)
+}
+
+// ParseLogLevel reads a log level: debug, info, warn or error.
+func ParseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	switch strings.ToLower(s) {
+	case "debug", "info", "warn", "error":
+		return l, l.UnmarshalText([]byte(s))
+	}
+	return l, fmt.Errorf("%q: want debug, info, warn or error", s)
 }
 
 // Sparsify is the throttle configuration with defaults filled.

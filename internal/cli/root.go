@@ -9,12 +9,12 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/service"
 )
 
 // Build describes the binary; set by main from linker flags.
@@ -89,11 +89,20 @@ func asExit(err error, target *exitError) bool {
 }
 
 func (g *globals) logger() (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(strings.ToUpper(g.logLevel))); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
+	log, _, err := g.levelledLogger()
+	return log, err
+}
+
+// levelledLogger is logger with its level left adjustable (the agent's
+// configuration may change it). Under journald its lines carry no time=.
+func (g *globals) levelledLogger() (*slog.Logger, *slog.LevelVar, error) {
+	lvl, err := agent.ParseLogLevel(g.logLevel)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--log-level %w", err)
 	}
-	return slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{Level: lvl})), nil
+	v := new(slog.LevelVar)
+	v.Set(lvl)
+	return slog.New(service.LogHandler(g.errOut, os.Getenv, slog.HandlerOptions{Level: v})), v, nil
 }
 
 // openHost opens --root; an unusable root is the one error that stops doctor.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/nodesignal"
+	"github.com/crosstalk-project/crosstalk/internal/service"
 )
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -43,7 +44,7 @@ the probes are back near baseline, relaxed step by step, and released when it
 stops.
 
 Safety: before any write the original quota and the value about to be written
-are recorded in STATE_DIR/state.json (atomic replace); SIGTERM, SIGINT, SIGHUP,
+are recorded in STATE_DIR/state.json (atomic replace); SIGTERM, SIGINT,
 SIGQUIT and every other catchable terminating signal restore everything
 (SIGPIPE is ignored); a start after kill -9 restores what the previous run
 left; one agent runs per host (/run/crosstalk/agent.lock). Every detection, proof and action is
@@ -54,16 +55,29 @@ Metrics (Prometheus) and the state API are served on 127.0.0.1:9477 by default
 (/metrics, /api/state, /healthz); 'crosstalk top' shows them live. Keep the
 listener on localhost unless a firewall or an authenticating proxy protects it.
 
+SIGHUP reloads the --config file: an invalid one changes nothing (the log says
+why); otherwise interval, max_throttled, protect (a newly protected tenant is
+released at once), log_level, the judge and cpu_wait thresholds, proof and
+throttle (but for its period and steps) apply at once, throttles that still
+hold are kept, and the log names the changed keys that need a restart.
+
+Under systemd (Type=notify) it reports ready after its first interval, feeds
+the watchdog (WatchdogSec=) from its loop and sets a status line; under
+journald its log lines carry no time=.
+
 With no --config, safe defaults apply; see 'crosstalk run --help' flags and the
 docs/configuration.md for the configuration file (unknown keys are rejected).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			// From the first moment: any terminating signal (SIGHUP,
-			// SIGQUIT, SIGUSR1, …, not just SIGTERM and SIGINT) ends the
-			// agent through its restore, and SIGPIPE is ignored.
-			ctx, cancel := notifyTerminating(cmd.Context())
+			// From the first moment: any terminating signal (SIGQUIT,
+			// SIGUSR1, …, not just SIGTERM and SIGINT) ends the agent
+			// through its restore, SIGHUP reloads the configuration, and
+			// SIGPIPE is ignored.
+			sigCtx, hup, stopSignals := notifyAgent(cmd.Context())
+			defer stopSignals()
+			ctx, cancel := context.WithCancel(sigCtx)
 			defer cancel()
-			log, err := g.logger()
+			log, level, err := g.levelledLogger()
 			if err != nil {
 				return err
 			}
@@ -71,21 +85,31 @@ docs/configuration.md for the configuration file (unknown keys are rejected).`,
 			if err != nil {
 				return err
 			}
+			// The flags win over the file, at start and at every reload.
 			flags := cmd.Flags()
-			if flags.Changed("dry-run") {
-				cfg.DryRun = dryRun
+			overrides := func(c *agent.Config) {
+				if flags.Changed("dry-run") {
+					c.DryRun = dryRun
+				}
+				if flags.Changed("listen") {
+					c.Listen = listen
+				}
+				if flags.Changed("state-dir") {
+					c.StateDir = stateDir
+				}
+				if flags.Changed("interval") {
+					c.Interval = interval
+				}
+				if flags.Changed("log-level") {
+					c.LogLevel = g.logLevel
+				}
 			}
-			if flags.Changed("listen") {
-				cfg.Listen = listen
-			}
-			if flags.Changed("state-dir") {
-				cfg.StateDir = stateDir
-			}
-			if flags.Changed("interval") {
-				cfg.Interval = interval
-			}
+			overrides(&cfg)
 			if err := cfg.Validate(); err != nil {
 				return err
+			}
+			if l, err := agent.ParseLogLevel(cfg.LogLevel); err == nil {
+				level.Set(l)
 			}
 			// One agent per state directory: a second one, or a
 			// `crosstalk restore` behind this one's back, would undo
@@ -153,6 +177,23 @@ docs/configuration.md for the configuration file (unknown keys are rejected).`,
 					errc <- agent.Serve(ctx, cfg.Listen, agent.CheckHost(cfg.Listen, agent.Handler(a, reg)), log)
 				}()
 			}
+			// systemd (Type=notify): ready after the first interval, the
+			// watchdog fed by the loop, stopping when ctx ends.
+			notifier := service.NewNotifier(log)
+			warnShortWatchdog(log, notifier.Watchdog(), a.WatchEvery())
+			notifyDone := make(chan struct{})
+			go func() { notifier.Run(ctx, a.Beats(), a.Latest); close(notifyDone) }()
+			defer func() { cancel(); <-notifyDone }()
+			go func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-hup:
+						reloadAgent(ctx, a, configFile, overrides, level, log)
+					}
+				}
+			}()
 			log.Info("crosstalk agent running", "interval", cfg.Interval, "dry_run", cfg.DryRun, "listen", cfg.Listen, "state_dir", cfg.StateDir)
 			runErr := make(chan error, 1)
 			go func() { runErr <- a.Run(ctx) }()

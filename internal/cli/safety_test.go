@@ -212,8 +212,13 @@ func TestHelperSignal(t *testing.T) {
 	if os.Getenv(helperEnv) != "signal" {
 		t.Skip("the child of TestEveryTerminatingSignalRestores")
 	}
-	ctx, cancel := notifyTerminating(context.Background())
+	ctx, hup, cancel := notifyAgent(context.Background())
 	defer cancel()
+	go func() {
+		for range hup {
+			fmt.Println("reload")
+		}
+	}()
 	h, _ := host.Open(os.Getenv("HOST_ROOT"))
 	l, _ := cgroup.Detect(h)
 	st, _ := act.OpenState(agent.StatePath(os.Getenv("STATE_DIR")))
@@ -230,8 +235,8 @@ func TestHelperSignal(t *testing.T) {
 	fmt.Println("restored")
 }
 
-// Every terminating signal ends the agent through its restore; SIGPIPE
-// does not end it at all.
+// Every terminating signal ends the agent through its restore; SIGHUP
+// (a reload) and SIGPIPE do not end it at all.
 func TestEveryTerminatingSignalRestores(t *testing.T) {
 	v := newVictim(t)
 	original := v.quota()
@@ -257,10 +262,13 @@ func TestEveryTerminatingSignalRestores(t *testing.T) {
 				t.Fatalf("child's throttle = %s", got)
 			}
 			cmd.Process.Signal(sig)
-			if sig == syscall.SIGPIPE {
+			if sig == syscall.SIGPIPE || sig == syscall.SIGHUP {
 				time.Sleep(200 * time.Millisecond)
-				if cmd.ProcessState != nil {
-					t.Fatal("SIGPIPE ended the agent")
+				if cmd.ProcessState != nil || !strings.Contains(out.String(), "throttled") || strings.Contains(out.String(), "restored") {
+					t.Fatalf("%v ended the agent:\n%s", sig, out.String())
+				}
+				if sig == syscall.SIGHUP && !strings.Contains(out.String(), "reload") {
+					t.Errorf("SIGHUP did not arrive as a reload:\n%s", out.String())
 				}
 				cmd.Process.Signal(syscall.SIGTERM)
 			}

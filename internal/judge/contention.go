@@ -325,3 +325,10 @@ func (c *Contention) scaled(r RatedReading) float64 {
 	}
 	return 1 + (r.Ratio-1)*(c.th.Ratio-1)/(ratio-1)
 }
+
+// SetThresholds replaces the thresholds (a configuration reload); the
+// baselines and the state of the current episode carry on.
+func (c *Contention) SetThresholds(th Thresholds) {
+	th.Fill()
+	c.th = th
+}

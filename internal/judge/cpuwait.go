@@ -279,3 +279,10 @@ func (c *CPUWait) Baselines() map[string]Baseline {
 	}
 	return out
 }
+
+// SetThresholds replaces the thresholds (a configuration reload); the
+// baselines carry on.
+func (c *CPUWait) SetThresholds(th Thresholds) {
+	th.Fill()
+	c.th = th
+}
