@@ -894,7 +894,6 @@ func (hw *Hardware) unclass(policy, tenant string, domain int) {
 	}
 }
 
-
 // classedDomains lists the L3 domains where a tenant is restricted by a
 // resctrl class.
 func (hw *Hardware) classedDomains() []int {
