@@ -158,7 +158,7 @@ func (a *Agent) maybeProveWaitLocked(now time.Time, views []judge.TenantView, pr
 		return ranked
 	}
 	reason := fmt.Sprintf("%s; suspect score %.2f: %s", waitReason(wv, vt, present), top.Score, strings.Join(top.Reasons, "; "))
-	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: map[string]any{"cpu_wait_ratio": wv.Ratio, "victims": wv.Victims, "suspects": ranked}})
+	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{CPUWaitRatio: wv.Ratio, Victims: wv.Victims, Suspects: ranked}})
 	a.startProofLocked(now, &proof{tenant: s.t, reason: reason, signal: signalWait, victims: vt, waitFrom: a.readVictims(vt)}, before)
 	return ranked
 }

@@ -575,9 +575,10 @@ func (hw *Hardware) busLocksLocked(a *Agent, o *hwObservation, levers map[string
 func (hw *Hardware) applyStep(a *Agent, now time.Time, t sense.Tenant, policy string, lever judge.Lever, release bool, step, steps int, cpus cpuset.Set, reason string) {
 	held := a.heldLocked(t.ID, policy)
 	var oldDuty float64 = 1
+	var oldLever judge.Lever
 	if h := a.holds[t.ID]; h != nil {
 		if c, ok := h.claims[policy]; ok {
-			oldDuty = claimDuty(c, t)
+			oldDuty, oldLever = claimDuty(c, t), c.lever
 		}
 	}
 	if release || (steps > 0 && step >= steps) {
@@ -601,6 +602,13 @@ func (hw *Hardware) applyStep(a *Agent, now time.Time, t sense.Tenant, policy st
 		return
 	}
 	d := claimDuty(c, t)
+	if held && d == oldDuty && c.lever == oldLever {
+		// Nothing changed (a power decision on one socket while another
+		// sets the tenant's quota): no action to record, whose reason
+		// would speak of a change that did not happen.
+		a.log.Debug("claim unchanged", "policy", policy, "tenant", t.ID, "duty", d, "reason", reason)
+		return
+	}
 	a.recordPolicyLocked(now, t, policy, actionKind(held, oldDuty, d), string(lever), d, reason)
 }
 
@@ -637,14 +645,15 @@ func (hw *Hardware) permitsLocked(a *Agent, o *hwObservation) {
 		}
 		q := cgroup.Quota{Quota: max(cgroup.MinQuota, time.Duration(d.CapCores*float64(a.sp.Period))), Period: a.sp.Period}
 		held := a.heldLocked(t.ID, policyPermits)
+		oldDuty := 1.0
+		if h := a.holds[t.ID]; held && h != nil {
+			oldDuty = claimDuty(h.claims[policyPermits], t)
+		}
 		if err := a.holdQuotaLocked(t, policyPermits, q, "OVER: "+d.Reason, o.now); err != nil {
 			a.handleWriteErr(t, err)
 			continue
 		}
-		kind := "throttle"
-		if held {
-			kind = "tighten"
-		}
+		kind := actionKind(held, oldDuty, claimDuty(claim{lever: judge.LeverCPUQuota, quota: q}, t))
 		a.recordPolicyLocked(o.now, t, policyPermits, kind, string(judge.LeverCPUQuota), d.Duty, "OVER: "+d.Reason)
 	}
 	hw.status.Permits = hw.permits.Status()
@@ -804,8 +813,12 @@ func (hw *Hardware) biasLocked(a *Agent, o *hwObservation) {
 		if d := hw.l3[c.Domain]; d.ways > 0 {
 			duty = float64(c.Ways) / float64(d.ways)
 		}
+		kind := "isolate"
+		if old, ok := hw.classed[policyLLC][c.Tenant][c.Domain]; ok && duty > old {
+			kind = "relax" // a way given back as fairness returns
+		}
 		hw.class(policyLLC, c.Tenant, c.Domain, duty)
-		a.recordPolicyLocked(o.now, t, policyLLC, "isolate", leverCAT, duty, fmt.Sprintf("L3 %d: %d of %d ways: %s", c.Domain, c.Ways, hw.l3[c.Domain].ways, c.Reason))
+		a.recordPolicyLocked(o.now, t, policyLLC, kind, leverCAT, duty, fmt.Sprintf("L3 %d: %d of %d ways: %s", c.Domain, c.Ways, hw.l3[c.Domain].ways, c.Reason))
 	}
 }
 
@@ -852,10 +865,10 @@ func (hw *Hardware) mbaLocked(a *Agent, o *hwObservation) {
 				continue
 			}
 		}
-		kind := "throttle"
-		if hw.isClassed(policyMBA, m.Tenant) {
-			kind = "tighten"
-		}
+		// Per domain: halved is a tighten, doubled ("back under
+		// threshold") a relax, a first class on the domain a throttle.
+		old, classed := hw.classed[policyMBA][m.Tenant][m.Domain]
+		kind := actionKind(classed, old, m.Fraction)
 		hw.class(policyMBA, m.Tenant, m.Domain, m.Fraction)
 		a.recordPolicyLocked(o.now, t, policyMBA, kind, leverMBA, m.Fraction, fmt.Sprintf("L3 %d: %.0f%% of its bandwidth: %s", m.Domain, 100*m.Fraction, m.Reason))
 	}
@@ -880,8 +893,6 @@ func (hw *Hardware) unclass(policy, tenant string, domain int) {
 		delete(m, tenant)
 	}
 }
-
-func (hw *Hardware) isClassed(policy, tenant string) bool { return len(hw.classed[policy][tenant]) > 0 }
 
 // classedDomains lists the L3 domains where a tenant is restricted by a
 // resctrl class.

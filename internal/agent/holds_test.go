@@ -237,3 +237,37 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// Every action's kind agrees with what it did: a lower duty is a tighten,
+// a higher one a relax, and a decision that changes nothing (a power
+// decision on one socket while another sets the tenant's quota) records no
+// action, rather than a "throttle" whose reason speaks of a change.
+func TestPolicyActionKindFollowsTheDuty(t *testing.T) {
+	a, _, _ := holdsAgent(t, false)
+	hw := a.d.Hardware
+	tn := sense.Tenant{ID: "/vm", Name: "vm", Cgroup: "/vm", CPUs: cpuset.Range(0, 3)}
+	now := time.Unix(0, 0)
+	steps := []struct {
+		step   int
+		reason string
+		want   string // kind recorded, "" for none
+	}{
+		{8, "socket 0 at 250.0 W >= budget 200 W", "throttle"},
+		{8, "socket 1 at 150.0 W <= 180 W (budget 200 W - guard 20 W)", ""},
+		{4, "socket 0 at 260.0 W >= budget 200 W", "tighten"},
+		{4, "socket 1 at 255.0 W >= budget 200 W", ""},
+		{12, "socket 0 at 150.0 W <= 180 W (budget 200 W - guard 20 W)", "relax"},
+	}
+	for _, s := range steps {
+		n := len(a.actions)
+		hw.applyStep(a, now, tn, policyPower, judge.LeverClockModulation, false, s.step, 16, tn.CPUs, s.reason)
+		got := ""
+		if len(a.actions) > n {
+			got = a.actions[len(a.actions)-1].Kind
+		}
+		if len(a.actions) > n+1 || got != s.want {
+			t.Errorf("step %d/16 (%s): recorded %q, want %q", s.step, s.reason, got, s.want)
+		}
+		now = now.Add(time.Second)
+	}
+}

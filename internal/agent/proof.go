@@ -73,7 +73,7 @@ func (a *Agent) maybeProveLocked(now time.Time, v judge.Verdict, ranked []judge.
 			continue
 		}
 		reason := fmt.Sprintf("%s; suspect score %.2f: %s", v.Reason, top.Score, strings.Join(top.Reasons, "; "))
-		a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: map[string]any{"ratio": v.Ratio, "suspects": ranked}})
+		a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{Ratio: v.Ratio, Suspects: ranked}})
 		a.startProofLocked(now, &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}, before)
 		return
 	}
@@ -274,8 +274,8 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 	verdict, why := p.p.Verdict()
 	a.proofs[verdict]++
 	a.journal(act.Event{Kind: "proof", Tenant: p.tenant.ID, Name: p.tenant.Name, Detail: verdict + ": " + why,
-		Evidence: map[string]any{"before": p.p.Before(), "cpu": p.cpu.CPU, "kind": p.kind, "signal": p.signal, "trials": p.p.Trials(),
-			"false_conviction_bound": a.cfg.Proof.FalseConviction()}})
+		Evidence: ProofEvidence{Before: p.p.Before(), CPU: p.cpu.CPU, Kind: p.kind, Signal: p.signal, Trials: p.p.Trials(),
+			FalseConvictionBound: a.cfg.Proof.FalseConviction()}})
 	key := backoffKey(p.signal, p.tenant.ID)
 	if verdict != judge.ProofGuilty {
 		a.uncapLocked(now, p, verdict+": "+why)

@@ -237,7 +237,8 @@ type busLockTenantState struct {
 //   - a tenant's rate is smoothed on the way down (Alita keeps 0.75 of the
 //     old rate per 100 ms), so a throttled polluter does not relax at once;
 //   - a tenant over its share, or within BurstHold of having been over
-//     BurstFactor × its share, is clamped to the start duty; one under
+//     BurstFactor × its share, is clamped to the start duty (one held
+//     below it already stays where it is); one under
 //     RelaxBelow × its share relaxes one step; in between it holds;
 //   - once Window of host totals exists, the start duty tightens by one
 //     step when the mean of the top third of them is over 1.05 × the
@@ -390,7 +391,10 @@ func (b *BusLockBudget) Observe(s BusLockSample) []BusLockDecision {
 			}
 		default:
 			target := b.startStep(st.steps)
-			if st.step == target {
+			if st.step == target || st.step > 0 && st.step < target {
+				// At the start duty, or held below it (clamped while the
+				// start was tighter): a tenant over its share is never
+				// given more.
 				continue
 			}
 			st.step = target

@@ -250,3 +250,33 @@ func BenchmarkHardwareJudges1000(b *testing.B) {
 		pm.Observe(PermitSample{At: at, Duration: blInterval, Tenants: pts})
 	}
 }
+
+// A clamp never gives a tenant over its share more: one held below the
+// start duty (clamped while the start was tight, then holding between
+// RelaxBelow and its share) stays there when it goes over its share after
+// the start duty loosened, rather than being "clamped" up to it.
+func TestBusLockClampNeverLoosens(t *testing.T) {
+	b := NewBusLockBudget(BusLockBudgetConfig{})
+	at := time.Unix(0, 0).Add(blInterval)
+	if got := blSummary(b.Observe(blSample(at, BusLockTenant{ID: "a", Rate: 900000}))); got != "a clamp 1/16" {
+		t.Fatalf("first clamp: %q", got)
+	}
+	// 52000/s: under its share, over RelaxBelow of it; the host total
+	// is quiet enough for the start duty to loosen to 7/16.
+	for range 60 {
+		at = at.Add(blInterval)
+		if got := blSummary(b.Observe(blSample(at, BusLockTenant{ID: "a", Rate: 52000}))); got != "" {
+			t.Fatalf("holding: %q (%+v)", got, b.Status())
+		}
+	}
+	if st := b.Status(); st.StartStep != 7 || st.Share != 56000 {
+		t.Fatalf("after the quiet window: %+v", st)
+	}
+	at = at.Add(blInterval)
+	if got := blSummary(b.Observe(blSample(at, BusLockTenant{ID: "a", Rate: 60000}))); got != "" {
+		t.Errorf("over its share at 1/16, start duty 7/16: %q, want it held where it is", got)
+	}
+	if th := b.Throttled(); len(th) != 1 || th[0].Step != 1 {
+		t.Errorf("throttled %+v, want a at 1/16", th)
+	}
+}

@@ -202,7 +202,7 @@ func closest(key string, names []string) (string, bool) {
 	best, bestDist := "", -1
 	lk := strings.ToLower(key)
 	for _, n := range names {
-		d := editDistance(lk, strings.ToLower(n))
+		d := EditDistance(lk, strings.ToLower(n))
 		if bestDist < 0 || d < bestDist {
 			best, bestDist = n, d
 		}
@@ -214,9 +214,9 @@ func closest(key string, names []string) (string, bool) {
 	return best, true
 }
 
-// editDistance is the Damerau–Levenshtein distance (optimal string
+// EditDistance is the Damerau–Levenshtein distance (optimal string
 // alignment) of a and b: a swapped pair of letters counts as one edit.
-func editDistance(a, b string) int {
+func EditDistance(a, b string) int {
 	ra, rb := []rune(a), []rune(b)
 	prev2 := make([]int, len(rb)+1)
 	prev := make([]int, len(rb)+1)

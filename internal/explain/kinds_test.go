@@ -1,0 +1,144 @@
+package explain
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// kindsWritten reads the agent's and actuators' sources for every kind
+// they journal: the kind argument of the record functions, the Kind of an
+// act.Event or ActionRecord literal, the literals a variable named kind is
+// set to, what actionKind returns and the act.Decision constants (the duty
+// controller's kinds). A kind computed some other way fails the test, so
+// that this list cannot fall behind.
+func kindsWritten(t *testing.T) map[string]string {
+	t.Helper()
+	kindArg := map[string]int{"recordLocked": 2, "recordSlotLocked": 2, "recordPolicyLocked": 3}
+	found := map[string]string{}
+	fset := token.NewFileSet()
+	for _, dir := range []string{"../agent", "../act"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range files {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, name, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			note := func(e ast.Expr, what string) {
+				pos := fset.Position(e.Pos()).String()
+				switch x := e.(type) {
+				case *ast.BasicLit:
+					s, _ := strconv.Unquote(x.Value)
+					found[s] = pos
+				case *ast.Ident:
+					if x.Name != "kind" {
+						t.Errorf("%s: %s kind from %s: teach kindsWritten where it comes from", pos, what, x.Name)
+					}
+				case *ast.CallExpr:
+					if fn, ok := x.Fun.(*ast.Ident); ok && (fn.Name == "actionKind" || fn.Name == "string") {
+						return
+					}
+					t.Errorf("%s: %s kind from a call: teach kindsWritten where it comes from", pos, what)
+				default:
+					t.Errorf("%s: %s kind from %T", pos, what, e)
+				}
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				switch x := n.(type) {
+				case *ast.CallExpr:
+					if sel, ok := x.Fun.(*ast.SelectorExpr); ok {
+						if i, ok := kindArg[sel.Sel.Name]; ok && len(x.Args) > i {
+							note(x.Args[i], sel.Sel.Name)
+						}
+					}
+				case *ast.CompositeLit:
+					typ := ""
+					switch tx := x.Type.(type) {
+					case *ast.Ident:
+						typ = tx.Name
+					case *ast.SelectorExpr:
+						typ = tx.Sel.Name
+					}
+					if typ != "Event" && typ != "ActionRecord" {
+						return true
+					}
+					for _, el := range x.Elts {
+						if kv, ok := el.(*ast.KeyValueExpr); ok {
+							if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "Kind" {
+								if sel, ok := kv.Value.(*ast.SelectorExpr); ok && sel.Sel.Name == "Kind" {
+									continue // copied from another record
+								}
+								note(kv.Value, typ)
+							}
+						}
+					}
+				case *ast.AssignStmt:
+					for i, l := range x.Lhs {
+						if id, ok := l.(*ast.Ident); ok && id.Name == "kind" && i < len(x.Rhs) {
+							// ("" is a probe kind's zero, in proofCPU)
+							if lit, ok := x.Rhs[i].(*ast.BasicLit); ok && lit.Kind == token.STRING && lit.Value != `""` {
+								note(lit, "kind variable")
+							}
+						}
+					}
+				case *ast.FuncDecl:
+					if x.Name.Name == "actionKind" {
+						ast.Inspect(x.Body, func(n ast.Node) bool {
+							if r, ok := n.(*ast.ReturnStmt); ok {
+								for _, e := range r.Results {
+									note(e, "actionKind")
+								}
+							}
+							return true
+						})
+						return false
+					}
+				case *ast.ValueSpec:
+					if id, ok := x.Type.(*ast.Ident); ok && id.Name == "Decision" {
+						for _, v := range x.Values {
+							note(v, "act.Decision")
+						}
+					}
+				}
+				return true
+			})
+		}
+	}
+	return found
+}
+
+func TestKnowsEveryKindTheAgentWrites(t *testing.T) {
+	found := kindsWritten(t)
+	// The floor of what must be found: if the reading above misses these,
+	// it reads nothing.
+	for _, k := range []string{"start", "stop", "detection", "proof", "proof-free", "throttle", "tighten", "relax", "release", "isolate", "error", "restore", "unowned"} {
+		if _, ok := found[k]; !ok {
+			t.Errorf("kind %q not found in the agent's sources", k)
+		}
+	}
+	for k, pos := range found {
+		if k == "keep" || k == "useless" {
+			continue // act.Decision values the duty controller never journals
+		}
+		if !Knows(k) {
+			t.Errorf("%s: the agent journals kind %q, which explain does not know", pos, k)
+		}
+	}
+	var ks []string
+	for k := range found {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	t.Logf("kinds journalled: %v", ks)
+}
