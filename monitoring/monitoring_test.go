@@ -32,10 +32,12 @@ var dashboards = []string{"grafana/crosstalk-host.json", "grafana/crosstalk-flee
 type fullState struct{}
 
 func (fullState) Latest() (agent.State, bool) {
+	psiSeconds := 0.5
 	return agent.State{
 		Time: time.Now(), Interval: 0.5, Host: "h1", Version: "test", PMU: true, Contention: true, ContentionRatio: 2.5,
 		Tenants: []agent.TenantState{
-			{ID: "/vm/a", Kind: "vm", Name: "a", CPU: 1, Duty: 1, Counters: map[string]float64{"bus_locks": 1e5, "llc_misses": 1e6}},
+			{ID: "/vm/a", Kind: "vm", Name: "a", CPU: 1, Duty: 1, Counters: map[string]float64{"bus_locks": 1e5, "llc_misses": 1e6},
+				CPUSeconds: 10, PSISomeSeconds: &psiSeconds, PerfEvents: map[string]float64{"bus_locks": 1e6, "llc_misses": 1e7}},
 			{ID: "/vm/b", Kind: "vm", Name: "b", CPU: 0.1, Throttled: true, Duty: 1.0 / 16, Quota: 0.0625, Score: 3},
 		},
 		Probes:       []agent.ProbeState{{Domain: 0, CPU: 1, Kind: "dram", LatencyNs: 250, BaselineNs: 100, Ratio: 2.5}},
@@ -179,7 +181,7 @@ func TestQueriedMetricsExist(t *testing.T) {
 		t.Errorf("only %d metrics found in the queries: the extraction is broken", len(used))
 	}
 	// The check can fail: a renamed metric is caught.
-	if have["crosstalk_tenant_cpu_seconds"] {
+	if have["crosstalk_tenant_cpu_cores"] {
 		t.Error("registry exports a name that should not exist")
 	}
 	var unused []string
