@@ -183,7 +183,7 @@ func TestAPIServe(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serveListener(ctx, ln, h, log) }()
+	go func() { done <- serveListener(ctx, ln, "", h, log) }()
 
 	res, err := http.Get("http://" + ln.Addr().String() + "/api/state")
 	if err != nil {
@@ -219,7 +219,7 @@ func TestAPIServeAddrInUse(t *testing.T) {
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err = Serve(ctx, ln.Addr().String(), http.NotFoundHandler(), nil)
+	err = Serve(ctx, ln.Addr().String(), "", http.NotFoundHandler(), nil)
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Errorf("Serve on a busy port: %v", err)
 	}
