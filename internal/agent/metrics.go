@@ -20,13 +20,19 @@ type StateSource interface {
 // never touches the Prometheus default registry.
 func NewRegistry(src StateSource, version, commit string) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(Collectors(src, version, commit)...)
 	reg.MustRegister(
-		newStateCollector(src, version, commit),
-		newHardwareCollector(src),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return reg
+}
+
+// Collectors are the collectors of the agent's own crosstalk_ metrics that
+// NewRegistry registers (the metrics reference is checked against what
+// they describe).
+func Collectors(src StateSource, version, commit string) []prometheus.Collector {
+	return []prometheus.Collector{newStateCollector(src, version, commit), newHardwareCollector(src)}
 }
 
 // stateCollector turns the latest State into const metrics at scrape time:
