@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,7 @@ func TestAPIBeforeFirstInterval(t *testing.T) {
 	}
 
 	r = do(t, h, "GET", "/metrics")
-	if r.code != 200 || !strings.Contains(r.body, `crosstalk_build_info{commit="none",version="dev"} 1`) {
+	if r.code != 200 || !strings.Contains(r.body, `crosstalk_build_info{commit="none",goversion="`+runtime.Version()+`",version="dev"} 1`) {
 		t.Errorf("/metrics: %d\n%s", r.code, r.body)
 	}
 	if strings.Contains(r.body, "crosstalk_tenants") {
