@@ -167,7 +167,7 @@ scrape_configs:
 	api := promAPI{base: fmt.Sprintf("http://127.0.0.1:%d", promPort)}
 
 	waitFor(t, "the agent's tenant series in Prometheus", 60*time.Second, func() (bool, string) {
-		s, err := api.query(`crosstalk_tenant_cpu_cores{job="crosstalk", name="web"}`)
+		s, err := api.query(`crosstalk_tenant_cpu_seconds_total{job="crosstalk", name="web"}`)
 		if err != nil {
 			return false, err.Error()
 		}

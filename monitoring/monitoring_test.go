@@ -14,10 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/nodesignal"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
 const (
@@ -28,34 +31,52 @@ const (
 var dashboards = []string{"grafana/crosstalk-host.json", "grafana/crosstalk-fleet.json"}
 
 // fullState has every kind of series the agent exports: tenants (one
-// throttled, with perf counters), probes, a proof, actions and proofs.
+// throttled, with perf counters), probes, a proof, actions and proofs, and
+// the hardware policies' state.
 type fullState struct{}
 
 func (fullState) Latest() (agent.State, bool) {
+	psiSeconds := 0.5
 	return agent.State{
 		Time: time.Now(), Interval: 0.5, Host: "h1", Version: "test", PMU: true, Contention: true, ContentionRatio: 2.5,
 		Tenants: []agent.TenantState{
-			{ID: "/vm/a", Kind: "vm", Name: "a", CPU: 1, Duty: 1, Counters: map[string]float64{"bus_locks": 1e5, "llc_misses": 1e6}},
-			{ID: "/vm/b", Kind: "vm", Name: "b", CPU: 0.1, Throttled: true, Duty: 1.0 / 16, Quota: 0.0625, Score: 3},
+			{ID: "/vm/a", Kind: "vm", Name: "a", CPU: 1, Duty: 1, Counters: map[string]float64{"bus_locks": 1e5, "llc_misses": 1e6},
+				CPUSeconds: 10, PSISomeSeconds: &psiSeconds, PerfEvents: map[string]float64{"bus_locks": 1e6, "llc_misses": 1e7}},
+			{ID: "/vm/b", Kind: "vm", Name: "b", CPU: 0.1, Throttled: true, Duty: 1.0 / 16, Quota: 0.0625, Score: 3,
+				Holds:     []agent.HoldState{{Policy: "buslocks", Lever: "clock_modulation", Duty: 0.125}},
+				Pollution: 58000, Watts: 20, LLCOccupancy: 14 << 20, MemBandwidth: 8.5e9},
 		},
 		Probes:       []agent.ProbeState{{Domain: 0, CPU: 1, Kind: "dram", LatencyNs: 250, BaselineNs: 100, Ratio: 2.5}},
 		Proof:        &agent.ProofState{Tenant: "/vm/a", Name: "a", Started: time.Now()},
 		ActionsTotal: map[string]uint64{"throttle": 1}, ProofsTotal: map[string]uint64{"polluter": 1},
 		IntervalCPU: 0.001, PerfFDs: 6,
+		Hardware: &agent.HardwareState{
+			BusLocks: &judge.BusLockStatus{HostRate: 120000, Share: 56000, Dirty: 1},
+			Permits:  []judge.PermitStatus{{Tenant: "/vm/b", Name: "b", Booking: 20000, Credit: -1500, State: "OVER"}},
+			Power:    []judge.PowerSocketStatus{{ID: 0, Watts: 160, State: "over"}},
+			Packages: []sense.PackageAttribution{{PackagePower: sense.PackagePower{Package: 0, Watts: 160}}},
+			LLC:      []judge.BiasVerdict{{Domain: 0, Smoothed: 0.91, Busy: true}},
+		},
 	}, true
 }
 
-// exported renders a real registry, as `crosstalk run` builds it, and
-// returns every metric family name in it.
-func exported(t *testing.T) map[string]bool {
+// registry is a real registry as `crosstalk run` builds it: the agent's
+// collectors, the node signal and the safety checks.
+func registry(t *testing.T) *prometheus.Registry {
 	t.Helper()
 	reg := agent.NewRegistry(fullState{}, "test", "abc")
 	sig, err := nodesignal.FromConfig(agent.Defaults(), "test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg.MustRegister(sig)
-	mfs, err := reg.Gather()
+	reg.MustRegister(sig, agent.NewSafety())
+	return reg
+}
+
+// exported renders the registry and returns every metric family name in it.
+func exported(t *testing.T) map[string]bool {
+	t.Helper()
+	mfs, err := registry(t).Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +200,7 @@ func TestQueriedMetricsExist(t *testing.T) {
 		t.Errorf("only %d metrics found in the queries: the extraction is broken", len(used))
 	}
 	// The check can fail: a renamed metric is caught.
-	if have["crosstalk_tenant_cpu_seconds"] {
+	if have["crosstalk_tenant_cpu_cores"] {
 		t.Error("registry exports a name that should not exist")
 	}
 	var unused []string

@@ -90,6 +90,9 @@ type Agent struct {
 	latest       atomic.Pointer[State]
 	baselinePath string // where probe baselines persist across restarts ("" = nowhere)
 	steps        int
+	// perfTotals are each tenant's perf event counts summed over the
+	// intervals it was counted in, for the metrics' counters (publish.go).
+	perfTotals map[string]map[string]float64
 
 	mu        sync.Mutex // guards what the state API reads
 	prev      map[string]sense.TenantStats

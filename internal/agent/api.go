@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/prometheus/exporter-toolkit/web"
 	"log/slog"
 	"net"
 	"net/http"
@@ -115,9 +116,11 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // Serve listens on addr (default 127.0.0.1:9477 — localhost unless
 // configured) and serves h until ctx ends, then shuts down gracefully (5 s at
-// most). It returns nil after a shutdown caused by ctx, and the error
-// otherwise (e.g. the address is in use).
-func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) error {
+// most). webConfigFile, unless "", is an exporter-toolkit web configuration:
+// TLS and basic auth as every Prometheus exporter takes them. It returns nil
+// after a shutdown caused by ctx, and the error otherwise (e.g. the address
+// is in use).
+func Serve(ctx context.Context, addr, webConfigFile string, h http.Handler, log *slog.Logger) error {
 	if addr == "" {
 		addr = DefaultAddr
 	}
@@ -126,10 +129,10 @@ func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) e
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
-	return serveListener(ctx, ln, h, log)
+	return serveListener(ctx, ln, webConfigFile, h, log)
 }
 
-func serveListener(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
+func serveListener(ctx context.Context, ln net.Listener, webConfigFile string, h http.Handler, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -145,7 +148,9 @@ func serveListener(ctx context.Context, ln net.Listener, h http.Handler, log *sl
 	log.Info("api listening", "addr", ln.Addr().String(), "endpoints", "/metrics /api/state /healthz")
 
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	systemdSocket := false
+	flags := &web.FlagConfig{WebListenAddresses: &[]string{ln.Addr().String()}, WebSystemdSocket: &systemdSocket, WebConfigFile: &webConfigFile}
+	go func() { errc <- web.Serve(ln, srv, flags, log) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("api: %w", err)

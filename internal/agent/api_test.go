@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,7 @@ func TestAPIBeforeFirstInterval(t *testing.T) {
 	}
 
 	r = do(t, h, "GET", "/metrics")
-	if r.code != 200 || !strings.Contains(r.body, `crosstalk_build_info{commit="none",version="dev"} 1`) {
+	if r.code != 200 || !strings.Contains(r.body, `crosstalk_build_info{commit="none",goversion="`+runtime.Version()+`",version="dev"} 1`) {
 		t.Errorf("/metrics: %d\n%s", r.code, r.body)
 	}
 	if strings.Contains(r.body, "crosstalk_tenants") {
@@ -183,7 +184,7 @@ func TestAPIServe(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serveListener(ctx, ln, h, log) }()
+	go func() { done <- serveListener(ctx, ln, "", h, log) }()
 
 	res, err := http.Get("http://" + ln.Addr().String() + "/api/state")
 	if err != nil {
@@ -219,7 +220,7 @@ func TestAPIServeAddrInUse(t *testing.T) {
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err = Serve(ctx, ln.Addr().String(), http.NotFoundHandler(), nil)
+	err = Serve(ctx, ln.Addr().String(), "", http.NotFoundHandler(), nil)
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Errorf("Serve on a busy port: %v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/prometheus/exporter-toolkit/web"
 	"math"
 	"os"
 	"path"
@@ -34,6 +36,10 @@ type Config struct {
 	// 127.0.0.1:9477; "" or "off" disables it). Keep it on localhost unless a
 	// firewall or a proxy with authentication protects it.
 	Listen string `yaml:"listen"`
+	// WebConfigFile is an exporter-toolkit web configuration (TLS,
+	// basic auth, as Prometheus exporters take it through
+	// --web.config.file) for the listener; "" serves plain HTTP.
+	WebConfigFile string `yaml:"web_config_file"`
 	// StateDir holds the restore state file and the journal (default /var/lib/crosstalk).
 	StateDir string `yaml:"state_dir"`
 	// DryRun judges and journals but writes nothing to any cgroup.
@@ -462,6 +468,13 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		bad("log_level", "%v", err)
+	}
+	if c.WebConfigFile != "" {
+		// Its certificates and users are read now, so a typo fails the
+		// start rather than the first scrape.
+		if err := web.Validate(c.WebConfigFile); err != nil {
+			bad("web_config_file", "%s: %v", c.WebConfigFile, err)
+		}
 	}
 	if c.MaxThrottled < 1 || c.MaxThrottled > 1000 {
 		bad("max_throttled", "%d outside 1-1000", c.MaxThrottled)

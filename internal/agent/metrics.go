@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,13 +20,19 @@ type StateSource interface {
 // never touches the Prometheus default registry.
 func NewRegistry(src StateSource, version, commit string) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(Collectors(src, version, commit)...)
 	reg.MustRegister(
-		newStateCollector(src, version, commit),
-		newHardwareCollector(src),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return reg
+}
+
+// Collectors are the collectors of the agent's own crosstalk_ metrics that
+// NewRegistry registers (the metrics reference is checked against what
+// they describe).
+func Collectors(src StateSource, version, commit string) []prometheus.Collector {
+	return []prometheus.Collector{newStateCollector(src, version, commit), newHardwareCollector(src)}
 }
 
 // stateCollector turns the latest State into const metrics at scrape time:
@@ -36,14 +43,14 @@ type stateCollector struct {
 
 	buildInfo *prometheus.Desc
 
-	tenantCPU, tenantThrottledRatio, tenantRunDelay, tenantPSI *prometheus.Desc
-	tenantQuota, tenantDuty, tenantThrottled, tenantProtected  *prometheus.Desc
-	tenantScore, tenantEventRate                               *prometheus.Desc
+	tenantCPU, tenantThrottledTime, tenantRunDelay, tenantPSI *prometheus.Desc
+	tenantQuota, tenantDuty, tenantThrottled, tenantProtected *prometheus.Desc
+	tenantScore, tenantPerfEvents                             *prometheus.Desc
 
 	probeLatency, probeBaseline, probeRatio *prometheus.Desc
 
 	contention, contentionRatio, tenants, actionsTotal, proofsTotal *prometheus.Desc
-	proofInProgress, perfFDs, intervalCPU, interval, lastUpdate     *prometheus.Desc
+	proofInProgress, perfFDs, interval, lastUpdate                  *prometheus.Desc
 	dryRun, pmu                                                     *prometheus.Desc
 	cpuWait, cpuWaitRatio                                           *prometheus.Desc
 }
@@ -57,16 +64,16 @@ func newStateCollector(src StateSource, version, commit string) *stateCollector 
 	return &stateCollector{
 		src: src, version: version, commit: commit,
 
-		buildInfo: d("build_info", "Always 1; the labels say which crosstalk build is running.", "version", "commit"),
+		buildInfo: d("build_info", "Always 1; the labels say which crosstalk build is running and the Go version that built it.", "version", "commit", "goversion"),
 
-		tenantCPU: d("tenant_cpu_cores",
-			"CPU time the tenant used per second over the last interval, in cores (1 = one full CPU).", tl...),
-		tenantThrottledRatio: d("tenant_throttled_ratio",
-			"Fraction (0-1) of the last interval in which the tenant's CPU quota held it back (any quota, not only crosstalk's).", tl...),
-		tenantRunDelay: d("tenant_run_delay_seconds_per_second",
-			"Seconds per second the tenant's threads (vCPUs for VMs) waited runnable for a CPU, summed over its threads; a rate over the last window its threads were read in (up to 5 s: they are read in turns).", tl...),
-		tenantPSI: d("tenant_psi_cpu_some_ratio",
-			"CPU pressure of the tenant's cgroup: fraction (0-1) of the last interval in which at least one of its tasks waited for a CPU (PSI cpu some).", tl...),
+		tenantCPU: d("tenant_cpu_seconds_total",
+			"CPU time the tenant's cgroup used since crosstalk first saw it, in seconds (rate() gives cores).", tl...),
+		tenantThrottledTime: d("tenant_throttled_seconds_total",
+			"Time the tenant's CPU quota held it back (any quota, not only crosstalk's), in seconds, since crosstalk first saw it.", tl...),
+		tenantRunDelay: d("tenant_run_delay_seconds_total",
+			"Time the tenant's threads (vCPUs for VMs) waited runnable for a CPU, summed over its threads, in seconds; its threads are read in turns on a busy host (up to 5 s apart).", tl...),
+		tenantPSI: d("tenant_psi_cpu_some_seconds_total",
+			"CPU pressure stall time of the tenant's cgroup: time in which at least one of its tasks waited for a CPU (PSI cpu some total), in seconds; absent without PSI.", tl...),
 		tenantQuota: d("tenant_quota_cpus",
 			"The tenant's CPU quota now, in CPUs (0 = unlimited).", tl...),
 		tenantDuty: d("tenant_duty_ratio",
@@ -77,14 +84,14 @@ func newStateCollector(src StateSource, version, commit string) *stateCollector 
 			"1 if the tenant is protected (crosstalk never throttles it), else 0.", tl...),
 		tenantScore: d("tenant_suspect_score",
 			"The judge's suspect score for the tenant this interval (0 = not suspected; higher = more likely the polluter).", tl...),
-		tenantEventRate: d("tenant_event_rate",
-			"Per-second rate of a perf event counted for the tenant over the last interval (events/s), e.g. cycles, instructions, llc_misses, bus_locks.",
+		tenantPerfEvents: d("tenant_perf_events_total",
+			"Perf events counted for the tenant (bus_locks, llc_misses, cycles, instructions, context_switches, ...), summed over the intervals it was counted in: where the perf fd budget leaves it uncounted, nothing is added.",
 			append(slices.Clone(tl), "event")...),
 
-		probeLatency: d("probe_latency_ns",
-			"Latest latency of a canary probe on an L3 domain, in nanoseconds per operation.", pl...),
-		probeBaseline: d("probe_baseline_ns",
-			"Quiet baseline latency of the canary probe, in nanoseconds per operation.", pl...),
+		probeLatency: d("probe_latency_seconds",
+			"Latest latency of a canary probe on an L3 domain, in seconds per operation.", pl...),
+		probeBaseline: d("probe_baseline_seconds",
+			"Quiet baseline latency of the canary probe, in seconds per operation.", pl...),
 		probeRatio: d("probe_ratio",
 			"Canary probe latency divided by its quiet baseline (1 = quiet; higher = contended).", pl...),
 
@@ -106,8 +113,6 @@ func newStateCollector(src StateSource, version, commit string) *stateCollector 
 			"1 while a perturbation proof is running, else 0."),
 		perfFDs: d("perf_fds",
 			"Number of perf event file descriptors the agent holds open."),
-		intervalCPU: d("agent_interval_cpu_seconds",
-			"CPU time the agent itself used during its last interval, in seconds."),
 		interval: d("agent_interval_seconds",
 			"Length of the agent's sampling interval, in seconds."),
 		lastUpdate: d("last_update_timestamp_seconds",
@@ -122,12 +127,12 @@ func newStateCollector(src StateSource, version, commit string) *stateCollector 
 func (c *stateCollector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{
 		c.buildInfo,
-		c.tenantCPU, c.tenantThrottledRatio, c.tenantRunDelay, c.tenantPSI,
+		c.tenantCPU, c.tenantThrottledTime, c.tenantRunDelay, c.tenantPSI,
 		c.tenantQuota, c.tenantDuty, c.tenantThrottled, c.tenantProtected,
-		c.tenantScore, c.tenantEventRate,
+		c.tenantScore, c.tenantPerfEvents,
 		c.probeLatency, c.probeBaseline, c.probeRatio,
 		c.contention, c.contentionRatio, c.tenants, c.actionsTotal, c.proofsTotal,
-		c.proofInProgress, c.perfFDs, c.intervalCPU, c.interval, c.lastUpdate,
+		c.proofInProgress, c.perfFDs, c.interval, c.lastUpdate,
 		c.dryRun, c.pmu, c.cpuWait, c.cpuWaitRatio,
 	}
 }
@@ -145,7 +150,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	gauge(c.buildInfo, 1, label(c.version), label(c.commit))
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge(c.buildInfo, 1, label(c.version), label(c.commit), runtime.Version())
 
 	s, ok := c.src.Latest()
 	if !ok {
@@ -161,24 +169,26 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		seenTenant[t.ID] = true
 		l := []string{label(t.ID), label(t.Kind), label(t.Name)}
-		gauge(c.tenantCPU, t.CPU, l...)
-		gauge(c.tenantThrottledRatio, t.ThrottledRatio, l...)
-		gauge(c.tenantRunDelay, t.RunDelay, l...)
-		gauge(c.tenantPSI, t.PSI, l...)
+		counter(c.tenantCPU, t.CPUSeconds, l...)
+		counter(c.tenantThrottledTime, t.ThrottledSeconds, l...)
+		counter(c.tenantRunDelay, t.RunDelaySeconds, l...)
+		if t.PSISomeSeconds != nil {
+			counter(c.tenantPSI, *t.PSISomeSeconds, l...)
+		}
 		gauge(c.tenantQuota, t.Quota, l...)
 		gauge(c.tenantDuty, t.Duty, l...)
 		gauge(c.tenantThrottled, b2f(t.Throttled), l...)
 		gauge(c.tenantProtected, b2f(t.Protected), l...)
 		gauge(c.tenantScore, t.Score, l...)
-		seenEvent := make(map[string]bool, len(t.Counters))
-		for ev, v := range t.Counters {
+		seenEvent := make(map[string]bool, len(t.PerfEvents))
+		for ev, v := range t.PerfEvents {
 			// Distinct map keys can collide once invalid UTF-8 is replaced.
 			lev := label(ev)
 			if seenEvent[lev] {
 				continue
 			}
 			seenEvent[lev] = true
-			gauge(c.tenantEventRate, v, append(l, lev)...)
+			counter(c.tenantPerfEvents, v, append(l, lev)...)
 		}
 	}
 
@@ -190,8 +200,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		} else {
 			seenProbe[k] = true
 		}
-		gauge(c.probeLatency, p.LatencyNs, l...)
-		gauge(c.probeBaseline, p.BaselineNs, l...)
+		gauge(c.probeLatency, p.LatencyNs/1e9, l...)
+		gauge(c.probeBaseline, p.BaselineNs/1e9, l...)
 		gauge(c.probeRatio, p.Ratio, l...)
 	}
 
@@ -206,7 +216,6 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counters(ch, c.proofsTotal, s.ProofsTotal, "polluter", "innocent", "aborted")
 	gauge(c.proofInProgress, b2f(s.Proof != nil))
 	gauge(c.perfFDs, float64(s.PerfFDs))
-	gauge(c.intervalCPU, s.IntervalCPU)
 	gauge(c.interval, s.Interval)
 	if !s.Time.IsZero() {
 		gauge(c.lastUpdate, float64(s.Time.UnixNano())/1e9)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -54,12 +55,15 @@ func sampleState() State {
 				CPU: 3.9, ThrottledRatio: 0, RunDelay: 0.25, PSI: 0.1,
 				Counters: map[string]float64{"bus_locks": 250000, "cycles": 9.5e9, "instructions": 2.1e9},
 				Quota:    2, Throttled: true, Duty: 0.5, Score: 0.92,
+				CPUSeconds: 1234.5, ThrottledSeconds: 61.25, RunDelaySeconds: 80, PSISomeSeconds: ptrTo(12.5),
+				PerfEvents: map[string]float64{"bus_locks": 3.5e6, "cycles": 2e12},
 			},
 			{
 				ID: "pod:web-1/app", Kind: "container", Name: "web-1/app", CPUs: "4-7",
 				CPU: 1.5, ThrottledRatio: 0.05, RunDelay: 0.75, PSI: 0.3,
 				Counters: map[string]float64{"cycles": 4e9, "instructions": 6e9},
 				Duty:     1, Protected: true,
+				CPUSeconds: 600, ThrottledSeconds: 0.5, RunDelaySeconds: 2.25,
 			},
 		},
 		Probes: []ProbeState{
@@ -87,15 +91,12 @@ crosstalk_actions_total{kind="relax"} 0
 crosstalk_actions_total{kind="release"} 0
 crosstalk_actions_total{kind="throttle"} 1
 crosstalk_actions_total{kind="tighten"} 0
-# HELP crosstalk_agent_interval_cpu_seconds CPU time the agent itself used during its last interval, in seconds.
-# TYPE crosstalk_agent_interval_cpu_seconds gauge
-crosstalk_agent_interval_cpu_seconds 0.0125
 # HELP crosstalk_agent_interval_seconds Length of the agent's sampling interval, in seconds.
 # TYPE crosstalk_agent_interval_seconds gauge
 crosstalk_agent_interval_seconds 1
-# HELP crosstalk_build_info Always 1; the labels say which crosstalk build is running.
+# HELP crosstalk_build_info Always 1; the labels say which crosstalk build is running and the Go version that built it.
 # TYPE crosstalk_build_info gauge
-crosstalk_build_info{commit="abc123",version="v0.4.0"} 1
+crosstalk_build_info{commit="abc123",goversion="GOVERSION",version="v0.4.0"} 1
 # HELP crosstalk_contention 1 if the judge found contention on shared hardware in the last interval, else 0.
 # TYPE crosstalk_contention gauge
 crosstalk_contention 1
@@ -120,14 +121,14 @@ crosstalk_perf_fds 12
 # HELP crosstalk_pmu 1 if hardware performance counters are in use, 0 if the canary probes are the only contention signal.
 # TYPE crosstalk_pmu gauge
 crosstalk_pmu 1
-# HELP crosstalk_probe_baseline_ns Quiet baseline latency of the canary probe, in nanoseconds per operation.
-# TYPE crosstalk_probe_baseline_ns gauge
-crosstalk_probe_baseline_ns{domain="0",probe="llc"} 10
-crosstalk_probe_baseline_ns{domain="0",probe="lock"} 200
-# HELP crosstalk_probe_latency_ns Latest latency of a canary probe on an L3 domain, in nanoseconds per operation.
-# TYPE crosstalk_probe_latency_ns gauge
-crosstalk_probe_latency_ns{domain="0",probe="llc"} 12
-crosstalk_probe_latency_ns{domain="0",probe="lock"} 500
+# HELP crosstalk_probe_baseline_seconds Quiet baseline latency of the canary probe, in seconds per operation.
+# TYPE crosstalk_probe_baseline_seconds gauge
+crosstalk_probe_baseline_seconds{domain="0",probe="llc"} 1e-08
+crosstalk_probe_baseline_seconds{domain="0",probe="lock"} 2e-07
+# HELP crosstalk_probe_latency_seconds Latest latency of a canary probe on an L3 domain, in seconds per operation.
+# TYPE crosstalk_probe_latency_seconds gauge
+crosstalk_probe_latency_seconds{domain="0",probe="llc"} 1.2e-08
+crosstalk_probe_latency_seconds{domain="0",probe="lock"} 5e-07
 # HELP crosstalk_probe_ratio Canary probe latency divided by its quiet baseline (1 = quiet; higher = contended).
 # TYPE crosstalk_probe_ratio gauge
 crosstalk_probe_ratio{domain="0",probe="llc"} 1.2
@@ -140,37 +141,33 @@ crosstalk_proof_in_progress 1
 crosstalk_proofs_total{result="aborted"} 0
 crosstalk_proofs_total{result="innocent"} 2
 crosstalk_proofs_total{result="polluter"} 1
-# HELP crosstalk_tenant_cpu_cores CPU time the tenant used per second over the last interval, in cores (1 = one full CPU).
-# TYPE crosstalk_tenant_cpu_cores gauge
-crosstalk_tenant_cpu_cores{kind="container",name="web-1/app",tenant="pod:web-1/app"} 1.5
-crosstalk_tenant_cpu_cores{kind="vm",name="noisy",tenant="vm:noisy"} 3.9
+# HELP crosstalk_tenant_cpu_seconds_total CPU time the tenant's cgroup used since crosstalk first saw it, in seconds (rate() gives cores).
+# TYPE crosstalk_tenant_cpu_seconds_total counter
+crosstalk_tenant_cpu_seconds_total{kind="container",name="web-1/app",tenant="pod:web-1/app"} 600
+crosstalk_tenant_cpu_seconds_total{kind="vm",name="noisy",tenant="vm:noisy"} 1234.5
 # HELP crosstalk_tenant_duty_ratio Fraction (0-1) of its CPUs crosstalk lets the tenant use (1 = not throttled by crosstalk).
 # TYPE crosstalk_tenant_duty_ratio gauge
 crosstalk_tenant_duty_ratio{kind="container",name="web-1/app",tenant="pod:web-1/app"} 1
 crosstalk_tenant_duty_ratio{kind="vm",name="noisy",tenant="vm:noisy"} 0.5
-# HELP crosstalk_tenant_event_rate Per-second rate of a perf event counted for the tenant over the last interval (events/s), e.g. cycles, instructions, llc_misses, bus_locks.
-# TYPE crosstalk_tenant_event_rate gauge
-crosstalk_tenant_event_rate{event="bus_locks",kind="vm",name="noisy",tenant="vm:noisy"} 250000
-crosstalk_tenant_event_rate{event="cycles",kind="container",name="web-1/app",tenant="pod:web-1/app"} 4e+09
-crosstalk_tenant_event_rate{event="cycles",kind="vm",name="noisy",tenant="vm:noisy"} 9.5e+09
-crosstalk_tenant_event_rate{event="instructions",kind="container",name="web-1/app",tenant="pod:web-1/app"} 6e+09
-crosstalk_tenant_event_rate{event="instructions",kind="vm",name="noisy",tenant="vm:noisy"} 2.1e+09
+# HELP crosstalk_tenant_perf_events_total Perf events counted for the tenant (bus_locks, llc_misses, cycles, instructions, context_switches, ...), summed over the intervals it was counted in: where the perf fd budget leaves it uncounted, nothing is added.
+# TYPE crosstalk_tenant_perf_events_total counter
+crosstalk_tenant_perf_events_total{event="bus_locks",kind="vm",name="noisy",tenant="vm:noisy"} 3.5e+06
+crosstalk_tenant_perf_events_total{event="cycles",kind="vm",name="noisy",tenant="vm:noisy"} 2e+12
 # HELP crosstalk_tenant_protected 1 if the tenant is protected (crosstalk never throttles it), else 0.
 # TYPE crosstalk_tenant_protected gauge
 crosstalk_tenant_protected{kind="container",name="web-1/app",tenant="pod:web-1/app"} 1
 crosstalk_tenant_protected{kind="vm",name="noisy",tenant="vm:noisy"} 0
-# HELP crosstalk_tenant_psi_cpu_some_ratio CPU pressure of the tenant's cgroup: fraction (0-1) of the last interval in which at least one of its tasks waited for a CPU (PSI cpu some).
-# TYPE crosstalk_tenant_psi_cpu_some_ratio gauge
-crosstalk_tenant_psi_cpu_some_ratio{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0.3
-crosstalk_tenant_psi_cpu_some_ratio{kind="vm",name="noisy",tenant="vm:noisy"} 0.1
+# HELP crosstalk_tenant_psi_cpu_some_seconds_total CPU pressure stall time of the tenant's cgroup: time in which at least one of its tasks waited for a CPU (PSI cpu some total), in seconds; absent without PSI.
+# TYPE crosstalk_tenant_psi_cpu_some_seconds_total counter
+crosstalk_tenant_psi_cpu_some_seconds_total{kind="vm",name="noisy",tenant="vm:noisy"} 12.5
 # HELP crosstalk_tenant_quota_cpus The tenant's CPU quota now, in CPUs (0 = unlimited).
 # TYPE crosstalk_tenant_quota_cpus gauge
 crosstalk_tenant_quota_cpus{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0
 crosstalk_tenant_quota_cpus{kind="vm",name="noisy",tenant="vm:noisy"} 2
-# HELP crosstalk_tenant_run_delay_seconds_per_second Seconds per second the tenant's threads (vCPUs for VMs) waited runnable for a CPU, summed over its threads; a rate over the last window its threads were read in (up to 5 s: they are read in turns).
-# TYPE crosstalk_tenant_run_delay_seconds_per_second gauge
-crosstalk_tenant_run_delay_seconds_per_second{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0.75
-crosstalk_tenant_run_delay_seconds_per_second{kind="vm",name="noisy",tenant="vm:noisy"} 0.25
+# HELP crosstalk_tenant_run_delay_seconds_total Time the tenant's threads (vCPUs for VMs) waited runnable for a CPU, summed over its threads, in seconds; its threads are read in turns on a busy host (up to 5 s apart).
+# TYPE crosstalk_tenant_run_delay_seconds_total counter
+crosstalk_tenant_run_delay_seconds_total{kind="container",name="web-1/app",tenant="pod:web-1/app"} 2.25
+crosstalk_tenant_run_delay_seconds_total{kind="vm",name="noisy",tenant="vm:noisy"} 80
 # HELP crosstalk_tenant_suspect_score The judge's suspect score for the tenant this interval (0 = not suspected; higher = more likely the polluter).
 # TYPE crosstalk_tenant_suspect_score gauge
 crosstalk_tenant_suspect_score{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0
@@ -179,10 +176,10 @@ crosstalk_tenant_suspect_score{kind="vm",name="noisy",tenant="vm:noisy"} 0.92
 # TYPE crosstalk_tenant_throttled_by_crosstalk gauge
 crosstalk_tenant_throttled_by_crosstalk{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0
 crosstalk_tenant_throttled_by_crosstalk{kind="vm",name="noisy",tenant="vm:noisy"} 1
-# HELP crosstalk_tenant_throttled_ratio Fraction (0-1) of the last interval in which the tenant's CPU quota held it back (any quota, not only crosstalk's).
-# TYPE crosstalk_tenant_throttled_ratio gauge
-crosstalk_tenant_throttled_ratio{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0.05
-crosstalk_tenant_throttled_ratio{kind="vm",name="noisy",tenant="vm:noisy"} 0
+# HELP crosstalk_tenant_throttled_seconds_total Time the tenant's CPU quota held it back (any quota, not only crosstalk's), in seconds, since crosstalk first saw it.
+# TYPE crosstalk_tenant_throttled_seconds_total counter
+crosstalk_tenant_throttled_seconds_total{kind="container",name="web-1/app",tenant="pod:web-1/app"} 0.5
+crosstalk_tenant_throttled_seconds_total{kind="vm",name="noisy",tenant="vm:noisy"} 61.25
 # HELP crosstalk_tenants Number of tenants (VMs and containers) the agent watches.
 # TYPE crosstalk_tenants gauge
 crosstalk_tenants 2
@@ -192,7 +189,8 @@ func TestMetricsGolden(t *testing.T) {
 	src := &fakeSource{}
 	src.set(sampleState())
 	c := newStateCollector(src, "v0.4.0", "abc123")
-	if err := testutil.CollectAndCompare(c, strings.NewReader(goldenMetrics)); err != nil {
+	want := strings.ReplaceAll(goldenMetrics, "GOVERSION", runtime.Version())
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -201,11 +199,11 @@ func TestMetricsBeforeFirstState(t *testing.T) {
 	src := &fakeSource{}
 	c := newStateCollector(src, "dev", "unknown")
 	const want = `
-# HELP crosstalk_build_info Always 1; the labels say which crosstalk build is running.
+# HELP crosstalk_build_info Always 1; the labels say which crosstalk build is running and the Go version that built it.
 # TYPE crosstalk_build_info gauge
-crosstalk_build_info{commit="unknown",version="dev"} 1
+crosstalk_build_info{commit="unknown",goversion="GOVERSION",version="dev"} 1
 `
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(strings.ReplaceAll(want, "GOVERSION", runtime.Version()))); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -235,8 +233,8 @@ func TestMetricsVanishedTenant(t *testing.T) {
 		}
 		return n
 	}
-	if n := count("vm:noisy"); n != 9+3 { // 9 per-tenant gauges + 3 event rates
-		t.Fatalf("vm:noisy before: %d series, want 12", n)
+	if n := count("vm:noisy"); n != 9+2 { // 9 per-tenant series (PSI among them) + 2 perf events
+		t.Fatalf("vm:noisy before: %d series, want 11", n)
 	}
 
 	s2 := sampleState()
@@ -245,8 +243,8 @@ func TestMetricsVanishedTenant(t *testing.T) {
 	if n := count("vm:noisy"); n != 0 {
 		t.Errorf("vm:noisy after it left: %d series, want 0", n)
 	}
-	if n := count("pod:web-1/app"); n != 9+2 {
-		t.Errorf("pod:web-1/app: %d series, want 11", n)
+	if n := count("pod:web-1/app"); n != 8 { // no PSI, no perf events
+		t.Errorf("pod:web-1/app: %d series, want 8", n)
 	}
 	if got := testutil.CollectAndCount(newStateCollector(src, "", ""), "crosstalk_tenants"); got != 1 {
 		t.Errorf("crosstalk_tenants: %d series", got)
@@ -265,7 +263,7 @@ func TestMetricsRegistry(t *testing.T) {
 	for _, mf := range mfs {
 		names[mf.GetName()] = true
 	}
-	for _, want := range []string{"crosstalk_build_info", "crosstalk_tenant_cpu_cores", "go_goroutines", "process_cpu_seconds_total"} {
+	for _, want := range []string{"crosstalk_build_info", "crosstalk_tenant_cpu_seconds_total", "go_goroutines", "process_cpu_seconds_total"} {
 		if !names[want] {
 			t.Errorf("registry lacks %s", want)
 		}
@@ -276,11 +274,6 @@ func TestMetricsRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range problems {
-		// The probe metrics keep "_ns" on purpose: nanoseconds are the
-		// probes' natural unit and the name the dashboards use.
-		if strings.HasSuffix(p.Metric, "_ns") && strings.Contains(p.Text, "abbreviated units") {
-			continue
-		}
 		if strings.HasPrefix(p.Metric, "crosstalk_") {
 			t.Errorf("lint: %s: %s", p.Metric, p.Text)
 		}
@@ -293,7 +286,7 @@ func TestMetricsDuplicatesAndBadUTF8(t *testing.T) {
 	s := sampleState()
 	dup := s.Tenants[0]
 	dup.Name = "noisy again"
-	s.Tenants = append(s.Tenants, dup, TenantState{ID: "ct:\xff", Kind: "container", Name: "bad\xfename", Counters: map[string]float64{"a\xff": 1, "a\xfe": 2}})
+	s.Tenants = append(s.Tenants, dup, TenantState{ID: "ct:\xff", Kind: "container", Name: "bad\xfename", PerfEvents: map[string]float64{"a\xff": 1, "a\xfe": 2}})
 	s.Probes = append(s.Probes, s.Probes[0])
 	s.ActionsTotal["throttle\xff"] = 4
 	s.ActionsTotal["throttle\xfe"] = 5
@@ -305,8 +298,8 @@ func TestMetricsDuplicatesAndBadUTF8(t *testing.T) {
 	if got := testutil.CollectAndCount(newStateCollector(src, "", ""), "crosstalk_tenants"); got != 1 {
 		t.Errorf("crosstalk_tenants: %d series", got)
 	}
-	if got := testutil.CollectAndCount(newStateCollector(src, "", ""), "crosstalk_tenant_cpu_cores"); got != 3 {
-		t.Errorf("crosstalk_tenant_cpu_cores: %d series, want 3", got)
+	if got := testutil.CollectAndCount(newStateCollector(src, "", ""), "crosstalk_tenant_cpu_seconds_total"); got != 3 {
+		t.Errorf("crosstalk_tenant_cpu_seconds_total: %d series, want 3", got)
 	}
 }
 

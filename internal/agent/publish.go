@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"maps"
 	"slices"
 	"syscall"
 	"time"
@@ -27,6 +28,7 @@ func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, 
 	for k, n := range a.proofs {
 		st.ProofsTotal[k] = n
 	}
+	present := presentOf(samples)
 	scores := map[string]float64{}
 	for _, r := range ranked {
 		scores[r.ID] = r.Score
@@ -57,7 +59,18 @@ func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, 
 				}
 			}
 		}
+		ts.CPUSeconds, ts.ThrottledSeconds, ts.RunDelaySeconds = s.stats.Usage.Seconds(), s.stats.Throttled.Seconds(), s.stats.RunDelay.Seconds()
+		if s.stats.HasPSI {
+			psi := s.stats.PSISome.Seconds()
+			ts.PSISomeSeconds = &psi
+		}
+		ts.PerfEvents = a.countPerfEvents(s)
 		st.Tenants = append(st.Tenants, ts)
+	}
+	for id := range a.perfTotals {
+		if _, ok := present[id]; !ok {
+			delete(a.perfTotals, id)
+		}
 	}
 	for _, r := range a.cont.Rate(readings) {
 		st.Probes = append(st.Probes, ProbeState{Domain: r.Domain, CPU: r.CPU, Kind: r.Kind, LatencyNs: r.Ns, BaselineNs: r.Baseline, Ratio: r.Ratio})
@@ -83,4 +96,30 @@ func selfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// countPerfEvents adds the tenant's perf event rates over the interval they
+// cover to its running totals and returns a copy of the totals (nil if it
+// was never counted). task_clock is CPU time, which the cgroup's usage
+// counts already.
+func (a *Agent) countPerfEvents(s sample) map[string]float64 {
+	tot := a.perfTotals[s.t.ID]
+	if len(s.counters) > 0 && s.dt > 0 {
+		if tot == nil {
+			tot = make(map[string]float64, len(s.counters))
+			if a.perfTotals == nil {
+				a.perfTotals = map[string]map[string]float64{}
+			}
+			a.perfTotals[s.t.ID] = tot
+		}
+		for ev, rate := range s.counters {
+			if ev != sense.EventTaskClock && rate > 0 {
+				tot[ev] += rate * s.dt
+			}
+		}
+	}
+	if len(tot) == 0 {
+		return nil
+	}
+	return maps.Clone(tot)
 }

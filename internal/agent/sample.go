@@ -20,6 +20,10 @@ type sample struct {
 	delay    float64
 	counters map[string]float64
 	fresh    bool // has rates (seen before)
+	// dt is the seconds the rates cover (since the tenant's last sample);
+	// stats are its cumulative readings, which the metrics export as counters.
+	dt    float64
+	stats sense.TenantStats
 	// waitUsage and waitDelay are CPU use and run delay over one window
 	// (since the run delay was last read: an interval, or a turn of up to
 	// 5 s on a busy host), for the CPU-wait judge's stretch; waitFresh says
@@ -98,10 +102,10 @@ func (a *Agent) sampleTenants(tenants []sense.Tenant) []sample {
 			continue // vanished mid-sample, or unreadable this time
 		}
 		seen[t.ID] = true
-		s := sample{t: t}
+		s := sample{t: t, stats: st}
 		if p, ok := a.prev[t.ID]; ok {
 			if dt := st.At.Sub(p.At).Seconds(); dt > 0 {
-				s.fresh = true
+				s.fresh, s.dt = true, dt
 				s.usage = max(0, (st.Usage-p.Usage).Seconds()/dt)
 				s.thrRatio = max(0, (st.Throttled-p.Throttled).Seconds()/dt)
 				// Run delay is read in turns (sense.CgroupStats.RunDelayEvery):

@@ -83,9 +83,23 @@ type TenantState struct {
 	RunDelay float64 `json:"run_delay"`
 	// PSI is cpu "some" pressure: fraction of time at least one task waited.
 	PSI float64 `json:"psi_cpu_some"`
+	// CPUSeconds, ThrottledSeconds and RunDelaySeconds are the cumulative
+	// CPU time, time held back by its CPU quota (any quota) and time its
+	// threads waited for a CPU, in seconds, since crosstalk first saw it;
+	// PSISomeSeconds is the cumulative cpu "some" pressure stall time (nil
+	// without PSI). The metrics export them as counters.
+	CPUSeconds       float64  `json:"cpu_seconds_total"`
+	ThrottledSeconds float64  `json:"throttled_seconds_total"`
+	RunDelaySeconds  float64  `json:"run_delay_seconds_total"`
+	PSISomeSeconds   *float64 `json:"psi_cpu_some_seconds_total,omitempty"`
 	// Counters are per-second rates of perf events (cycles, instructions,
 	// llc_misses, bus_locks, context_switches, …) when counted this interval.
 	Counters map[string]float64 `json:"counters,omitempty"`
+	// PerfEvents are the perf events counted for it, summed over the
+	// intervals it was counted in (an undercount where the fd budget or
+	// multiplexing left it uncounted); task_clock is left out, CPUSeconds
+	// has it.
+	PerfEvents map[string]float64 `json:"perf_events_total,omitempty"`
 	// Quota is the CPU quota in CPUs now (0 = unlimited).
 	Quota float64 `json:"quota"`
 	// Throttled says crosstalk is holding it to a reduced duty; Duty is the

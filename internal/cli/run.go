@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/nodesignal"
@@ -21,6 +22,7 @@ func newRunCmd(g *globals) *cobra.Command {
 		configFile string
 		dryRun     bool
 		listen     string
+		webConfig  string
 		stateDir   string
 		interval   time.Duration
 		cpuProfile string
@@ -53,7 +55,9 @@ nothing.
 
 Metrics (Prometheus) and the state API are served on 127.0.0.1:9477 by default
 (/metrics, /api/state, /healthz); 'crosstalk top' shows them live. Keep the
-listener on localhost unless a firewall or an authenticating proxy protects it.
+listener on localhost unless a firewall or an authenticating proxy protects it,
+or give --web.config.file (TLS and basic auth, as Prometheus exporters take
+it); --web.listen-address is another name for --listen.
 
 SIGHUP reloads the --config file: an invalid one changes nothing (the log says
 why); otherwise interval, max_throttled, protect (a newly protected tenant is
@@ -94,6 +98,9 @@ docs/configuration.md for the configuration file (unknown keys are rejected).`,
 				if flags.Changed("listen") {
 					c.Listen = listen
 				}
+				if flags.Changed("web.config.file") {
+					c.WebConfigFile = webConfig
+				}
 				if flags.Changed("state-dir") {
 					c.StateDir = stateDir
 				}
@@ -119,8 +126,8 @@ docs/configuration.md for the configuration file (unknown keys are rejected).`,
 				return err
 			}
 			defer lock.Unlock()
-			if host, ok := agent.ExposedListen(cfg.Listen); ok {
-				log.Warn("LISTENING BEYOND LOCALHOST: /metrics and /api/state are open to anyone who can reach "+host+"; keep it behind a firewall or an authenticating proxy", "listen", cfg.Listen)
+			if host, ok := agent.ExposedListen(cfg.Listen); ok && cfg.WebConfigFile == "" {
+				log.Warn("LISTENING BEYOND LOCALHOST: /metrics and /api/state are open to anyone who can reach "+host+"; keep it behind a firewall or an authenticating proxy, or give --web.config.file", "listen", cfg.Listen)
 			}
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
@@ -174,7 +181,7 @@ docs/configuration.md for the configuration file (unknown keys are rejected).`,
 				reg := agent.NewRegistry(a, g.build.Version, g.build.Commit)
 				reg.MustRegister(sig, safety)
 				go func() {
-					errc <- agent.Serve(ctx, cfg.Listen, agent.CheckHost(cfg.Listen, agent.Handler(a, reg)), log)
+					errc <- agent.Serve(ctx, cfg.Listen, cfg.WebConfigFile, agent.CheckHost(cfg.Listen, agent.Handler(a, reg)), log)
 				}()
 			}
 			// systemd (Type=notify): ready after the first interval, the
@@ -212,7 +219,15 @@ docs/configuration.md for the configuration file (unknown keys are rejected).`,
 	}
 	cmd.Flags().StringVar(&configFile, "config", "", "YAML configuration `FILE` (unknown keys are rejected)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "judge and journal, but write nothing to any cgroup")
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9477", "address for /metrics and /api/state, or \"off\"")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9477", "address for /metrics and /api/state, or \"off\" (also --web.listen-address)")
+	cmd.Flags().StringVar(&webConfig, "web.config.file", "", "exporter-toolkit web configuration `FILE` for the listener: TLS and basic auth (https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuration.md)")
+	// Prometheus exporters call the listen address --web.listen-address.
+	cmd.Flags().SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "web.listen-address" {
+			name = "listen"
+		}
+		return pflag.NormalizedName(name)
+	})
 	cmd.Flags().StringVar(&stateDir, "state-dir", "/var/lib/crosstalk", "directory for the restore state file and the journal")
 	cmd.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "sampling interval")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the agent to `FILE` (for overhead investigations)")

@@ -77,3 +77,21 @@ func TestRunRestoresWhatAKilledAgentLeft(t *testing.T) {
 		}
 	}
 }
+
+// --web.listen-address is --listen under the name Prometheus exporters
+// use, and --web.config.file is checked before anything starts.
+func TestRunWebFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--web.listen-address", "127.0.0.1:99999"}, `listen: "127.0.0.1:99999": port "99999" outside 0-65535`},
+		{[]string{"--listen", "127.0.0.1:70000"}, `listen: "127.0.0.1:70000": port "70000" outside 0-65535`},
+		{[]string{"--web.config.file", filepath.Join(t.TempDir(), "absent.yml")}, "web_config_file: "},
+	} {
+		_, _, err := run(t, append([]string{"run", "--root", tree("dev-epyc-vm")}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("run %v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
