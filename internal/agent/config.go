@@ -11,13 +11,14 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/prometheus/exporter-toolkit/web"
 	"math"
 	"os"
 	"path"
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/prometheus/exporter-toolkit/web"
 
 	"go.yaml.in/yaml/v3"
 
