@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-
 	"math"
 	"os"
 	"path"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/prometheus/exporter-toolkit/web"
-
 	"go.yaml.in/yaml/v3"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
