@@ -104,7 +104,7 @@ const (
 )
 
 // kinds are the journal kinds explain tells in words of their own.
-var kinds = []string{"start", "stop", "restore", "unowned", "error", "detection", "proof", "proof-free",
+var kinds = []string{"start", "stop", "reload", "restore", "unowned", "error", "detection", "proof", "proof-free",
 	"throttle", "tighten", "relax", "release", "isolate"}
 
 // Knows says whether explain has words for a journal kind (others are told

@@ -455,3 +455,20 @@ func TestLongLines(t *testing.T) {
 		t.Errorf("long line: %v, %+v", err, r)
 	}
 }
+
+// A configuration reload is told with what it changed.
+func TestReload(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "journal.jsonl")
+	writeJournal(t, p, []act.Event{{Time: at(0), Kind: "reload", Detail: "applied: interval; need a restart: none; released: none"}})
+	r, err := Explain(p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := Render(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "configuration reloaded: applied: interval") {
+		t.Errorf("reload told as:\n%s", b.String())
+	}
+}

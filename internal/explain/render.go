@@ -68,6 +68,8 @@ func sentence(e *Entry) string {
 		s = "agent stopped"
 	case e.Kind == "restore":
 		s = "agent restored at start-up: " + e.Reason
+	case e.Kind == "reload":
+		s = "configuration reloaded: " + e.Reason
 	case e.Kind == "unowned":
 		s = fmt.Sprintf("%s is at a crosstalk-shaped quota no state covers (not taken for its original): %s", who, e.Reason)
 	case e.Kind == "error" && who == "":
