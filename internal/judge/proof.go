@@ -49,10 +49,11 @@ type ProofConfig struct {
 	// that one's bound).
 	Alpha float64 `yaml:"alpha" json:"alpha"`
 	// Effect is the part of the contention, in log-ratio, that a trial
-	// must see the cap remove, beyond a dead zone of 12% of it, to count in
-	// full (default 0.3: with contention at 4×, the freed slot's level
-	// 1.68× the capped one's; a split-lock polluter sharing its CPU showed
-	// in about a third of a freed slot's readings on the dev VM). A
+	// must see the cap remove, beyond a dead zone (12% of it, at most a
+	// drop of 15%), to count in full (default 0.25: with contention at 4×,
+	// the freed slot's level 1.65× the capped one's; a split-lock polluter
+	// sharing its CPU showed in a third to a sixth of a freed slot's
+	// readings on the dev VM). A
 	// trial that sees less counts in proportion, so a tenant whose cap
 	// moves the probe a little is acquitted (see futile) before it can be
 	// convicted for a contention it does not cause.
@@ -78,7 +79,7 @@ func (c *ProofConfig) Fill() {
 		c.Alpha = 0.01
 	}
 	if c.Effect == 0 {
-		c.Effect = 0.3
+		c.Effect = 0.25
 	}
 	if c.Bet == 0 {
 		c.Bet = 0.8
@@ -197,7 +198,7 @@ func NewProofCarry(cfg ProofConfig, before float64, now time.Time, seed uint64, 
 	}
 	l := math.Log(before)
 	p := &Proof{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), before: before,
-		margin: max(cfg.Effect*l, minMargin), quiet: math.Log(min(1+(before-1)/3, quietRatio)), ceil: l + math.Ln2, dead: deadZone * l,
+		margin: max(cfg.Effect*l, minMargin), quiet: math.Log(min(1+(before-1)/3, quietRatio)), ceil: l + math.Ln2, dead: min(deadZone*l, maxDead),
 		start: now, from: now, evidence: carry}
 	p.trials = append(p.trials, Trial{CappedFirst: p.rng.IntN(2) == 0})
 	return p
@@ -370,6 +371,12 @@ func futile(sum float64, n int) bool { return sum <= 0.25*float64(n)-0.5 }
 // deadZone is the part of the contention, in log-ratio, a trial's drop
 // must exceed to count at all.
 const deadZone = 0.12
+
+// maxDead caps the dead zone at a cap that lowers the probe by 10%: with
+// strong contention (7×, the split-lock storms) a polluter that shows in a
+// sixth of the readings drops a slot's level by a third of a log, which a
+// dead zone of 12% of the log-ratio (0.24) would all but swallow.
+const maxDead = 0.1398 // log 1.15
 
 // futileScore is the score at or under which a trial counts as failed.
 const futileScore = 0.1

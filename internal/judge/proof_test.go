@@ -137,8 +137,11 @@ func TestProofFalseConvictionBound(t *testing.T) {
 // bursts); capped slots read 1.0-1.1× (36 readings of 36), but a reading
 // may now and then fall in the 1 ms a CFS period the capped polluter runs.
 // A tenant whose cap does move the probe, by a tenth of the contention
-// (log-ratio; its own footprint, say), is not covered by the bound but by
-// the dead zone and the futility stop: it is convicted rarely.
+// (log-ratio; its own footprint, say: 15% at 4×), is not covered by the
+// bound but by the dead zone and the futility stop: it is convicted rarely,
+// in at most 2.5% of proofs under this bursty noise. (The price of the
+// dead zone's cap at 15%, which lets a polluter showing in a sixth of the
+// readings of a 7× storm count: TestProofConvictsPolluters.)
 func TestProofSmallEffect(t *testing.T) {
 	cfg := ProofConfig{}
 	cfg.Fill()
@@ -148,18 +151,12 @@ func TestProofSmallEffect(t *testing.T) {
 		n := &noise{rng: rand.New(rand.NewPCG(seed, 9)), sigma: 0.2, burst: 4, on: 0.9}
 		return capLowers(n.at, math.Exp(-shift))
 	})
-	if rate > cfg.Alpha {
-		t.Errorf("small effect convicted %d of %d (%.4f), want at most %.2f", convicted, runs, rate, cfg.Alpha)
+	if rate > 0.025 {
+		t.Errorf("small effect convicted %d of %d (%.4f), want at most 2.5%%", convicted, runs, rate)
 	}
 	t.Logf("small effect convicted %d of %d", convicted, runs)
 }
 
-// Seen on the dev VM: contention at 1.6× on the LLC probe of the CPU a
-// busy victim runs on; capping the victim there lowers the probe by a fifth
-// every time (its own cache footprint). That is a real effect of its cap on
-// that probe, and the proof convicts it: which is why the agent never reads
-// a proof on a CPU its suspect runs on (proofCPU). Read on another CPU, the
-// footprint is not there, and the same tenant is the null case above.
 func TestProofConvictsAFootprintOnItsOwnCPU(t *testing.T) {
 	cfg := ProofConfig{}
 	cfg.Fill()
@@ -193,6 +190,11 @@ func TestProofConvictsPolluters(t *testing.T) {
 		// takes longer but still convicts.
 		{"burstier still", 5, 1.1, 0.3, 0.7, 0.005, 0.95},
 		{"moderate contention", 2, 1.05, 0.1, 0.05, 0.005, 0.95},
+		// A 7× storm showing in one reading of six (a split-lock polluter
+		// sharing its CPU with a busy service, as the host stalls its
+		// vCPU): most proofs convict, the rest end inconclusive and the
+		// agent proves it again from their evidence.
+		{"sparse storm", 7, 1.05, 0.2, 5.0 / 6, 0.005, 0.5},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
