@@ -57,7 +57,7 @@ install: build
 	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" SYSCONFDIR="$(SYSCONFDIR)" LOCALSTATEDIR="$(LOCALSTATEDIR)" \
 	SYSTEMDUNITDIR="$(SYSTEMDUNITDIR)" SRC_BIN="$(BIN)" SRC_UNIT=deploy/systemd/crosstalk.service \
 	SRC_CONFIG=examples/crosstalk.yaml SRC_MODULES=packaging/modules-load.conf \
-	SRC_DOCS="README.md CHANGELOG.md deploy/README.md" scripts/install.sh
+	SRC_DOCS="README.md CHANGELOG.md deploy/README.md" SRC_DOCS_DIR=docs scripts/install.sh
 
 # `make release`: dist/crosstalk-VERSION-linux-ARCH.tar.gz with the static
 # binary, the unit, the default configuration, the Kubernetes manifests and

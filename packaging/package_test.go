@@ -56,6 +56,7 @@ func TestMakeInstall(t *testing.T) {
 		"usr/share/doc/crosstalk/README.md":     0o644,
 		"usr/share/doc/crosstalk/CHANGELOG.md":  0o644,
 		"usr/share/doc/crosstalk/DEPLOY.md":     0o644,
+		"usr/share/doc/crosstalk/docs/agent.md": 0o644,
 		"var/lib/crosstalk":                     os.ModeDir | 0o700,
 	} {
 		if got := mode(t, filepath.Join(dest, p)); got != want {
@@ -125,7 +126,7 @@ func TestReleaseTarball(t *testing.T) {
 		"kubernetes/daemonset.yaml", "kubernetes/rbac.yaml", "helm/crosstalk/Chart.yaml", "helm/crosstalk/templates/daemonset.yaml",
 		"monitoring/prometheus/crosstalk-rules.yml", "monitoring/prometheus/crosstalk-rules_test.yml",
 		"monitoring/grafana/crosstalk-host.json", "monitoring/grafana/crosstalk-fleet.json",
-		"README.md", "CHANGELOG.md", "deploy-README.md", "Containerfile",
+		"README.md", "CHANGELOG.md", "deploy-README.md", "Containerfile", "docs/agent.md", "docs/metrics.md",
 	} {
 		if !slices.Contains(list, name+"/"+want) {
 			t.Errorf("tarball lacks %s", want)
@@ -198,6 +199,7 @@ func TestDebianPackage(t *testing.T) {
 		"./etc/crosstalk/crosstalk.yaml":                                  "-rw-r--r-- root/root",
 		"./usr/lib/modules-load.d/crosstalk.conf":                         "-rw-r--r-- root/root",
 		"./usr/share/doc/crosstalk/README.md":                             "-rw-r--r-- root/root",
+		"./usr/share/doc/crosstalk/docs/lab.md":                           "-rw-r--r-- root/root",
 		"./usr/share/crosstalk/kubernetes/daemonset.yaml":                 "-rw-r--r-- root/root",
 		"./usr/share/crosstalk/helm/crosstalk/Chart.yaml":                 "-rw-r--r-- root/root",
 		"./usr/share/crosstalk/monitoring/grafana/crosstalk-fleet.json":   "-rw-r--r-- root/root",

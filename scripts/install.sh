@@ -20,6 +20,8 @@ SRC_UNIT=${SRC_UNIT:-$here/systemd/crosstalk.service}
 SRC_CONFIG=${SRC_CONFIG:-$here/crosstalk.yaml}
 SRC_MODULES=${SRC_MODULES:-$here/modules-load.d/crosstalk.conf}
 SRC_DOCS=${SRC_DOCS:-$here/README.md $here/CHANGELOG.md $here/deploy-README.md}
+# The README links into docs/: the pages go beside it, under the same name.
+SRC_DOCS_DIR=${SRC_DOCS_DIR:-$here/docs}
 STATE_DIR_MODE=${STATE_DIR_MODE:-0700}
 
 for f in "$SRC_BIN" "$SRC_UNIT" "$SRC_CONFIG" "$SRC_MODULES"; do
@@ -49,6 +51,12 @@ for d in $SRC_DOCS; do
   esac
   install -m 0644 "$d" "$DESTDIR$PREFIX/share/doc/crosstalk/$name"
 done
+if [ -d "$SRC_DOCS_DIR" ]; then
+  install -d -m 0755 "$DESTDIR$PREFIX/share/doc/crosstalk/docs"
+  for d in "$SRC_DOCS_DIR"/*.md; do
+    [ -f "$d" ] && install -m 0644 "$d" "$DESTDIR$PREFIX/share/doc/crosstalk/docs/$(basename "$d")"
+  done
+fi
 if [ "$STATE_DIR_MODE" != none ]; then
   install -d -m "$STATE_DIR_MODE" "$DESTDIR$LOCALSTATEDIR/lib/crosstalk"
 fi

@@ -58,6 +58,7 @@ tarball)
   cp scripts/install.sh "$root/install.sh"
   cp packaging/Containerfile "$root/Containerfile"
   cp README.md CHANGELOG.md "$root/"
+  mkdir -p "$root/docs" && cp docs/*.md "$root/docs/"
   cp deploy/README.md "$root/deploy-README.md"
   copy_assets "$root"
   chmod -R u=rwX,go=rX "$root"
@@ -73,7 +74,7 @@ deb)
   DESTDIR=$pkg PREFIX=/usr SYSCONFDIR=/etc LOCALSTATEDIR=/var SYSTEMDUNITDIR=/lib/systemd/system \
     STATE_DIR_MODE=none SRC_BIN=$bin SRC_UNIT=deploy/systemd/crosstalk.service \
     SRC_CONFIG=examples/crosstalk.yaml SRC_MODULES=packaging/modules-load.conf \
-    SRC_DOCS="README.md CHANGELOG.md deploy/README.md" scripts/install.sh >/dev/null
+    SRC_DOCS="README.md CHANGELOG.md deploy/README.md" SRC_DOCS_DIR=docs scripts/install.sh >/dev/null
   copy_assets "$pkg/usr/share/crosstalk"
   chmod -R u=rwX,go=rX "$pkg"
   chmod 0755 "$pkg/usr/bin/crosstalk"
