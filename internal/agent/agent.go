@@ -364,6 +364,10 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	start := time.Now()
 	tenants, err := a.d.Discoverer.Discover()
 	a.health.record(sensorDiscovery, time.Since(start), err)
+	if lh, ok := a.d.Discoverer.(libvirtHealth); ok {
+		took, err := lh.LibvirtHealth()
+		a.health.record(sensorLibvirt, took, err)
+	}
 	a.budgetRunDelay(tenants)
 	samples := a.sampleTenants(tenants)
 	if a.survey > 0 {

@@ -10,7 +10,8 @@ import (
 
 // The sensors the agent runs each interval, as the health metrics name them.
 const (
-	sensorDiscovery    = "discovery"     // the tenant walk (cgroups, libvirt)
+	sensorDiscovery    = "discovery"     // the tenant walk (cgroups)
+	sensorLibvirt      = "libvirt"       // libvirt's domain list, where VMs are enriched from it
 	sensorTenantStats  = "tenant_stats"  // every tenant's cgroup counters
 	sensorPerfCounters = "perf_counters" // per-tenant perf events (sync and read)
 	sensorProbe        = "probe"         // the canary probe, over the CPUs it ran on
@@ -18,6 +19,12 @@ const (
 	sensorResctrlSync  = "resctrl_sync"  // resctrl monitoring groups kept in step with the tenants
 	sensorResctrlRead  = "resctrl_read"  // resctrl monitoring data
 )
+
+// libvirtHealth is a discoverer that enriches VMs from libvirt
+// (sense.LibvirtDiscoverer): how its libvirt part fared in the last Discover.
+type libvirtHealth interface {
+	LibvirtHealth() (time.Duration, error)
+}
 
 // sensorHealth is how each sensor fared on its last attempt, and how often
 // it failed, as node_exporter reports its collectors: a sensor that fails

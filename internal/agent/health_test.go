@@ -139,7 +139,7 @@ crosstalk_sensor_errors_total{sensor="discovery"} 0
 crosstalk_sensor_errors_total{sensor="perf_counters"} 3
 crosstalk_sensor_errors_total{sensor="probe"} 0
 crosstalk_sensor_errors_total{sensor="tenant_stats"} 0
-# HELP crosstalk_sensor_success 1 if the sensor's last attempt worked, 0 if it failed (the log and the state API's sensors say why): discovery, tenant_stats, perf_counters, probe, power, resctrl_sync, resctrl_read.
+# HELP crosstalk_sensor_success 1 if the sensor's last attempt worked, 0 if it failed (the log and the state API's sensors say why): discovery, libvirt, tenant_stats, perf_counters, probe, power, resctrl_sync, resctrl_read.
 # TYPE crosstalk_sensor_success gauge
 crosstalk_sensor_success{sensor="discovery"} 1
 crosstalk_sensor_success{sensor="perf_counters"} 0
@@ -211,5 +211,44 @@ func TestSensorHealthTenantStats(t *testing.T) {
 	a.step(time.Now())
 	if s := sensorOf(t, a, sensorTenantStats); s.Success || s.Errors != 1 || !strings.Contains(s.LastError, "/lab/victim") {
 		t.Errorf("an unreadable tenant: %+v", s)
+	}
+}
+
+// libvirtWorld is the world's discovery enriched by a libvirt whose domain
+// list may be stale.
+type libvirtWorld struct {
+	*world
+	stale error
+}
+
+func (l *libvirtWorld) LibvirtHealth() (time.Duration, error) { return time.Millisecond, l.stale }
+
+// Where VMs are enriched from libvirt, a stale domain list is a failing
+// sensor; without libvirt there is no such sensor.
+func TestSensorHealthLibvirt(t *testing.T) {
+	w := newWorld(t)
+	w.running = false
+	hs := newHarness(t, w, testConfig(t.TempDir()), nil)
+	a := hs.agent
+	a.step(time.Now())
+	st, _ := a.Latest()
+	for _, s := range st.Sensors {
+		if s.Sensor == sensorLibvirt {
+			t.Fatalf("a libvirt sensor without libvirt: %+v", s)
+		}
+	}
+	lw := &libvirtWorld{world: w, stale: sense.ErrLibvirtStale}
+	a.d.Discoverer = lw
+	a.step(time.Now())
+	if s := sensorOf(t, a, sensorLibvirt); s.Success || s.Errors != 1 || s.DurationSeconds != 0.001 || s.LastError != sense.ErrLibvirtStale.Error() {
+		t.Errorf("stale libvirt: %+v", s)
+	}
+	if s := sensorOf(t, a, sensorDiscovery); !s.Success {
+		t.Errorf("the cgroup walk failed with libvirt: %+v", s)
+	}
+	lw.stale = nil
+	a.step(time.Now())
+	if s := sensorOf(t, a, sensorLibvirt); !s.Success || s.Errors != 1 {
+		t.Errorf("libvirt back: %+v", s)
 	}
 }

@@ -124,7 +124,7 @@ func newStateCollector(src StateSource, version, commit string) *stateCollector 
 			"1 if hardware performance counters are in use, 0 if the canary probes are the only contention signal."),
 
 		sensorSuccess: d("sensor_success",
-			"1 if the sensor's last attempt worked, 0 if it failed (the log and the state API's sensors say why): discovery, tenant_stats, perf_counters, probe, power, resctrl_sync, resctrl_read.", "sensor"),
+			"1 if the sensor's last attempt worked, 0 if it failed (the log and the state API's sensors say why): discovery, libvirt, tenant_stats, perf_counters, probe, power, resctrl_sync, resctrl_read.", "sensor"),
 		sensorDuration: d("sensor_duration_seconds",
 			"Time the sensor's last attempt took, in seconds.", "sensor"),
 		sensorErrors: d("sensor_errors_total",

@@ -173,8 +173,8 @@ type ActionRecord struct {
 
 // SensorState is how one sensor fared: on its last attempt, and in all.
 type SensorState struct {
-	// Sensor names it: discovery, tenant_stats, perf_counters, probe,
-	// power, resctrl_sync, resctrl_read.
+	// Sensor names it: discovery, libvirt, tenant_stats, perf_counters,
+	// probe, power, resctrl_sync, resctrl_read.
 	Sensor string `json:"sensor"`
 	// Success says its last attempt worked; DurationSeconds is what that
 	// attempt took.
