@@ -50,6 +50,8 @@ func (fullState) Latest() (agent.State, bool) {
 		Proof:        &agent.ProofState{Tenant: "/vm/a", Name: "a", Started: time.Now()},
 		ActionsTotal: map[string]uint64{"throttle": 1}, ProofsTotal: map[string]uint64{"polluter": 1},
 		IntervalCPU: 0.001, PerfFDs: 6,
+		Sensors: []agent.SensorState{{Sensor: "discovery", Success: true, DurationSeconds: 0.002},
+			{Sensor: "probe", DurationSeconds: 0.001, Errors: 2, LastError: "cpu 1: no such device"}},
 		Hardware: &agent.HardwareState{
 			BusLocks: &judge.BusLockStatus{HostRate: 120000, Share: 56000, Dirty: 1},
 			Permits:  []judge.PermitStatus{{Tenant: "/vm/b", Name: "b", Booking: 20000, Credit: -1500, State: "OVER"}},

@@ -139,6 +139,9 @@ type Agent struct {
 	totals     map[string]uint64
 	proofs     map[string]uint64
 
+	// health is how each sensor fared (health.go).
+	health *sensorHealth
+
 	// beats and reloads are Run's service channels (service.go, reload.go).
 	beats   chan struct{}
 	reloads chan reloadRequest
@@ -173,6 +176,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{}, holds: map[string]*tenantHolds{},
 		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{}, carry: map[string]carried{}, convicts: map[string]convict{}, survey: surveyRounds,
 		hotKind: map[string]time.Time{}, beats: make(chan struct{}, 1), reloads: make(chan reloadRequest),
+		health: newSensorHealth(d.Log),
 	}
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
@@ -357,9 +361,12 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	if a.steps%120 == 0 {
 		a.saveBaselines()
 	}
+	start := time.Now()
 	tenants, err := a.d.Discoverer.Discover()
-	if err != nil {
-		a.log.Warn("tenant discovery", "err", err)
+	a.health.record(sensorDiscovery, time.Since(start), err)
+	if lh, ok := a.d.Discoverer.(libvirtHealth); ok {
+		took, err := lh.LibvirtHealth()
+		a.health.record(sensorLibvirt, took, err)
 	}
 	a.budgetRunDelay(tenants)
 	samples := a.sampleTenants(tenants)
@@ -370,13 +377,16 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	var counters map[string]map[string]float64
 	if a.d.Counters != nil {
 		order := a.priority(samples)
-		if err := a.d.Counters.Sync(order); err != nil {
-			a.log.Debug("perf counters", "err", err)
+		start := time.Now()
+		syncErr := a.d.Counters.Sync(order)
+		if syncErr != nil {
+			syncErr = fmt.Errorf("sync: %w", syncErr)
 		}
 		counters, err = a.d.Counters.Read()
 		if err != nil {
-			a.log.Debug("perf counters read", "err", err)
+			err = fmt.Errorf("read: %w", err)
 		}
+		a.health.record(sensorPerfCounters, time.Since(start), errors.Join(syncErr, err))
 		for i := range samples {
 			samples[i].counters = counters[samples[i].t.ID]
 		}
@@ -386,7 +396,7 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	// the lock; their policies decide below, with the rest.
 	var hw *hwObservation
 	if a.d.Hardware != nil {
-		hw = a.d.Hardware.sense(now, samples, a.protected)
+		hw = a.d.Hardware.sense(now, samples, a.protected, a.health)
 	}
 
 	var readings []sense.ProbeReading
@@ -400,19 +410,29 @@ func (a *Agent) step(now time.Time) (quick bool) {
 		k := a.steps % n
 		targets = append(targets[k:], targets[:k]...)
 	}
+	// The probe's health is its measurements' time (not the gaps), and a
+	// CPU's error; a CPU it could not get onto in time is a contention
+	// signal, not a broken probe.
+	var probeTook time.Duration
+	var probeErrs []error
 	for i, t := range targets {
 		if i > 0 {
 			a.d.Sleep(probeGap)
 		}
+		start := time.Now()
 		rs, err := a.measureCPU(t.Domain, t.CPU, t.Kinds...)
+		probeTook += time.Since(start)
 		switch {
 		case errors.Is(err, errProbeBusy):
 			starved = append(starved, t.CPU)
 		case err != nil:
-			a.log.Warn("probe", "cpu", t.CPU, "err", err)
+			probeErrs = append(probeErrs, fmt.Errorf("cpu %d: %w", t.CPU, err))
 		default:
 			readings = append(readings, rs...)
 		}
+	}
+	if len(targets) > 0 {
+		a.health.record(sensorProbe, probeTook, errors.Join(probeErrs...))
 	}
 	if len(starved) > 0 {
 		a.log.Debug("probe could not run in time on CPUs", "cpus", starved)

@@ -442,14 +442,28 @@ func TestAgentDryRun(t *testing.T) {
 	}
 }
 
-// Protected tenants are never proven nor throttled.
+// Protected tenants are never proven nor throttled. The control: in the
+// same world, unprotected, the polluter is proven and throttled; the
+// protected run then lasts twice as long as that took, so nothing happening
+// means the protection held, not that the run was too short.
 func TestAgentProtect(t *testing.T) {
 	w := newWorld(t)
+	hs := newHarness(t, w, testConfig(t.TempDir()), nil)
+	start := time.Now()
+	stop := hs.run(t)
+	hs.waitFor(t, "the unprotected polluter throttled (control)", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	took := time.Since(start)
+	stop()
+	if !hs.has("proof", "polluter") {
+		t.Fatal("control: the unprotected polluter was throttled without a proof")
+	}
+
+	w = newWorld(t)
 	cfg := testConfig(t.TempDir())
 	cfg.Protect = []string{"polluter"}
-	hs := newHarness(t, w, cfg, nil)
-	stop := hs.run(t)
-	time.Sleep(1200 * time.Millisecond)
+	hs = newHarness(t, w, cfg, nil)
+	stop = hs.run(t)
+	time.Sleep(max(1200*time.Millisecond, 2*took))
 	stop()
 	if hs.has("proof", "polluter") || hs.has("throttle", "polluter") {
 		t.Error("protected tenant touched")
@@ -458,6 +472,9 @@ func TestAgentProtect(t *testing.T) {
 		if hs.has("throttle", n) {
 			t.Errorf("%s throttled while the real polluter is protected", n)
 		}
+	}
+	if !w.polluting() {
+		t.Error("the protected polluter stopped polluting: the run tested nothing")
 	}
 }
 

@@ -315,16 +315,30 @@ func TestAgentCPUWaitNewcomerAlsoWaits(t *testing.T) {
 	}
 }
 
-// cpu_wait.enabled false: the same hog is left alone.
+// cpu_wait.enabled false: the same hog is left alone. The control: with
+// CPU wait on, in the same world, the hog is proven; the run with it off
+// then lasts twice as long as that took.
 func TestAgentCPUWaitDisabled(t *testing.T) {
-	w := newCPUWorld(t)
-	hs := newCPUHarness(t, w, func(c *Config) { c.CPUWait.Enabled = ptrTo(false) })
-	stop := hs.run(t)
-	time.Sleep(300 * time.Millisecond)
-	w.mu.Lock()
-	w.hogOn = true
-	w.mu.Unlock()
-	time.Sleep(800 * time.Millisecond)
+	// run starts the hog after the victim's quiet baseline and returns
+	// the harness and when the hog started.
+	run := func(tweak ...func(*Config)) (*cpuHarness, func(), time.Time) {
+		w := newCPUWorld(t)
+		hs := newCPUHarness(t, w, tweak...)
+		stop := hs.run(t)
+		time.Sleep(300 * time.Millisecond)
+		w.mu.Lock()
+		w.hogOn = true
+		w.mu.Unlock()
+		return hs, stop, time.Now()
+	}
+
+	hs, stop, hogOn := run()
+	hs.waitFor(t, "the hog proven with cpu_wait on (control)", func() bool { return hs.count("proof", "hog") > 0 })
+	took := time.Since(hogOn)
+	stop()
+
+	hs, stop, _ = run(func(c *Config) { c.CPUWait.Enabled = ptrTo(false) })
+	time.Sleep(max(800*time.Millisecond, 2*took))
 	stop()
 	if n := hs.count("proof", "hog") + hs.count("throttle", "hog"); n > 0 {
 		t.Errorf("with cpu_wait off the hog was proven or throttled %d times", n)

@@ -314,7 +314,7 @@ type hwObservation struct {
 
 // sense reads the hardware sensors for this interval (outside the agent's
 // lock: it does I/O).
-func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.Tenant) bool) *hwObservation {
+func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.Tenant) bool, health *sensorHealth) *hwObservation {
 	if !hw.active() {
 		return nil
 	}
@@ -334,10 +334,9 @@ func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.
 		for _, s := range samples {
 			in = append(in, sense.PowerTenantInput{ID: s.t.ID, CPUs: s.t.CPUs, Usage: s.usage})
 		}
+		start := time.Now()
 		r, ok, err := hw.power.Read(now, in)
-		if err != nil {
-			hw.warnOnce("power", "power sensing", err)
-		}
+		health.record(sensorPower, time.Since(start), err)
 		o.power, o.powerOK = r, ok
 	}
 	if hw.resmon != nil {
@@ -348,15 +347,14 @@ func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.
 		phase := hw.resctrlTick % every
 		if phase == 0 {
 			ts := hw.monitorOrder(samples)
-			if err := hw.resmon.Sync(ts); err != nil {
-				hw.warnOnce("resctrl-sync", "resctrl monitoring", err)
-			}
+			start := time.Now()
+			err := hw.resmon.Sync(ts)
+			health.record(sensorResctrlSync, time.Since(start), err)
 		}
 		if phase == min(1, every-1) {
+			start := time.Now()
 			u, err := hw.resmon.Read()
-			if err != nil {
-				hw.warnOnce("resctrl-read", "resctrl monitoring read", err)
-			}
+			health.record(sensorResctrlRead, time.Since(start), err)
 			o.resctrl = u
 			o.resctrlRead = true
 		}

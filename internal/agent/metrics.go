@@ -53,6 +53,7 @@ type stateCollector struct {
 	proofInProgress, perfFDs, interval, lastUpdate                  *prometheus.Desc
 	dryRun, pmu                                                     *prometheus.Desc
 	cpuWait, cpuWaitRatio                                           *prometheus.Desc
+	sensorSuccess, sensorDuration, sensorErrors                     *prometheus.Desc
 }
 
 func newStateCollector(src StateSource, version, commit string) *stateCollector {
@@ -121,6 +122,13 @@ func newStateCollector(src StateSource, version, commit string) *stateCollector 
 			"1 if the agent only reports what it would do (dry-run), 0 if it acts."),
 		pmu: d("pmu",
 			"1 if hardware performance counters are in use, 0 if the canary probes are the only contention signal."),
+
+		sensorSuccess: d("sensor_success",
+			"1 if the sensor's last attempt worked, 0 if it failed (the log and the state API's sensors say why): discovery, libvirt, tenant_stats, perf_counters, probe, power, resctrl_sync, resctrl_read.", "sensor"),
+		sensorDuration: d("sensor_duration_seconds",
+			"Time the sensor's last attempt took, in seconds.", "sensor"),
+		sensorErrors: d("sensor_errors_total",
+			"Failed attempts of the sensor since the agent started.", "sensor"),
 	}
 }
 
@@ -134,6 +142,7 @@ func (c *stateCollector) descs() []*prometheus.Desc {
 		c.contention, c.contentionRatio, c.tenants, c.actionsTotal, c.proofsTotal,
 		c.proofInProgress, c.perfFDs, c.interval, c.lastUpdate,
 		c.dryRun, c.pmu, c.cpuWait, c.cpuWaitRatio,
+		c.sensorSuccess, c.sensorDuration, c.sensorErrors,
 	}
 }
 
@@ -222,6 +231,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.dryRun, b2f(s.DryRun))
 	gauge(c.pmu, b2f(s.PMU))
+
+	seenSensor := make(map[string]bool, len(s.Sensors))
+	for _, h := range s.Sensors {
+		l := label(h.Sensor)
+		if seenSensor[l] {
+			continue
+		}
+		seenSensor[l] = true
+		gauge(c.sensorSuccess, b2f(h.Success), l)
+		gauge(c.sensorDuration, h.DurationSeconds, l)
+		counter(c.sensorErrors, float64(h.Errors), l)
+	}
 }
 
 // counters exports one counter per key of totals, plus 0 for each known key

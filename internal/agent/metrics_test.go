@@ -79,6 +79,10 @@ func sampleState() State {
 		ProofsTotal:  map[string]uint64{"polluter": 1, "innocent": 2},
 		IntervalCPU:  0.0125,
 		PerfFDs:      12,
+		Sensors: []SensorState{
+			{Sensor: "discovery", Success: true, DurationSeconds: 0.0025},
+			{Sensor: "perf_counters", Success: false, DurationSeconds: 0.5, Errors: 3, LastError: "read: too many open files", FailingSince: t0.Add(-time.Second)},
+		},
 	}
 }
 
@@ -141,6 +145,18 @@ crosstalk_proof_in_progress 1
 crosstalk_proofs_total{result="aborted"} 0
 crosstalk_proofs_total{result="innocent"} 2
 crosstalk_proofs_total{result="polluter"} 1
+# HELP crosstalk_sensor_duration_seconds Time the sensor's last attempt took, in seconds.
+# TYPE crosstalk_sensor_duration_seconds gauge
+crosstalk_sensor_duration_seconds{sensor="discovery"} 0.0025
+crosstalk_sensor_duration_seconds{sensor="perf_counters"} 0.5
+# HELP crosstalk_sensor_errors_total Failed attempts of the sensor since the agent started.
+# TYPE crosstalk_sensor_errors_total counter
+crosstalk_sensor_errors_total{sensor="discovery"} 0
+crosstalk_sensor_errors_total{sensor="perf_counters"} 3
+# HELP crosstalk_sensor_success 1 if the sensor's last attempt worked, 0 if it failed (the log and the state API's sensors say why): discovery, libvirt, tenant_stats, perf_counters, probe, power, resctrl_sync, resctrl_read.
+# TYPE crosstalk_sensor_success gauge
+crosstalk_sensor_success{sensor="discovery"} 1
+crosstalk_sensor_success{sensor="perf_counters"} 0
 # HELP crosstalk_tenant_cpu_seconds_total CPU time the tenant's cgroup used since crosstalk first saw it, in seconds (rate() gives cores).
 # TYPE crosstalk_tenant_cpu_seconds_total counter
 crosstalk_tenant_cpu_seconds_total{kind="container",name="web-1/app",tenant="pod:web-1/app"} 600

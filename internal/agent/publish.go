@@ -85,6 +85,7 @@ func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, 
 		hs := a.d.Hardware.State()
 		st.Hardware = &hs
 	}
+	st.Sensors = a.health.states()
 	st.IntervalCPU = (selfCPU() - cpuBefore).Seconds()
 	a.latest.Store(st)
 }

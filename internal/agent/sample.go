@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"io/fs"
 	"slices"
 	"time"
@@ -89,6 +90,11 @@ func presentOf(samples []sample) map[string]sample {
 func (a *Agent) sampleTenants(tenants []sense.Tenant) []sample {
 	out := make([]sample, 0, len(tenants))
 	seen := map[string]bool{}
+	// One attempt over all tenants: it fails with the first tenant that
+	// could not be read for any reason but having vanished.
+	start := time.Now()
+	var failed error
+	defer func() { a.health.record(sensorTenantStats, time.Since(start), failed) }()
 	for _, t := range tenants {
 		var prev *sense.TenantStats
 		if p, ok := a.prev[t.ID]; ok {
@@ -96,8 +102,8 @@ func (a *Agent) sampleTenants(tenants []sense.Tenant) []sample {
 		}
 		st, err := a.d.Stats.Read(t, prev)
 		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) {
-				a.log.Debug("tenant stats", "tenant", t.ID, "err", err)
+			if !errors.Is(err, fs.ErrNotExist) && failed == nil {
+				failed = fmt.Errorf("tenant %s: %w", t.ID, err)
 			}
 			continue // vanished mid-sample, or unreadable this time
 		}

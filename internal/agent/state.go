@@ -45,6 +45,8 @@ type State struct {
 	// budget, permits, power budget, LLC/MBA isolation) and why those that
 	// do not run here are off.
 	Hardware *HardwareState `json:"hardware,omitempty"`
+	// Sensors is how each sensor the agent ran fared (see SensorState).
+	Sensors []SensorState `json:"sensors,omitempty"`
 }
 
 // HoldState is one policy's hold on a tenant.
@@ -167,4 +169,21 @@ type ActionRecord struct {
 	Duty   float64 `json:"duty"`
 	Reason string  `json:"reason"`
 	DryRun bool    `json:"dry_run,omitempty"`
+}
+
+// SensorState is how one sensor fared: on its last attempt, and in all.
+type SensorState struct {
+	// Sensor names it: discovery, libvirt, tenant_stats, perf_counters,
+	// probe, power, resctrl_sync, resctrl_read.
+	Sensor string `json:"sensor"`
+	// Success says its last attempt worked; DurationSeconds is what that
+	// attempt took.
+	Success         bool    `json:"success"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	// Errors counts its failed attempts since the agent started.
+	Errors uint64 `json:"errors_total"`
+	// LastError is the error of its last attempt, and FailingSince when
+	// its current run of failures began (both empty while it works).
+	LastError    string    `json:"last_error,omitempty"`
+	FailingSince time.Time `json:"failing_since,omitzero"`
 }

@@ -1,6 +1,7 @@
 package sense
 
 import (
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -65,6 +66,27 @@ type LibvirtDiscoverer struct {
 	missing  map[string]time.Time   // domain UUID -> first Discover without a tenant
 	reported map[string]bool        // domain UUIDs reported missing
 	orphans  map[string]bool        // VM tenant IDs logged without a domain
+	// took and stale are how the last Discover's libvirt part fared (see
+	// LibvirtHealth).
+	took  time.Duration
+	stale bool
+}
+
+// ErrLibvirtStale says libvirt's domain list was not current: libvirtd is
+// unreachable, or its domains are not listed yet. VMs then keep what the
+// cgroup walk found (no UUID, no pinned CPUs), and none is reported missing.
+var ErrLibvirtStale = errors.New("libvirt's domain list is not current (libvirtd unreachable, or its domains not listed yet): VMs keep what the cgroup walk found")
+
+// LibvirtHealth says how the libvirt part of the last Discover fared: what
+// it took (the cached list and the VMs' vCPU threads), and ErrLibvirtStale
+// when the list was not current.
+func (d *LibvirtDiscoverer) LibvirtHealth() (time.Duration, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stale {
+		return d.took, ErrLibvirtStale
+	}
+	return d.took, nil
 }
 
 // Discover runs the inner discoverer and enriches its VMs.
@@ -73,6 +95,7 @@ func (d *LibvirtDiscoverer) Discover() ([]Tenant, error) {
 	if d.Libvirt == nil {
 		return tenants, err
 	}
+	start := time.Now()
 	doms, current := d.Libvirt.Domains()
 	now := time.Now
 	if d.Now != nil {
@@ -84,6 +107,7 @@ func (d *LibvirtDiscoverer) Discover() ([]Tenant, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer func() { d.took, d.stale = time.Since(start), !current }()
 	if d.missing == nil {
 		d.missing, d.reported, d.orphans, d.vcpus = map[string]time.Time{}, map[string]bool{}, map[string]bool{}, map[string]vcpuThreads{}
 	}

@@ -2,6 +2,7 @@ package sense
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -154,6 +155,14 @@ func TestLibvirtDiscovererMismatches(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "finds no cgroup") {
 		t.Errorf("reported missing domains from a stale list:\n%s", logs.String())
+	}
+	if _, err := d.LibvirtHealth(); !errors.Is(err, ErrLibvirtStale) {
+		t.Errorf("health with a stale list: %v, want ErrLibvirtStale", err)
+	}
+	lv.current = true
+	d.Discover()
+	if _, err := d.LibvirtHealth(); err != nil {
+		t.Errorf("health with the list current again: %v", err)
 	}
 }
 
