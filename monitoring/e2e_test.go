@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"syscall"
 	"testing"
 	"time"
@@ -185,6 +186,15 @@ scrape_configs:
 	type rule struct {
 		Name, Health, LastError, Type string
 	}
+	// As many rules as the file defines.
+	ruleText, err := os.ReadFile(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := len(regexp.MustCompile(`(?m)^\s*- (alert|record): `).FindAll(ruleText, -1))
+	if want < 20 {
+		t.Fatalf("only %d rules found in %s", want, rules)
+	}
 	waitFor(t, "every rule evaluated and healthy", 75*time.Second, func() (bool, string) {
 		var d struct {
 			Groups []struct {
@@ -205,7 +215,7 @@ scrape_configs:
 				}
 			}
 		}
-		return n == 20 && len(bad) == 0, fmt.Sprintf("%d rules, not ok: %v", n, bad)
+		return n == want && len(bad) == 0, fmt.Sprintf("%d of %d rules, not ok: %v", n, want, bad)
 	})
 	// A rule is healthy after its first evaluation even if that came before
 	// the agent's first scrape and recorded nothing; its group runs every
