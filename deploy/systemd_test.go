@@ -170,6 +170,7 @@ func tenantCgroup(t *testing.T, h *host.Host, l cgroup.Layout, name string) (par
 // (software events here; the same perf_event_open path and permission check
 // as hardware events), and CAP_PERFMON is the one that makes them work.
 func TestUnitCapabilitiesOpenPerfCounters(t *testing.T) {
+	testenv.LockAgent(t) // one agent per host: the other packages' live agents wait
 	h, l := needRootCgroups(t)
 	parent, _ := tenantCgroup(t, h, l, "caps")
 	fds := func(caps []string) int {
@@ -232,6 +233,7 @@ func TestUnitCapabilitiesOpenPerfCounters(t *testing.T) {
 // With the unit's capabilities `crosstalk restore` puts such a quota back;
 // without that one capability it cannot.
 func TestUnitCapabilitiesRestoreDelegatedCgroups(t *testing.T) {
+	testenv.LockAgent(t) // one agent per host: the other packages' live agents wait
 	h, l := needRootCgroups(t)
 	_, g := tenantCgroup(t, h, l, "dac")
 	// Hand the cgroup's files to nobody, as systemd's Delegate= does.
@@ -317,6 +319,7 @@ func expand(groups map[string][]string, names []string, into map[string]bool) {
 // the HTTP listener being scraped, then `crosstalk restore` — is inside the
 // unit's SystemCallFilter, so the filter never breaks it (strace shows them).
 func TestUnitSystemCallFilterCoversTheAgent(t *testing.T) {
+	testenv.LockAgent(t) // one agent per host: the other packages' live agents wait
 	h, l := needRootCgroups(t)
 	if _, err := exec.LookPath("strace"); err != nil {
 		t.Skip("strace not installed (apt-get install strace)")

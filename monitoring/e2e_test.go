@@ -128,6 +128,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool
 // rule evaluates healthy, the recording rules produce series, and when the
 // agent stops CrosstalkAgentDown goes pending.
 func TestPrometheusScrapesARealAgent(t *testing.T) {
+	testenv.LockAgent(t) // one agent per host: the other packages' live agents wait
 	prom, err := exec.LookPath("prometheus")
 	if err != nil {
 		t.Skip("prometheus not installed (apt-get install prometheus; .ci/run installs it)")

@@ -34,6 +34,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 // behind: the next `crosstalk run` restores the quota before anything else,
 // and on SIGTERM (here: its context ending) exits with nothing throttled.
 func TestRunRestoresWhatAKilledAgentLeft(t *testing.T) {
+	testenv.LockAgent(t) // one agent per host: the other packages' live agents wait
 	h, l := testenv.LiveCgroups(t)
 	name := fmt.Sprintf("/crosstalk-test-run-%d/left", os.Getpid())
 	g, err := cgroup.Create(h, l, name, cpuset.Of(0))

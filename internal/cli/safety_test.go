@@ -18,6 +18,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/testenv"
 )
 
 // helperEnv makes this test binary, run again as a child, play a part in
@@ -238,6 +239,7 @@ func TestHelperSignal(t *testing.T) {
 // Every terminating signal ends the agent through its restore; SIGHUP
 // (a reload) and SIGPIPE do not end it at all.
 func TestEveryTerminatingSignalRestores(t *testing.T) {
+	testenv.LockAgent(t) // one agent per host: the other packages' live agents wait
 	v := newVictim(t)
 	original := v.quota()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1,

@@ -52,6 +52,20 @@ func LockCPUs(t testing.TB, wait time.Duration) {
 	t.Cleanup(unlock)
 }
 
+// LockAgent holds, for the rest of the test, the lock of tests that run a
+// real agent on this host (root "/"): one agent per host holds
+// /run/crosstalk/agent.lock, and `go test ./...` runs the packages that
+// start one (cli, deploy, monitoring) in parallel. A separate lock from
+// LockCPUs, so a test may take both.
+func LockAgent(t testing.TB) {
+	t.Helper()
+	unlock, err := lock(filepath.Join(os.TempDir(), "crosstalk-live-agent.lock"), 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unlock)
+}
+
 // lock takes an exclusive flock on path, polling until wait has passed.
 func lock(path string, wait time.Duration) (unlock func(), err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
