@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
@@ -60,14 +61,14 @@ func (a *Agent) handleWriteErr(t sense.Tenant, err error) {
 
 // recordLocked notes an action of the probe policy (through CPU quota).
 func (a *Agent) recordLocked(now time.Time, t sense.Tenant, kind string, quota, duty float64, reason string) {
-	a.recordActionLocked(ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policyProbe, Lever: string(judge.LeverCPUQuota), Quota: quota, Duty: duty, Reason: reason})
+	a.recordActionLocked(api.ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policyProbe, Lever: string(judge.LeverCPUQuota), Quota: quota, Duty: duty, Reason: reason})
 }
 
 // recordSlotLocked notes a proof's cap or release for one trial's slot: on
 // the timeline and in the journal like any action, at debug level in the log
 // (a proof switches a dozen times).
 func (a *Agent) recordSlotLocked(now time.Time, t sense.Tenant, kind string, quota float64, reason string) {
-	a.recordActionLocked(ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policyProbe, Lever: string(judge.LeverCPUQuota), Quota: quota, Duty: 1, Reason: reason})
+	a.recordActionLocked(api.ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policyProbe, Lever: string(judge.LeverCPUQuota), Quota: quota, Duty: 1, Reason: reason})
 }
 
 // recordPolicyLocked notes an action of another policy.
@@ -76,11 +77,11 @@ func (a *Agent) recordPolicyLocked(now time.Time, t sense.Tenant, policy, kind, 
 	if h := a.holds[t.ID]; h != nil && h.quota.Period > 0 {
 		quota = h.quota.CPUs()
 	}
-	a.recordActionLocked(ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policy, Lever: lever, Quota: quota, Duty: duty, Reason: reason})
+	a.recordActionLocked(api.ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policy, Lever: lever, Quota: quota, Duty: duty, Reason: reason})
 }
 
 // recordActionLocked notes an action for the state, the journal and the hook.
-func (a *Agent) recordActionLocked(r ActionRecord) {
+func (a *Agent) recordActionLocked(r api.ActionRecord) {
 	// A throttle set or lifted changes what the probes read: the next
 	// proof waits for them to settle. Permits are left out: a tenant at
 	// its booking flips between OVER and UNDER every few intervals by
@@ -95,7 +96,7 @@ func (a *Agent) recordActionLocked(r ActionRecord) {
 
 // noteActionLocked records an action for the state, the journal, the log
 // and the hook.
-func (a *Agent) noteActionLocked(r ActionRecord) {
+func (a *Agent) noteActionLocked(r api.ActionRecord) {
 	r.DryRun = a.cfg.DryRun
 	slot := r.Kind == "proof" || r.Kind == "proof-free"
 	a.actions = append(a.actions, r)

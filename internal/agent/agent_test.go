@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
@@ -181,7 +182,7 @@ type harness struct {
 	agent   *Agent
 	state   *act.StateFile
 	mu      sync.Mutex
-	actions []ActionRecord
+	actions []api.ActionRecord
 	journal string
 }
 
@@ -204,7 +205,7 @@ func newHarness(t *testing.T, w *world, cfg Config, quota QuotaActuator) *harnes
 	t.Cleanup(func() { j.Close() })
 	d := Deps{Discoverer: w, Stats: &fakeStats{w: w, usage: map[string]time.Duration{}, last: map[string]time.Time{}},
 		Probe: fakeProbe{w}, Quota: quota, Journal: j,
-		OnAction: func(r ActionRecord) { hs.mu.Lock(); hs.actions = append(hs.actions, r); hs.mu.Unlock() }}
+		OnAction: func(r api.ActionRecord) { hs.mu.Lock(); hs.actions = append(hs.actions, r); hs.mu.Unlock() }}
 	if w.counters {
 		d.Counters, d.PMU = fakeCounters{w}, true
 	}

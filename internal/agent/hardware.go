@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
@@ -114,7 +115,7 @@ type Hardware struct {
 
 	off     map[string]string
 	last    time.Time
-	status  HardwareState
+	status  api.HardwareState
 	warned  map[string]bool
 	classOK bool
 }
@@ -913,8 +914,8 @@ func (hw *Hardware) classedDomains() []int {
 
 // tenantClasses describes a tenant's resctrl classes for the state: the
 // lowest fraction left to it over its restricted domains.
-func (hw *Hardware) tenantClasses(id string) []HoldState {
-	var out []HoldState
+func (hw *Hardware) tenantClasses(id string) []api.HoldState {
+	var out []api.HoldState
 	for _, p := range []string{policyLLC, policyMBA} {
 		ds := hw.classed[p][id]
 		if len(ds) == 0 {
@@ -931,7 +932,7 @@ func (hw *Hardware) tenantClasses(id string) []HoldState {
 			frac = min(frac, f)
 		}
 		slices.Sort(doms)
-		out = append(out, HoldState{Policy: p, Lever: lever, Duty: frac, Reason: fmt.Sprintf("restricted in L3 domain(s) %v", doms)})
+		out = append(out, api.HoldState{Policy: p, Lever: lever, Duty: frac, Reason: fmt.Sprintf("restricted in L3 domain(s) %v", doms)})
 	}
 	return out
 }
@@ -961,23 +962,8 @@ func (hw *Hardware) stop(a *Agent) {
 	}
 }
 
-// HardwareState is the hardware policies' state after the last interval.
-type HardwareState struct {
-	// Off says, per policy and lever, why it does not run here.
-	Off      map[string]string          `json:"off,omitempty"`
-	BusLocks *judge.BusLockStatus       `json:"buslocks,omitempty"`
-	Permits  []judge.PermitStatus       `json:"permits,omitempty"`
-	Power    []judge.PowerSocketStatus  `json:"power,omitempty"`
-	Packages []sense.PackageAttribution `json:"packages,omitempty"`
-	// TenantWatts is each tenant's attributed power (watts).
-	TenantWatts map[string]float64  `json:"tenant_watts,omitempty"`
-	LLC         []judge.BiasVerdict `json:"llc,omitempty"`
-	// Resctrl is each monitored tenant's LLC occupancy and bandwidth.
-	Resctrl map[string]sense.ResctrlUsage `json:"resctrl,omitempty"`
-}
-
 // State returns a copy of the state for publishing.
-func (hw *Hardware) State() HardwareState {
+func (hw *Hardware) State() api.HardwareState {
 	s := hw.status
 	s.Off = hw.Off()
 	return s

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
@@ -318,11 +319,11 @@ func (h *tenantHolds) duty() float64 {
 }
 
 // describe lists the claims for the state, sorted by policy.
-func (h *tenantHolds) describe() []HoldState {
-	out := make([]HoldState, 0, len(h.claims))
+func (h *tenantHolds) describe() []api.HoldState {
+	out := make([]api.HoldState, 0, len(h.claims))
 	n := float64(max(1, h.tenant.CPUs.Len()))
 	for p, c := range h.claims {
-		hs := HoldState{Policy: p, Lever: string(c.lever), Reason: c.reason, Since: c.since}
+		hs := api.HoldState{Policy: p, Lever: string(c.lever), Reason: c.reason, Since: c.since}
 		switch c.lever {
 		case judge.LeverCPUQuota:
 			hs.Duty = min(1, c.quota.CPUs()/n)
@@ -333,7 +334,7 @@ func (h *tenantHolds) describe() []HoldState {
 		}
 		out = append(out, hs)
 	}
-	slices.SortFunc(out, func(a, b HoldState) int { return strings.Compare(a.Policy, b.Policy) })
+	slices.SortFunc(out, func(a, b api.HoldState) int { return strings.Compare(a.Policy, b.Policy) })
 	return out
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
@@ -214,7 +215,7 @@ func TestHoldsDryRun(t *testing.T) {
 func TestHoldsShutdownReleasesAll(t *testing.T) {
 	a, q, cm := holdsAgent(t, false)
 	var releases []string
-	a.d.OnAction = func(r ActionRecord) {
+	a.d.OnAction = func(r api.ActionRecord) {
 		if r.Kind == "release" {
 			releases = append(releases, r.Policy+"/"+r.Lever)
 		}

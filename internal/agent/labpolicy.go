@@ -7,6 +7,7 @@ import (
 	"path"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/lab"
 )
 
@@ -44,7 +45,7 @@ func (p *labPolicy) Begin(ctx context.Context, env *lab.PolicyEnv) error {
 	cfg.Tenants.Globs = []string{path.Join(path.Dir(env.Tenants[0].Group.Name), "*")}
 	cfg.Listen = "off"
 	cfg.StateDir = dir
-	record := func(r ActionRecord) {
+	record := func(r api.ActionRecord) {
 		env.Record(lab.Action{T: env.Since().Seconds(), Tenant: r.Name, Kind: r.Kind, Detail: r.Reason, Quota: r.Quota})
 	}
 	a, closeFn, err := Build(cfg, env.Host, env.Log, "lab", record)

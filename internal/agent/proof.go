@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
@@ -294,7 +295,7 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 		} else {
 			a.backoff[key] = a.nextBackoff(key, now)
 		}
-		a.noteActionLocked(ActionRecord{Time: now, Tenant: p.tenant.ID, Name: p.tenant.Name, Kind: "release", Policy: policyProbe,
+		a.noteActionLocked(api.ActionRecord{Time: now, Tenant: p.tenant.ID, Name: p.tenant.Name, Kind: "release", Policy: policyProbe,
 			Lever: string(judge.LeverCPUQuota), Duty: 1, Reason: verdict + ": " + why})
 		a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
 		return

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/lab"
 )
@@ -304,7 +305,7 @@ func (r *run) account(dt float64) {
 	}
 }
 
-func (r *run) onAction(a agent.ActionRecord) {
+func (r *run) onAction(a api.ActionRecord) {
 	idx := -1
 	for i, t := range r.sc.tenants {
 		if r.s.present[i] && t.cgroupPath() == a.Tenant {

@@ -1,9 +1,10 @@
-package agent
+package api
 
 import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
 // State is what a running agent knows, published after every interval: the
@@ -167,4 +168,19 @@ type ActionRecord struct {
 	Duty   float64 `json:"duty"`
 	Reason string  `json:"reason"`
 	DryRun bool    `json:"dry_run,omitempty"`
+}
+
+// HardwareState is the hardware policies' state after the last interval.
+type HardwareState struct {
+	// Off says, per policy and lever, why it does not run here.
+	Off      map[string]string          `json:"off,omitempty"`
+	BusLocks *judge.BusLockStatus       `json:"buslocks,omitempty"`
+	Permits  []judge.PermitStatus       `json:"permits,omitempty"`
+	Power    []judge.PowerSocketStatus  `json:"power,omitempty"`
+	Packages []sense.PackageAttribution `json:"packages,omitempty"`
+	// TenantWatts is each tenant's attributed power (watts).
+	TenantWatts map[string]float64  `json:"tenant_watts,omitempty"`
+	LLC         []judge.BiasVerdict `json:"llc,omitempty"`
+	// Resctrl is each monitored tenant's LLC occupancy and bandwidth.
+	Resctrl map[string]sense.ResctrlUsage `json:"resctrl,omitempty"`
 }
