@@ -319,13 +319,13 @@ func (a *Agent) shutdown() {
 		p.p.Abort("agent stopping")
 		a.uncapLocked(a.d.Now(), p, "agent stopping during a proof")
 		a.proof = nil
-		a.recordLocked(a.d.Now(), p.tenant, "release", 0, 1, "agent stopping during a proof")
+		a.recordLocked(a.d.Now(), p.tenant, api.KindRelease, 0, 1, "agent stopping during a proof")
 	}
 	for id, h := range a.holds {
 		claims := h.claims
 		a.forgetHoldsLocked(id)
 		for _, p := range slices.Sorted(maps.Keys(claims)) {
-			a.recordPolicyLocked(a.d.Now(), h.tenant, p, "release", string(claims[p].lever), 1, "agent stopping")
+			a.recordPolicyLocked(a.d.Now(), h.tenant, p, api.KindRelease, api.Lever(claims[p].lever), 1, "agent stopping")
 		}
 	}
 	if a.d.Hardware != nil {

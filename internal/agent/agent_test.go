@@ -250,7 +250,7 @@ func (hs *harness) waitFor(t *testing.T, what string, timeout time.Duration, con
 	}
 }
 
-func (hs *harness) has(kind, name string) bool {
+func (hs *harness) has(kind api.ActionKind, name string) bool {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	for _, a := range hs.actions {
@@ -596,7 +596,7 @@ func TestAgentRethrottlesAReturningPolluter(t *testing.T) {
 	}
 }
 
-func (hs *harness) count(kind, name string) int {
+func (hs *harness) count(kind api.ActionKind, name string) int {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	n := 0

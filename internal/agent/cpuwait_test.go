@@ -185,7 +185,7 @@ func (hs *cpuHarness) run(t *testing.T) func() {
 	}
 }
 
-func (hs *cpuHarness) count(kind, name string) int {
+func (hs *cpuHarness) count(kind api.ActionKind, name string) int {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	n := 0

@@ -1,5 +1,7 @@
 package api
 
+import "fmt"
+
 // ActionKind is what an action did to a tenant.
 type ActionKind string
 
@@ -40,6 +42,10 @@ const (
 	PolicyLLC Policy = "llc"
 	PolicyMBA Policy = "mba"
 )
+
+// PowerSocketPolicy is the power policy's hold on the tenant's CPUs of one
+// socket: per-CPU levers act per socket, and a tenant may span two.
+func PowerSocketPolicy(socket int) Policy { return Policy(fmt.Sprintf("%s:%d", PolicyPower, socket)) }
 
 // Lever is what a policy acts through.
 type Lever string

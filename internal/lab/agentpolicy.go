@@ -47,7 +47,7 @@ func (p *agentPolicy) Begin(ctx context.Context, env *PolicyEnv) error {
 	cfg.Listen = "off"
 	cfg.StateDir = dir
 	record := func(r api.ActionRecord) {
-		env.Record(Action{T: env.Since().Seconds(), Tenant: r.Name, Kind: r.Kind, Detail: r.Reason, Quota: r.Quota})
+		env.Record(Action{T: env.Since().Seconds(), Tenant: r.Name, Kind: string(r.Kind), Detail: r.Reason, Quota: r.Quota})
 	}
 	a, closeFn, err := agent.Build(cfg, env.Host, env.Log, "lab", record)
 	if err != nil {

@@ -317,7 +317,7 @@ func (r *run) onAction(a api.ActionRecord) {
 	if idx >= 0 {
 		name = r.sc.tenants[idx].Name
 	}
-	r.actions = append(r.actions, Action{T: a.Time.Sub(Epoch).Seconds(), Tenant: name, Kind: a.Kind, Quota: a.Quota, Reason: a.Reason, index: idx})
+	r.actions = append(r.actions, Action{T: a.Time.Sub(Epoch).Seconds(), Tenant: name, Kind: string(a.Kind), Quota: a.Quota, Reason: a.Reason, index: idx})
 }
 
 // applyStatic caps every tenant to its share of the CPUs in use, split by

@@ -475,7 +475,7 @@ func (f *frame) tenants(list tenantList, matched []api.TenantState, rows int) {
 			// probe's duty controller…): an operator asks "why" first.
 			var by []string
 			for _, h := range t.Holds {
-				p, _, _ := strings.Cut(h.Policy, ":") // power:0 → power
+				p, _, _ := strings.Cut(string(h.Policy), ":") // power:0 → power
 				if p = clean(p); !slices.Contains(by, p) {
 					by = append(by, p)
 				}
@@ -626,7 +626,7 @@ func (f *frame) actions(s api.State, rows int) {
 		if !a.Time.IsZero() {
 			when = a.Time.Format("15:04:05")
 		}
-		kind := clean(a.Kind)
+		kind := clean(string(a.Kind))
 		if a.DryRun {
 			kind += " (dry)"
 		}
@@ -648,13 +648,13 @@ func (f *frame) actions(s api.State, rows int) {
 	f.table(cols)
 }
 
-func actionStyle(kind string) string {
+func actionStyle(kind api.ActionKind) string {
 	switch kind {
-	case "throttle", "tighten":
+	case api.KindThrottle, api.KindTighten:
 		return sYellow
-	case "relax", "release":
+	case api.KindRelax, api.KindRelease:
 		return sGreen
-	case "proof":
+	case api.KindProof:
 		return sCyan
 	}
 	return ""

@@ -70,7 +70,7 @@ func sample() api.State {
 		IntervalCPU:  0.0125,
 		PerfFDs:      24,
 	}
-	kinds := []string{"proof", "throttle", "relax", "release", "proof"}
+	kinds := []api.ActionKind{api.KindProof, api.KindThrottle, api.KindRelax, api.KindRelease, api.KindProof}
 	for i := range 10 {
 		s.Actions = append(s.Actions, api.ActionRecord{
 			Time: t0.Add(time.Duration(i-10) * 30 * time.Second), Tenant: "vm:x", Name: fmt.Sprintf("tenant-%d", i),
