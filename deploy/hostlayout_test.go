@@ -14,6 +14,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 )
 
@@ -117,7 +118,7 @@ func TestHostLayoutUnderRoot(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		var s agent.State
+		var s api.State
 		json.NewDecoder(resp.Body).Decode(&s)
 		resp.Body.Close()
 		for _, ten := range s.Tenants {

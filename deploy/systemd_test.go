@@ -18,6 +18,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
@@ -199,7 +200,7 @@ func TestUnitCapabilitiesOpenPerfCounters(t *testing.T) {
 			if err != nil {
 				continue
 			}
-			var s agent.State
+			var s api.State
 			err = json.NewDecoder(resp.Body).Decode(&s)
 			resp.Body.Close()
 			if err == nil && len(s.Tenants) > 0 {

@@ -60,7 +60,8 @@ var fqNameRe = regexp.MustCompile(`fqName: "([^"]+)"`)
 // registry describe, whether or not they have a series now.
 func described(t *testing.T) []string {
 	t.Helper()
-	sig, err := nodesignal.FromConfig(agent.Defaults(), "test", nil)
+	cfg := agent.Defaults()
+	sig, err := nodesignal.FromConfig(cfg.Kubernetes, cfg.FloorDuty(), "test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/nodesignal"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
@@ -35,24 +36,24 @@ var dashboards = []string{"grafana/crosstalk-host.json", "grafana/crosstalk-flee
 // the hardware policies' state.
 type fullState struct{}
 
-func (fullState) Latest() (agent.State, bool) {
+func (fullState) Latest() (api.State, bool) {
 	psiSeconds := 0.5
-	return agent.State{
+	return api.State{
 		Time: time.Now(), Interval: 0.5, Host: "h1", Version: "test", PMU: true, Contention: true, ContentionRatio: 2.5,
-		Tenants: []agent.TenantState{
+		Tenants: []api.TenantState{
 			{ID: "/vm/a", Kind: "vm", Name: "a", CPU: 1, Duty: 1, Counters: map[string]float64{"bus_locks": 1e5, "llc_misses": 1e6},
 				CPUSeconds: 10, PSISomeSeconds: &psiSeconds, PerfEvents: map[string]float64{"bus_locks": 1e6, "llc_misses": 1e7}},
 			{ID: "/vm/b", Kind: "vm", Name: "b", CPU: 0.1, Throttled: true, Duty: 1.0 / 16, Quota: 0.0625, Score: 3,
-				Holds:     []agent.HoldState{{Policy: "buslocks", Lever: "clock_modulation", Duty: 0.125}},
+				Holds:     []api.HoldState{{Policy: "buslocks", Lever: "clock_modulation", Duty: 0.125}},
 				Pollution: 58000, Watts: 20, LLCOccupancy: 14 << 20, MemBandwidth: 8.5e9},
 		},
-		Probes:       []agent.ProbeState{{Domain: 0, CPU: 1, Kind: "dram", LatencyNs: 250, BaselineNs: 100, Ratio: 2.5}},
-		Proof:        &agent.ProofState{Tenant: "/vm/a", Name: "a", Started: time.Now()},
+		Probes:       []api.ProbeState{{Domain: 0, CPU: 1, Kind: "dram", LatencyNs: 250, BaselineNs: 100, Ratio: 2.5}},
+		Proof:        &api.ProofState{Tenant: "/vm/a", Name: "a", Started: time.Now()},
 		ActionsTotal: map[string]uint64{"throttle": 1}, ProofsTotal: map[string]uint64{"polluter": 1},
 		IntervalCPU: 0.001, PerfFDs: 6,
-		Sensors: []agent.SensorState{{Sensor: "discovery", Success: true, DurationSeconds: 0.002},
+		Sensors: []api.SensorState{{Sensor: "discovery", Success: true, DurationSeconds: 0.002},
 			{Sensor: "probe", DurationSeconds: 0.001, Errors: 2, LastError: "cpu 1: no such device"}},
-		Hardware: &agent.HardwareState{
+		Hardware: &api.HardwareState{
 			BusLocks: &judge.BusLockStatus{HostRate: 120000, Share: 56000, Dirty: 1},
 			Permits:  []judge.PermitStatus{{Tenant: "/vm/b", Name: "b", Booking: 20000, Credit: -1500, State: "OVER"}},
 			Power:    []judge.PowerSocketStatus{{ID: 0, Watts: 160, State: "over"}},
@@ -67,7 +68,8 @@ func (fullState) Latest() (agent.State, bool) {
 func registry(t *testing.T) *prometheus.Registry {
 	t.Helper()
 	reg := agent.NewRegistry(fullState{}, "test", "abc")
-	sig, err := nodesignal.FromConfig(agent.Defaults(), "test", nil)
+	cfg := agent.Defaults()
+	sig, err := nodesignal.FromConfig(cfg.Kubernetes, cfg.FloorDuty(), "test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

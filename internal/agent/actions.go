@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
-	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
@@ -17,21 +17,21 @@ import (
 // cap or a proven polluter's duty); the tenant gets the tightest claim of
 // all policies. In dry-run nothing is written.
 func (a *Agent) apply(t sense.Tenant, q cgroup.Quota, reason string, now time.Time) error {
-	return a.holdQuotaLocked(t, policyProbe, q, reason, now)
+	return a.holdQuotaLocked(t, api.PolicyProbe, q, reason, now)
 }
 
 // releaseLocked drops the probe policy's claim on a tenant: it gets its
 // original quota back unless another policy still holds it.
 func (a *Agent) releaseLocked(t sense.Tenant, why string) {
 	a.dropProbeHoldLocked(t)
-	a.recordLocked(a.d.Now(), t, "release", 0, 1, why)
+	a.recordLocked(a.d.Now(), t, api.KindRelease, 0, 1, why)
 }
 
 // dropProbeHoldLocked drops the probe policy's claim on a tenant (a proof's
 // cap, a survey's, a polluter's duty); a failed restore is logged and
 // journalled.
 func (a *Agent) dropProbeHoldLocked(t sense.Tenant) {
-	if err := a.releaseHoldLocked(t.ID, policyProbe); err != nil {
+	if err := a.releaseHoldLocked(t.ID, api.PolicyProbe); err != nil {
 		a.log.Error("restore quota", "tenant", t.ID, "err", err)
 		a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: "restore failed: " + err.Error()})
 	}
@@ -59,35 +59,35 @@ func (a *Agent) handleWriteErr(t sense.Tenant, err error) {
 }
 
 // recordLocked notes an action of the probe policy (through CPU quota).
-func (a *Agent) recordLocked(now time.Time, t sense.Tenant, kind string, quota, duty float64, reason string) {
-	a.recordActionLocked(ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policyProbe, Lever: string(judge.LeverCPUQuota), Quota: quota, Duty: duty, Reason: reason})
+func (a *Agent) recordLocked(now time.Time, t sense.Tenant, kind api.ActionKind, quota, duty float64, reason string) {
+	a.recordActionLocked(api.ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: api.PolicyProbe, Lever: api.LeverCPUQuota, Quota: quota, Duty: duty, Reason: reason})
 }
 
 // recordSlotLocked notes a proof's cap or release for one trial's slot: on
 // the timeline and in the journal like any action, at debug level in the log
 // (a proof switches a dozen times).
-func (a *Agent) recordSlotLocked(now time.Time, t sense.Tenant, kind string, quota float64, reason string) {
-	a.recordActionLocked(ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policyProbe, Lever: string(judge.LeverCPUQuota), Quota: quota, Duty: 1, Reason: reason})
+func (a *Agent) recordSlotLocked(now time.Time, t sense.Tenant, kind api.ActionKind, quota float64, reason string) {
+	a.recordActionLocked(api.ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: api.PolicyProbe, Lever: api.LeverCPUQuota, Quota: quota, Duty: 1, Reason: reason})
 }
 
 // recordPolicyLocked notes an action of another policy.
-func (a *Agent) recordPolicyLocked(now time.Time, t sense.Tenant, policy, kind, lever string, duty float64, reason string) {
+func (a *Agent) recordPolicyLocked(now time.Time, t sense.Tenant, policy api.Policy, kind api.ActionKind, lever api.Lever, duty float64, reason string) {
 	var quota float64
 	if h := a.holds[t.ID]; h != nil && h.quota.Period > 0 {
 		quota = h.quota.CPUs()
 	}
-	a.recordActionLocked(ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policy, Lever: lever, Quota: quota, Duty: duty, Reason: reason})
+	a.recordActionLocked(api.ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policy, Lever: lever, Quota: quota, Duty: duty, Reason: reason})
 }
 
 // recordActionLocked notes an action for the state, the journal and the hook.
-func (a *Agent) recordActionLocked(r ActionRecord) {
+func (a *Agent) recordActionLocked(r api.ActionRecord) {
 	// A throttle set or lifted changes what the probes read: the next
 	// proof waits for them to settle. Permits are left out: a tenant at
 	// its booking flips between OVER and UNDER every few intervals by
 	// design, and would otherwise keep every proof waiting; so are a
 	// proof's own caps and releases (a suspect capped for tens of
 	// milliseconds at a time leaves nothing to settle).
-	if r.Kind != "proof" && r.Kind != "proof-free" && r.Policy != policyPermits {
+	if r.Kind != api.KindProof && r.Kind != api.KindProofFree && r.Policy != api.PolicyPermits {
 		a.lastChange = r.Time
 	}
 	a.noteActionLocked(r)
@@ -95,18 +95,18 @@ func (a *Agent) recordActionLocked(r ActionRecord) {
 
 // noteActionLocked records an action for the state, the journal, the log
 // and the hook.
-func (a *Agent) noteActionLocked(r ActionRecord) {
+func (a *Agent) noteActionLocked(r api.ActionRecord) {
 	r.DryRun = a.cfg.DryRun
-	slot := r.Kind == "proof" || r.Kind == "proof-free"
+	slot := r.Kind == api.KindProof || r.Kind == api.KindProofFree
 	a.actions = append(a.actions, r)
 	if len(a.actions) > 50 {
 		a.actions = a.actions[len(a.actions)-50:]
 	}
-	a.totals[r.Kind]++
+	a.totals[string(r.Kind)]++
 	q := r.Quota
-	a.journal(act.Event{Time: r.Time, Kind: r.Kind, Policy: r.Policy, Lever: r.Lever, Tenant: r.Tenant, Name: r.Name, Detail: r.Reason, Quota: &q, DryRun: r.DryRun})
+	a.journal(act.Event{Time: r.Time, Kind: string(r.Kind), Policy: string(r.Policy), Lever: string(r.Lever), Tenant: r.Tenant, Name: r.Name, Detail: r.Reason, Quota: &q, DryRun: r.DryRun})
 	level := slog.LevelInfo
-	if slot && r.Quota > 0 || r.Kind == "proof-free" {
+	if slot && r.Quota > 0 || r.Kind == api.KindProofFree {
 		level = slog.LevelDebug
 	}
 	a.log.Log(context.Background(), level, "action", "kind", r.Kind, "by", r.Policy, "lever", r.Lever, "tenant", r.Name, "quota_cpus", r.Quota, "duty", r.Duty, "reason", r.Reason)

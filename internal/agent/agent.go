@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
@@ -53,7 +54,7 @@ type Deps struct {
 	Journal    *act.Journal
 	Log        *slog.Logger
 	// OnAction is called for every action (the lab records them on its timeline).
-	OnAction func(ActionRecord)
+	OnAction func(api.ActionRecord)
 	// Host names the machine in the state.
 	Host, Version string
 	// PMU says whether Counters include hardware events.
@@ -87,7 +88,7 @@ type Agent struct {
 	wait     *judge.CPUWait
 	waitSusp *judge.Suspects
 
-	latest       atomic.Pointer[State]
+	latest       atomic.Pointer[api.State]
 	baselinePath string // where probe baselines persist across restarts ("" = nowhere)
 	steps        int
 	// perfTotals are each tenant's perf event counts summed over the
@@ -135,7 +136,7 @@ type Agent struct {
 	// lastChange is when a throttle was last applied or lifted: caches and
 	// probes need a couple of intervals to settle before the next proof.
 	lastChange time.Time
-	actions    []ActionRecord
+	actions    []api.ActionRecord
 	totals     map[string]uint64
 	proofs     map[string]uint64
 
@@ -185,10 +186,10 @@ func New(cfg Config, d Deps) (*Agent, error) {
 }
 
 // Latest returns the last published state.
-func (a *Agent) Latest() (State, bool) {
+func (a *Agent) Latest() (api.State, bool) {
 	s := a.latest.Load()
 	if s == nil {
-		return State{}, false
+		return api.State{}, false
 	}
 	return *s, true
 }
@@ -322,13 +323,13 @@ func (a *Agent) shutdown() {
 		p.p.Abort("agent stopping")
 		a.uncapLocked(a.d.Now(), p, "agent stopping during a proof")
 		a.proof = nil
-		a.recordLocked(a.d.Now(), p.tenant, "release", 0, 1, "agent stopping during a proof")
+		a.recordLocked(a.d.Now(), p.tenant, api.KindRelease, 0, 1, "agent stopping during a proof")
 	}
 	for id, h := range a.holds {
 		claims := h.claims
 		a.forgetHoldsLocked(id)
 		for _, p := range slices.Sorted(maps.Keys(claims)) {
-			a.recordPolicyLocked(a.d.Now(), h.tenant, p, "release", string(claims[p].lever), 1, "agent stopping")
+			a.recordPolicyLocked(a.d.Now(), h.tenant, p, api.KindRelease, api.Lever(claims[p].lever), 1, "agent stopping")
 		}
 	}
 	if a.d.Hardware != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
@@ -181,7 +182,7 @@ type harness struct {
 	agent   *Agent
 	state   *act.StateFile
 	mu      sync.Mutex
-	actions []ActionRecord
+	actions []api.ActionRecord
 	journal string
 }
 
@@ -204,7 +205,7 @@ func newHarness(t *testing.T, w *world, cfg Config, quota QuotaActuator) *harnes
 	t.Cleanup(func() { j.Close() })
 	d := Deps{Discoverer: w, Stats: &fakeStats{w: w, usage: map[string]time.Duration{}, last: map[string]time.Time{}},
 		Probe: fakeProbe{w}, Quota: quota, Journal: j,
-		OnAction: func(r ActionRecord) { hs.mu.Lock(); hs.actions = append(hs.actions, r); hs.mu.Unlock() }}
+		OnAction: func(r api.ActionRecord) { hs.mu.Lock(); hs.actions = append(hs.actions, r); hs.mu.Unlock() }}
 	if w.counters {
 		d.Counters, d.PMU = fakeCounters{w}, true
 	}
@@ -249,7 +250,7 @@ func (hs *harness) waitFor(t *testing.T, what string, timeout time.Duration, con
 	}
 }
 
-func (hs *harness) has(kind, name string) bool {
+func (hs *harness) has(kind api.ActionKind, name string) bool {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	for _, a := range hs.actions {
@@ -612,7 +613,7 @@ func TestAgentRethrottlesAReturningPolluter(t *testing.T) {
 	}
 }
 
-func (hs *harness) count(kind, name string) int {
+func (hs *harness) count(kind api.ActionKind, name string) int {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	n := 0

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 type apiResp struct {
@@ -69,7 +71,7 @@ func TestAPIState(t *testing.T) {
 	if r.code != 200 || r.ct != "application/json" || r.hdr.Get("Cache-Control") != "no-store" {
 		t.Fatalf("/api/state: %d %q %v", r.code, r.ct, r.hdr)
 	}
-	var got State
+	var got api.State
 	if err := json.Unmarshal([]byte(r.body), &got); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/nodesignal"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 	"github.com/crosstalk-project/crosstalk/internal/yamlfile"
 )
@@ -62,7 +63,7 @@ type Config struct {
 	Throttle ThrottleConfig `yaml:"throttle"`
 	Perf     PerfConfig     `yaml:"perf"`
 
-	Kubernetes KubernetesConfig `yaml:"kubernetes"`
+	Kubernetes nodesignal.Config `yaml:"kubernetes"`
 
 	// The hardware-assisted policies (Alita, Kyoto). Each runs only where
 	// the host has what it needs; the state API and the log say why one is
@@ -133,28 +134,6 @@ type MBAConfig struct {
 	RelaxGuardBytesPerSec float64 `yaml:"relax_guard_bytes_per_sec"`
 	// Floor is the lowest rate as a fraction of unthrottled (default 0.2).
 	Floor float64 `yaml:"floor"`
-}
-
-// KubernetesConfig publishes the node-level signal (package nodesignal): a
-// node condition, label and optional taint saying the node has an
-// uncontained polluter.
-type KubernetesConfig struct {
-	// NodeSignal turns publishing on (default false; the DaemonSet sets it).
-	NodeSignal bool `yaml:"node_signal"`
-	// NodeName is this node's name (default: $NODE_NAME, from the downward API).
-	NodeName string `yaml:"node_name"`
-	// UncontainedAfter is how long contention must persist, uncontained,
-	// before the node is flagged (default 5m); ClearAfter how long it must
-	// stay away before the flag is lifted (default 2m).
-	UncontainedAfter time.Duration `yaml:"uncontained_after"`
-	ClearAfter       time.Duration `yaml:"clear_after"`
-	// Taint also taints a flagged node: "" (none), PreferNoSchedule or NoSchedule.
-	Taint string `yaml:"taint"`
-	// APIServer, TokenFile and CAFile default to the pod's in-cluster
-	// service account (KUBERNETES_SERVICE_HOST/PORT, /var/run/secrets/...).
-	APIServer string `yaml:"api_server"`
-	TokenFile string `yaml:"token_file"`
-	CAFile    string `yaml:"ca_file"`
 }
 
 // CPUWaitConfig is the CPU-wait contention signal: a tenant whose work takes
@@ -608,6 +587,13 @@ func (c *Config) Sparsify() act.Sparsify {
 		TightenAbove: t.TightenAbove, RelaxBelow: t.RelaxBelow, Hold: t.Hold, MaxHold: t.MaxHold}
 	s.Fill()
 	return s
+}
+
+// FloorDuty is the duty of the throttle's floor step: a tenant held there
+// cannot be held tighter through its CPU quota.
+func (c *Config) FloorDuty() float64 {
+	sp := c.Sparsify()
+	return sp.Duty(sp.FloorStep)
 }
 
 // Thresholds is the judge configuration with defaults filled.

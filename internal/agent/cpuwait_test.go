@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
@@ -145,7 +146,7 @@ type cpuHarness struct {
 	w       *cpuWorld
 	a       *Agent
 	mu      sync.Mutex
-	actions []ActionRecord
+	actions []api.ActionRecord
 }
 
 func newCPUHarness(t *testing.T, w *cpuWorld, tweak ...func(*Config)) *cpuHarness {
@@ -160,7 +161,7 @@ func newCPUHarness(t *testing.T, w *cpuWorld, tweak ...func(*Config)) *cpuHarnes
 	}
 	hs := &cpuHarness{w: w}
 	a, err := New(cfg, Deps{Discoverer: w, Stats: w, Probe: quietProbe{}, Quota: &act.CPUQuota{Host: w.h, Layout: w.layout, State: st},
-		OnAction: func(r ActionRecord) { hs.mu.Lock(); hs.actions = append(hs.actions, r); hs.mu.Unlock() }})
+		OnAction: func(r api.ActionRecord) { hs.mu.Lock(); hs.actions = append(hs.actions, r); hs.mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func (hs *cpuHarness) run(t *testing.T) func() {
 	}
 }
 
-func (hs *cpuHarness) count(kind, name string) int {
+func (hs *cpuHarness) count(kind api.ActionKind, name string) int {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	n := 0

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
@@ -43,14 +44,6 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/resctrl"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 	"github.com/crosstalk-project/crosstalk/internal/topology"
-)
-
-// Policies and levers of the resctrl paths (the others are in holds.go).
-const (
-	policyLLC = "llc"
-	policyMBA = "mba"
-	leverCAT  = "cat"
-	leverMBA  = "mba"
 )
 
 // HardwareOptions are what NewHardware needs besides the configuration.
@@ -101,7 +94,7 @@ type Hardware struct {
 	// classed are the tenants with a resctrl class, per policy: the L3
 	// domains they are restricted in, with the fraction (of the ways, of
 	// the bandwidth) left to them there.
-	classed map[string]map[string]map[int]float64
+	classed map[api.Policy]map[string]map[int]float64
 
 	// monUse is each tenant's smoothed CPU use, for the monitoring order;
 	// monOrder the order last ranked, monAge intervals since.
@@ -114,7 +107,7 @@ type Hardware struct {
 
 	off     map[string]string
 	last    time.Time
-	status  HardwareState
+	status  api.HardwareState
 	warned  map[string]bool
 	classOK bool
 }
@@ -131,7 +124,7 @@ type l3Domain struct {
 func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 	hw := &Hardware{log: o.Log, topo: o.Topology, now: o.Now, off: map[string]string{}, warned: map[string]bool{}, monUse: map[string]float64{},
 		levers:  map[judge.Lever]CPULever{},
-		classed: map[string]map[string]map[int]float64{}}
+		classed: map[api.Policy]map[string]map[int]float64{}}
 	if hw.log == nil {
 		hw.log = slog.New(slog.DiscardHandler)
 	}
@@ -172,9 +165,9 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 	// Bus-lock budget.
 	switch {
 	case !*cfg.BusLocks.Enabled:
-		hw.off[policyBusLocks] = "disabled in the configuration (buslocks.enabled: false)"
+		hw.off[string(api.PolicyBusLocks)] = "disabled in the configuration (buslocks.enabled: false)"
 	case !has(sense.EventBusLocks):
-		hw.off[policyBusLocks] = "the PMU does not count bus locks here (no hardware PMU, or no verified bus-lock event for this CPU model: see crosstalk doctor)"
+		hw.off[string(api.PolicyBusLocks)] = "the PMU does not count bus locks here (no hardware PMU, or no verified bus-lock event for this CPU model: see crosstalk doctor)"
 	default:
 		hw.busLocks = judge.NewBusLockBudget(cfg.BusLocks)
 		hw.busLockLevers, _ = judge.ParseLevers("buslocks.levers", cfg.BusLocks.Levers)
@@ -183,13 +176,13 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 	// Pollution permits.
 	switch {
 	case !cfg.Permits.Active():
-		hw.off[policyPermits] = "no llc_cap booked (permits.default, permits.classes, permits.tenants)"
+		hw.off[string(api.PolicyPermits)] = "no llc_cap booked (permits.default, permits.classes, permits.tenants)"
 	case !has(sense.EventLLCMisses) || !has(sense.EventCycles):
-		hw.off[policyPermits] = "the PMU does not count LLC misses and cycles per tenant here, so pollution (llc_cap_act) cannot be measured"
+		hw.off[string(api.PolicyPermits)] = "the PMU does not count LLC misses and cycles per tenant here, so pollution (llc_cap_act) cannot be measured"
 	default:
 		khz, src, err := sense.NominalFreq(h)
 		if err != nil || khz <= 0 {
-			hw.off[policyPermits] = fmt.Sprintf("no nominal CPU frequency for llc_cap_act (%v)", err)
+			hw.off[string(api.PolicyPermits)] = fmt.Sprintf("no nominal CPU frequency for llc_cap_act (%v)", err)
 			break
 		}
 		hw.nominalKHz = float64(khz)
@@ -200,11 +193,11 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 	// Power budget.
 	switch {
 	case !cfg.Power.Enabled:
-		hw.off[policyPower] = "disabled (power.enabled: false): a socket budget is a property of the SKU and the rack, set it to turn the policy on"
+		hw.off[string(api.PolicyPower)] = "disabled (power.enabled: false): a socket budget is a property of the SKU and the rack, set it to turn the policy on"
 	default:
 		ps, err := sense.NewPowerSensor(h, o.Topology)
 		if err != nil {
-			hw.off[policyPower] = err.Error()
+			hw.off[string(api.PolicyPower)] = err.Error()
 			break
 		}
 		hw.power = ps
@@ -215,8 +208,8 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 	// resctrl monitoring, LLC isolation, MBA.
 	rc := cfg.Resctrl
 	if !*rc.Enabled {
-		hw.off[policyLLC] = "disabled in the configuration (resctrl.enabled: false)"
-		hw.off[policyMBA] = hw.off[policyLLC]
+		hw.off[string(api.PolicyLLC)] = "disabled in the configuration (resctrl.enabled: false)"
+		hw.off[string(api.PolicyMBA)] = hw.off[string(api.PolicyLLC)]
 		return hw
 	}
 	// Counters are read only in the L3 domains a tenant's cpuset covers,
@@ -230,8 +223,8 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 	mon, err := sense.NewResctrlMonitor(h, o.Identity.HasFlag, o.Identity.IsAMD(), sense.ResctrlMonitorOptions{
 		MaxGroups: rc.MaxMonitoringGroups, Now: hw.now, DomainCPUs: domCPUs, SkipLocal: true, MaxNewPerSync: 8, Files: o.Files})
 	if err != nil {
-		hw.off[policyLLC] = err.Error()
-		hw.off[policyMBA] = err.Error()
+		hw.off[string(api.PolicyLLC)] = err.Error()
+		hw.off[string(api.PolicyMBA)] = err.Error()
 		return hw
 	}
 	hw.resmon = mon
@@ -248,11 +241,11 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 	}
 	switch l := rc.LLCIsolation; {
 	case !*l.Enabled:
-		hw.off[policyLLC] = "disabled in the configuration (resctrl.llc_isolation.enabled: false)"
+		hw.off[string(api.PolicyLLC)] = "disabled in the configuration (resctrl.llc_isolation.enabled: false)"
 	case info.L3 == nil:
-		hw.off[policyLLC] = fmt.Sprintf("resctrl at %s has no L3 cache allocation (CAT)", info.Mount)
+		hw.off[string(api.PolicyLLC)] = fmt.Sprintf("resctrl at %s has no L3 cache allocation (CAT)", info.Mount)
 	case len(hw.l3) == 0:
-		hw.off[policyLLC] = "no L3 in the CPU topology"
+		hw.off[string(api.PolicyLLC)] = "no L3 in the CPU topology"
 	default:
 		for id, d := range hw.l3 {
 			d.ways = info.L3.Ways
@@ -263,11 +256,11 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 	}
 	switch m := rc.MBA; {
 	case !m.Enabled:
-		hw.off[policyMBA] = "disabled (resctrl.mba.enabled: false): its threshold is the traffic this platform's L3 domain carries before it hurts, set it to turn the policy on"
+		hw.off[string(api.PolicyMBA)] = "disabled (resctrl.mba.enabled: false): its threshold is the traffic this platform's L3 domain carries before it hurts, set it to turn the policy on"
 	case info.MB == nil:
-		hw.off[policyMBA] = fmt.Sprintf("resctrl at %s has no memory-bandwidth allocation (MBA)", info.Mount)
+		hw.off[string(api.PolicyMBA)] = fmt.Sprintf("resctrl at %s has no memory-bandwidth allocation (MBA)", info.Mount)
 	case info.Mon == nil || !info.Mon.Has(resctrl.MBMTotalBytes):
-		hw.off[policyMBA] = fmt.Sprintf("resctrl at %s has no mbm_total_bytes monitoring", info.Mount)
+		hw.off[string(api.PolicyMBA)] = fmt.Sprintf("resctrl at %s has no mbm_total_bytes monitoring", info.Mount)
 	default:
 		mc := judge.MBAConfig{ThresholdBytesPerSec: m.ThresholdBytesPerSec, RelaxGuardBytesPerSec: m.RelaxGuardBytesPerSec, Floor: m.Floor}
 		if info.MB.Max > 0 {
@@ -535,16 +528,16 @@ func (a *Agent) claimFor(t sense.Tenant, lever judge.Lever, step, steps int, cpu
 	return c
 }
 
-func actionKind(held bool, oldDuty, newDuty float64) string {
+func actionKind(held bool, oldDuty, newDuty float64) api.ActionKind {
 	switch {
 	case !held:
-		return "throttle"
+		return api.KindThrottle
 	case newDuty < oldDuty:
-		return "tighten"
+		return api.KindTighten
 	case newDuty > oldDuty:
-		return "relax"
+		return api.KindRelax
 	}
-	return "throttle"
+	return api.KindThrottle
 }
 
 // busLocksLocked runs Alita's bus-lock budget.
@@ -559,10 +552,10 @@ func (hw *Hardware) busLocksLocked(a *Agent, o *hwObservation, levers map[string
 	for _, d := range hw.busLocks.Observe(in) {
 		s, ok := o.byID[d.Tenant]
 		if !ok { // gone
-			a.releaseHoldLocked(d.Tenant, policyBusLocks)
+			a.releaseHoldLocked(d.Tenant, api.PolicyBusLocks)
 			continue
 		}
-		hw.applyStep(a, o.now, s.t, policyBusLocks, d.Lever, d.Action == judge.BusLockRelease, d.Step, d.Steps, levers[d.Tenant].CPUs, d.Reason)
+		hw.applyStep(a, o.now, s.t, api.PolicyBusLocks, d.Lever, d.Action == judge.BusLockRelease, d.Step, d.Steps, levers[d.Tenant].CPUs, d.Reason)
 	}
 	st := hw.busLocks.Status()
 	hw.status.BusLocks = &st
@@ -570,7 +563,7 @@ func (hw *Hardware) busLocksLocked(a *Agent, o *hwObservation, levers map[string
 
 // applyStep applies one policy decision (a step on a lever, or a release)
 // through the holds and records it.
-func (hw *Hardware) applyStep(a *Agent, now time.Time, t sense.Tenant, policy string, lever judge.Lever, release bool, step, steps int, cpus cpuset.Set, reason string) {
+func (hw *Hardware) applyStep(a *Agent, now time.Time, t sense.Tenant, policy api.Policy, lever judge.Lever, release bool, step, steps int, cpus cpuset.Set, reason string) {
 	held := a.heldLocked(t.ID, policy)
 	var oldDuty float64 = 1
 	var oldLever judge.Lever
@@ -585,9 +578,9 @@ func (hw *Hardware) applyStep(a *Agent, now time.Time, t sense.Tenant, policy st
 		}
 		if err := a.releaseHoldLocked(t.ID, policy); err != nil {
 			a.log.Error("release", "policy", policy, "tenant", t.ID, "err", err)
-			a.journal(act.Event{Kind: "error", Policy: policy, Tenant: t.ID, Name: t.Name, Detail: "release failed: " + err.Error()})
+			a.journal(act.Event{Kind: "error", Policy: string(policy), Tenant: t.ID, Name: t.Name, Detail: "release failed: " + err.Error()})
 		}
-		a.recordPolicyLocked(now, t, policy, "release", string(lever), 1, reason)
+		a.recordPolicyLocked(now, t, policy, api.KindRelease, api.Lever(lever), 1, reason)
 		return
 	}
 	if lever == "" {
@@ -607,7 +600,7 @@ func (hw *Hardware) applyStep(a *Agent, now time.Time, t sense.Tenant, policy st
 		a.log.Debug("claim unchanged", "policy", policy, "tenant", t.ID, "duty", d, "reason", reason)
 		return
 	}
-	a.recordPolicyLocked(now, t, policy, actionKind(held, oldDuty, d), string(lever), d, reason)
+	a.recordPolicyLocked(now, t, policy, actionKind(held, oldDuty, d), api.Lever(lever), d, reason)
 }
 
 func claimDuty(c claim, t sense.Tenant) float64 {
@@ -628,31 +621,31 @@ func (hw *Hardware) permitsLocked(a *Agent, o *hwObservation) {
 	for _, d := range hw.permits.Observe(in) {
 		s, ok := o.byID[d.Tenant]
 		if !ok {
-			a.releaseHoldLocked(d.Tenant, policyPermits)
+			a.releaseHoldLocked(d.Tenant, api.PolicyPermits)
 			continue
 		}
 		t := s.t
 		if d.State != judge.PermitOver {
-			if a.heldLocked(t.ID, policyPermits) {
-				if err := a.releaseHoldLocked(t.ID, policyPermits); err != nil {
-					a.log.Error("release", "policy", policyPermits, "tenant", t.ID, "err", err)
+			if a.heldLocked(t.ID, api.PolicyPermits) {
+				if err := a.releaseHoldLocked(t.ID, api.PolicyPermits); err != nil {
+					a.log.Error("release", "policy", api.PolicyPermits, "tenant", t.ID, "err", err)
 				}
-				a.recordPolicyLocked(o.now, t, policyPermits, "release", string(judge.LeverCPUQuota), 1, "UNDER: "+d.Reason)
+				a.recordPolicyLocked(o.now, t, api.PolicyPermits, api.KindRelease, api.LeverCPUQuota, 1, "UNDER: "+d.Reason)
 			}
 			continue
 		}
 		q := cgroup.Quota{Quota: max(cgroup.MinQuota, time.Duration(d.CapCores*float64(a.sp.Period))), Period: a.sp.Period}
-		held := a.heldLocked(t.ID, policyPermits)
+		held := a.heldLocked(t.ID, api.PolicyPermits)
 		oldDuty := 1.0
 		if h := a.holds[t.ID]; held && h != nil {
-			oldDuty = claimDuty(h.claims[policyPermits], t)
+			oldDuty = claimDuty(h.claims[api.PolicyPermits], t)
 		}
-		if err := a.holdQuotaLocked(t, policyPermits, q, "OVER: "+d.Reason, o.now); err != nil {
+		if err := a.holdQuotaLocked(t, api.PolicyPermits, q, "OVER: "+d.Reason, o.now); err != nil {
 			a.handleWriteErr(t, err)
 			continue
 		}
 		kind := actionKind(held, oldDuty, claimDuty(claim{lever: judge.LeverCPUQuota, quota: q}, t))
-		a.recordPolicyLocked(o.now, t, policyPermits, kind, string(judge.LeverCPUQuota), d.Duty, "OVER: "+d.Reason)
+		a.recordPolicyLocked(o.now, t, api.PolicyPermits, kind, api.LeverCPUQuota, d.Duty, "OVER: "+d.Reason)
 	}
 	hw.status.Permits = hw.permits.Status()
 }
@@ -681,8 +674,8 @@ func (hw *Hardware) powerLocked(a *Agent, o *hwObservation, levers map[string]ju
 	for _, d := range hw.powerBudget.Observe(in) {
 		s, ok := o.byID[d.Tenant]
 		if !ok {
-			a.releaseHoldLocked(d.Tenant, policyPower)
-			a.releaseHoldLocked(d.Tenant, powerSocketPolicy(d.Socket))
+			a.releaseHoldLocked(d.Tenant, api.PolicyPower)
+			a.releaseHoldLocked(d.Tenant, api.PowerSocketPolicy(d.Socket))
 			continue
 		}
 		release := d.Action == judge.PowerRelease
@@ -690,17 +683,13 @@ func (hw *Hardware) powerLocked(a *Agent, o *hwObservation, levers map[string]ju
 			// Quota cannot act per socket: the tenant's lowest step on any
 			// socket applies to all of it.
 			step, steps, ok := hw.powerBudget.TenantStep(d.Tenant)
-			hw.applyStep(a, o.now, s.t, policyPower, d.Lever, release && !ok, step, steps, s.t.CPUs, d.Reason)
+			hw.applyStep(a, o.now, s.t, api.PolicyPower, d.Lever, release && !ok, step, steps, s.t.CPUs, d.Reason)
 			continue
 		}
-		hw.applyStep(a, o.now, s.t, powerSocketPolicy(d.Socket), d.Lever, release, d.Step, d.Steps, d.CPUs, d.Reason)
+		hw.applyStep(a, o.now, s.t, api.PowerSocketPolicy(d.Socket), d.Lever, release, d.Step, d.Steps, d.CPUs, d.Reason)
 	}
 	hw.status.Power = hw.powerBudget.Sockets()
 }
-
-// powerSocketPolicy is the holds' name of the power policy's claim on one
-// socket's CPUs (per-CPU levers act per socket; a tenant may span two).
-func powerSocketPolicy(socket int) string { return fmt.Sprintf("%s:%d", policyPower, socket) }
 
 // resctrlLocked runs bias LLC isolation and MBA on the monitoring data.
 func (hw *Hardware) resctrlLocked(a *Agent, o *hwObservation) {
@@ -780,11 +769,11 @@ func (hw *Hardware) biasLocked(a *Agent, o *hwObservation) {
 			if !a.cfg.DryRun {
 				if err := hw.classes.ReleaseCache(c.Tenant, c.Domain); err != nil {
 					a.log.Error("release LLC class", "tenant", c.Tenant, "domain", c.Domain, "err", err)
-					a.journal(act.Event{Kind: "error", Policy: policyLLC, Tenant: t.ID, Name: t.Name, Detail: err.Error()})
+					a.journal(act.Event{Kind: "error", Policy: string(api.PolicyLLC), Tenant: t.ID, Name: t.Name, Detail: err.Error()})
 				}
 			}
-			hw.unclass(policyLLC, c.Tenant, c.Domain)
-			a.recordPolicyLocked(o.now, t, policyLLC, "release", leverCAT, 1, fmt.Sprintf("L3 %d: %s", c.Domain, c.Reason))
+			hw.unclass(api.PolicyLLC, c.Tenant, c.Domain)
+			a.recordPolicyLocked(o.now, t, api.PolicyLLC, api.KindRelease, api.LeverCAT, 1, fmt.Sprintf("L3 %d: %s", c.Domain, c.Reason))
 			continue
 		}
 		if !ok {
@@ -799,11 +788,11 @@ func (hw *Hardware) biasLocked(a *Agent, o *hwObservation) {
 				// for this tenant until another class is released. Say so;
 				// do not throttle it some other way on cache evidence alone.
 				hw.warnOnce("closid:"+t.ID, "no resctrl class for the LLC abuser "+t.ID, err)
-				a.journal(act.Event{Kind: "error", Policy: policyLLC, Tenant: t.ID, Name: t.Name, Detail: err.Error()})
+				a.journal(act.Event{Kind: "error", Policy: string(api.PolicyLLC), Tenant: t.ID, Name: t.Name, Detail: err.Error()})
 				continue
 			case err != nil:
 				a.log.Error("LLC isolation", "tenant", t.ID, "err", err)
-				a.journal(act.Event{Kind: "error", Policy: policyLLC, Tenant: t.ID, Name: t.Name, Detail: err.Error()})
+				a.journal(act.Event{Kind: "error", Policy: string(api.PolicyLLC), Tenant: t.ID, Name: t.Name, Detail: err.Error()})
 				continue
 			}
 		}
@@ -811,12 +800,12 @@ func (hw *Hardware) biasLocked(a *Agent, o *hwObservation) {
 		if d := hw.l3[c.Domain]; d.ways > 0 {
 			duty = float64(c.Ways) / float64(d.ways)
 		}
-		kind := "isolate"
-		if old, ok := hw.classed[policyLLC][c.Tenant][c.Domain]; ok && duty > old {
-			kind = "relax" // a way given back as fairness returns
+		kind := api.KindIsolate
+		if old, ok := hw.classed[api.PolicyLLC][c.Tenant][c.Domain]; ok && duty > old {
+			kind = api.KindRelax // a way given back as fairness returns
 		}
-		hw.class(policyLLC, c.Tenant, c.Domain, duty)
-		a.recordPolicyLocked(o.now, t, policyLLC, kind, leverCAT, duty, fmt.Sprintf("L3 %d: %d of %d ways: %s", c.Domain, c.Ways, hw.l3[c.Domain].ways, c.Reason))
+		hw.class(api.PolicyLLC, c.Tenant, c.Domain, duty)
+		a.recordPolicyLocked(o.now, t, api.PolicyLLC, kind, api.LeverCAT, duty, fmt.Sprintf("L3 %d: %d of %d ways: %s", c.Domain, c.Ways, hw.l3[c.Domain].ways, c.Reason))
 	}
 }
 
@@ -849,8 +838,8 @@ func (hw *Hardware) mbaLocked(a *Agent, o *hwObservation) {
 					a.log.Error("release MBA", "tenant", m.Tenant, "err", err)
 				}
 			}
-			hw.unclass(policyMBA, m.Tenant, m.Domain)
-			a.recordPolicyLocked(o.now, t, policyMBA, "release", leverMBA, 1, fmt.Sprintf("L3 %d: %s", m.Domain, m.Reason))
+			hw.unclass(api.PolicyMBA, m.Tenant, m.Domain)
+			a.recordPolicyLocked(o.now, t, api.PolicyMBA, api.KindRelease, api.LeverMBA, 1, fmt.Sprintf("L3 %d: %s", m.Domain, m.Reason))
 			continue
 		}
 		if !ok {
@@ -859,20 +848,20 @@ func (hw *Hardware) mbaLocked(a *Agent, o *hwObservation) {
 		if !a.cfg.DryRun {
 			if err := hw.classes.SetBandwidth(act.ClassTenant{ID: t.ID, Name: t.Name, Threads: t.Threads}, m.Domain, m.Fraction, m.ReferenceBytesPerSec); err != nil {
 				a.log.Error("MBA", "tenant", t.ID, "err", err)
-				a.journal(act.Event{Kind: "error", Policy: policyMBA, Tenant: t.ID, Name: t.Name, Detail: err.Error()})
+				a.journal(act.Event{Kind: "error", Policy: string(api.PolicyMBA), Tenant: t.ID, Name: t.Name, Detail: err.Error()})
 				continue
 			}
 		}
 		// Per domain: halved is a tighten, doubled ("back under
 		// threshold") a relax, a first class on the domain a throttle.
-		old, classed := hw.classed[policyMBA][m.Tenant][m.Domain]
+		old, classed := hw.classed[api.PolicyMBA][m.Tenant][m.Domain]
 		kind := actionKind(classed, old, m.Fraction)
-		hw.class(policyMBA, m.Tenant, m.Domain, m.Fraction)
-		a.recordPolicyLocked(o.now, t, policyMBA, kind, leverMBA, m.Fraction, fmt.Sprintf("L3 %d: %.0f%% of its bandwidth: %s", m.Domain, 100*m.Fraction, m.Reason))
+		hw.class(api.PolicyMBA, m.Tenant, m.Domain, m.Fraction)
+		a.recordPolicyLocked(o.now, t, api.PolicyMBA, kind, api.LeverMBA, m.Fraction, fmt.Sprintf("L3 %d: %.0f%% of its bandwidth: %s", m.Domain, 100*m.Fraction, m.Reason))
 	}
 }
 
-func (hw *Hardware) class(policy, tenant string, domain int, fraction float64) {
+func (hw *Hardware) class(policy api.Policy, tenant string, domain int, fraction float64) {
 	m := hw.classed[policy]
 	if m == nil {
 		m = map[string]map[int]float64{}
@@ -884,7 +873,7 @@ func (hw *Hardware) class(policy, tenant string, domain int, fraction float64) {
 	m[tenant][domain] = fraction
 }
 
-func (hw *Hardware) unclass(policy, tenant string, domain int) {
+func (hw *Hardware) unclass(policy api.Policy, tenant string, domain int) {
 	m := hw.classed[policy]
 	delete(m[tenant], domain)
 	if len(m[tenant]) == 0 {
@@ -911,16 +900,16 @@ func (hw *Hardware) classedDomains() []int {
 
 // tenantClasses describes a tenant's resctrl classes for the state: the
 // lowest fraction left to it over its restricted domains.
-func (hw *Hardware) tenantClasses(id string) []HoldState {
-	var out []HoldState
-	for _, p := range []string{policyLLC, policyMBA} {
+func (hw *Hardware) tenantClasses(id string) []api.HoldState {
+	var out []api.HoldState
+	for _, p := range []api.Policy{api.PolicyLLC, api.PolicyMBA} {
 		ds := hw.classed[p][id]
 		if len(ds) == 0 {
 			continue
 		}
-		lever := leverCAT
-		if p == policyMBA {
-			lever = leverMBA
+		lever := api.LeverCAT
+		if p == api.PolicyMBA {
+			lever = api.LeverMBA
 		}
 		doms := make([]int, 0, len(ds))
 		frac := 1.0
@@ -929,7 +918,7 @@ func (hw *Hardware) tenantClasses(id string) []HoldState {
 			frac = min(frac, f)
 		}
 		slices.Sort(doms)
-		out = append(out, HoldState{Policy: p, Lever: lever, Duty: frac, Reason: fmt.Sprintf("restricted in L3 domain(s) %v", doms)})
+		out = append(out, api.HoldState{Policy: p, Lever: lever, Duty: frac, Reason: fmt.Sprintf("restricted in L3 domain(s) %v", doms)})
 	}
 	return out
 }
@@ -943,15 +932,15 @@ func (hw *Hardware) stop(a *Agent) {
 		}
 	}
 	for p, m := range hw.classed {
-		lever := leverCAT
-		if p == policyMBA {
-			lever = leverMBA
+		lever := api.LeverCAT
+		if p == api.PolicyMBA {
+			lever = api.LeverMBA
 		}
 		for id := range m {
-			a.recordPolicyLocked(a.d.Now(), sense.Tenant{ID: id, Name: id}, p, "release", lever, 1, "agent stopping")
+			a.recordPolicyLocked(a.d.Now(), sense.Tenant{ID: id, Name: id}, p, api.KindRelease, lever, 1, "agent stopping")
 		}
 	}
-	hw.classed = map[string]map[string]map[int]float64{}
+	hw.classed = map[api.Policy]map[string]map[int]float64{}
 	if hw.resmon != nil {
 		if err := hw.resmon.Close(); err != nil {
 			a.log.Warn("removing resctrl monitoring groups", "err", err)
@@ -959,23 +948,8 @@ func (hw *Hardware) stop(a *Agent) {
 	}
 }
 
-// HardwareState is the hardware policies' state after the last interval.
-type HardwareState struct {
-	// Off says, per policy and lever, why it does not run here.
-	Off      map[string]string          `json:"off,omitempty"`
-	BusLocks *judge.BusLockStatus       `json:"buslocks,omitempty"`
-	Permits  []judge.PermitStatus       `json:"permits,omitempty"`
-	Power    []judge.PowerSocketStatus  `json:"power,omitempty"`
-	Packages []sense.PackageAttribution `json:"packages,omitempty"`
-	// TenantWatts is each tenant's attributed power (watts).
-	TenantWatts map[string]float64  `json:"tenant_watts,omitempty"`
-	LLC         []judge.BiasVerdict `json:"llc,omitempty"`
-	// Resctrl is each monitored tenant's LLC occupancy and bandwidth.
-	Resctrl map[string]sense.ResctrlUsage `json:"resctrl,omitempty"`
-}
-
 // State returns a copy of the state for publishing.
-func (hw *Hardware) State() HardwareState {
+func (hw *Hardware) State() api.HardwareState {
 	s := hw.status
 	s.Off = hw.Off()
 	return s
@@ -1018,7 +992,7 @@ func HardwareAvailability(cfg Config, h *host.Host) []PolicyAvailability {
 	}
 	off := hw.Off()
 	var out []PolicyAvailability
-	for _, name := range []string{policyBusLocks, policyPermits, policyPower, policyLLC, policyMBA,
+	for _, name := range []string{string(api.PolicyBusLocks), string(api.PolicyPermits), string(api.PolicyPower), string(api.PolicyLLC), string(api.PolicyMBA),
 		string(judge.LeverClockModulation), string(judge.LeverCPUFreq)} {
 		why, isOff := off[name]
 		out = append(out, PolicyAvailability{Name: name, On: !isOff, Why: why})

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 // The sensors the agent runs each interval, as the health metrics name them.
@@ -91,13 +93,13 @@ func (h *sensorHealth) record(sensor string, took time.Duration, err error) {
 }
 
 // states returns every sensor that ran so far, by name.
-func (h *sensorHealth) states() []SensorState {
+func (h *sensorHealth) states() []api.SensorState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]SensorState, 0, len(h.sensors))
+	out := make([]api.SensorState, 0, len(h.sensors))
 	for _, name := range slices.Sorted(maps.Keys(h.sensors)) {
 		r := h.sensors[name]
-		out = append(out, SensorState{Sensor: name, Success: r.success, DurationSeconds: r.duration.Seconds(),
+		out = append(out, api.SensorState{Sensor: name, Success: r.success, DurationSeconds: r.duration.Seconds(),
 			Errors: r.errors, LastError: r.lastErr, FailingSince: r.failingSince})
 	}
 	return out

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
@@ -75,7 +76,7 @@ func (c *brokenCounters) Read() (map[string]map[string]float64, error) {
 	return c.fakeCounters.Read()
 }
 
-func sensorOf(t *testing.T, a *Agent, name string) SensorState {
+func sensorOf(t *testing.T, a *Agent, name string) api.SensorState {
 	t.Helper()
 	st, ok := a.Latest()
 	if !ok {
@@ -87,7 +88,7 @@ func sensorOf(t *testing.T, a *Agent, name string) SensorState {
 		}
 	}
 	t.Fatalf("sensor %s not in the state: %+v", name, st.Sensors)
-	return SensorState{}
+	return api.SensorState{}
 }
 
 // A sensor that fails shows it at once: success 0 and an error count that

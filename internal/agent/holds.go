@@ -1,30 +1,25 @@
 package agent
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
-// Policies that hold tenants back. Several may hold the same tenant at once
-// (a proven bus-lock polluter can also be over its pollution permit): each
-// states its own claim, and the tenant gets the tightest of them on each
-// lever — so no policy's release can undo another's throttle, and a
-// tenant is fully restored only when nobody holds it any more.
-const (
-	policyProbe    = "probe"    // perturbation proofs and the duty controller of proven polluters
-	policyBusLocks = "buslocks" // Alita's bus-lock budget (PMU counts)
-	policyPermits  = "permits"  // Kyoto's pollution permits
-	policyPower    = "power"    // Alita's socket power budget
-)
-
+// Policies (api.Policy) hold tenants back. Several may hold the same tenant
+// at once (a proven bus-lock polluter can also be over its pollution
+// permit): each states its own claim, and the tenant gets the tightest of
+// them on each lever — so no policy's release can undo another's throttle,
+// and a tenant is fully restored only when nobody holds it any more.
+//
 // claim is one policy's hold on one tenant through one lever.
 type claim struct {
 	lever judge.Lever
@@ -52,7 +47,7 @@ func (c claim) duty() float64 {
 // arbiter has written for them.
 type tenantHolds struct {
 	tenant sense.Tenant
-	claims map[string]claim // by policy
+	claims map[api.Policy]claim // by policy
 	// What is written now: the CPU quota (zero Period = nothing), and the
 	// step of each CPU on each per-CPU lever.
 	quota   cgroup.Quota
@@ -70,17 +65,17 @@ type CPULever interface {
 
 // holdQuotaLocked states policy's CPU-quota claim on t and enforces the
 // tightest claim.
-func (a *Agent) holdQuotaLocked(t sense.Tenant, policy string, q cgroup.Quota, reason string, now time.Time) error {
+func (a *Agent) holdQuotaLocked(t sense.Tenant, policy api.Policy, q cgroup.Quota, reason string, now time.Time) error {
 	return a.holdLocked(t, policy, claim{lever: judge.LeverCPUQuota, quota: q, reason: reason, since: now})
 }
 
 // holdLocked states a claim; a policy has one claim per tenant, so a claim
 // through another lever replaces its previous one (the lever chooser
 // moved the tenant to another lever: its CPUs changed).
-func (a *Agent) holdLocked(t sense.Tenant, policy string, c claim) error {
+func (a *Agent) holdLocked(t sense.Tenant, policy api.Policy, c claim) error {
 	h := a.holds[t.ID]
 	if h == nil {
-		h = &tenantHolds{tenant: t, claims: map[string]claim{}, perCPU: map[judge.Lever]map[int]int{}, created: c.since}
+		h = &tenantHolds{tenant: t, claims: map[api.Policy]claim{}, perCPU: map[judge.Lever]map[int]int{}, created: c.since}
 		a.holds[t.ID] = h
 	}
 	h.tenant = t
@@ -108,7 +103,7 @@ func (a *Agent) holdLocked(t sense.Tenant, policy string, c claim) error {
 
 // releaseHoldLocked drops policy's claim on tenant id; the tenant keeps
 // the other policies' claims, or is restored when none is left.
-func (a *Agent) releaseHoldLocked(id, policy string) error {
+func (a *Agent) releaseHoldLocked(id string, policy api.Policy) error {
 	h := a.holds[id]
 	if h == nil {
 		return nil
@@ -131,7 +126,7 @@ func (a *Agent) forgetHoldsLocked(id string) {
 	if h == nil {
 		return
 	}
-	h.claims = map[string]claim{}
+	h.claims = map[api.Policy]claim{}
 	if err := a.enforceLocked(h); err != nil {
 		a.log.Warn("restoring a vanished tenant's levers", "tenant", id, "err", err)
 	}
@@ -140,7 +135,7 @@ func (a *Agent) forgetHoldsLocked(id string) {
 
 // heldLocked reports whether policy holds tenant id (any policy when
 // policy is "").
-func (a *Agent) heldLocked(id, policy string) bool {
+func (a *Agent) heldLocked(id string, policy api.Policy) bool {
 	h := a.holds[id]
 	if h == nil {
 		return false
@@ -154,7 +149,7 @@ func (a *Agent) heldLocked(id, policy string) bool {
 
 // heldByOthersLocked reports whether a policy other than policy holds
 // tenant id.
-func (a *Agent) heldByOthersLocked(id, policy string) bool {
+func (a *Agent) heldByOthersLocked(id string, policy api.Policy) bool {
 	h := a.holds[id]
 	if h == nil {
 		return false
@@ -177,7 +172,7 @@ func (a *Agent) enforceLocked(h *tenantHolds) error {
 	// CPU quota: the fewest CPUs wins; ties keep the earlier policy's
 	// (sorted by name) so the choice is stable.
 	var want cgroup.Quota
-	policies := make([]string, 0, len(h.claims))
+	policies := make([]api.Policy, 0, len(h.claims))
 	for p := range h.claims {
 		policies = append(policies, p)
 	}
@@ -213,7 +208,7 @@ func (a *Agent) enforceLocked(h *tenantHolds) error {
 	return errors.Join(errs...)
 }
 
-func (a *Agent) enforceCPULeverLocked(h *tenantHolds, lever judge.Lever, policies []string) error {
+func (a *Agent) enforceCPULeverLocked(h *tenantHolds, lever judge.Lever, policies []api.Policy) error {
 	act := a.cpuLever(lever)
 	want := map[int]int{}
 	for _, p := range policies {
@@ -318,11 +313,11 @@ func (h *tenantHolds) duty() float64 {
 }
 
 // describe lists the claims for the state, sorted by policy.
-func (h *tenantHolds) describe() []HoldState {
-	out := make([]HoldState, 0, len(h.claims))
+func (h *tenantHolds) describe() []api.HoldState {
+	out := make([]api.HoldState, 0, len(h.claims))
 	n := float64(max(1, h.tenant.CPUs.Len()))
 	for p, c := range h.claims {
-		hs := HoldState{Policy: p, Lever: string(c.lever), Reason: c.reason, Since: c.since}
+		hs := api.HoldState{Policy: p, Lever: api.Lever(c.lever), Reason: c.reason, Since: c.since}
 		switch c.lever {
 		case judge.LeverCPUQuota:
 			hs.Duty = min(1, c.quota.CPUs()/n)
@@ -333,7 +328,7 @@ func (h *tenantHolds) describe() []HoldState {
 		}
 		out = append(out, hs)
 	}
-	slices.SortFunc(out, func(a, b HoldState) int { return strings.Compare(a.Policy, b.Policy) })
+	slices.SortFunc(out, func(a, b api.HoldState) int { return cmp.Compare(a.Policy, b.Policy) })
 	return out
 }
 

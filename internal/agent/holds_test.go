@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
@@ -105,34 +106,34 @@ func TestHoldsTightestClaimWins(t *testing.T) {
 	a, q, _ := holdsAgent(t, false)
 	tn := sense.Tenant{ID: "/vm", Name: "vm", Cgroup: "/vm", CPUs: cpuset.Range(0, 3)}
 	now := time.Unix(0, 0)
-	if err := a.holdQuotaLocked(tn, policyPermits, quotaOf(0.25), "OVER", now); err != nil {
+	if err := a.holdQuotaLocked(tn, api.PolicyPermits, quotaOf(0.25), "OVER", now); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.holdQuotaLocked(tn, policyProbe, quotaOf(1), "duty", now); err != nil {
+	if err := a.holdQuotaLocked(tn, api.PolicyProbe, quotaOf(1), "duty", now); err != nil {
 		t.Fatal(err)
 	}
 	if got := q.now["/vm"].CPUs(); got != 0.25 {
 		t.Fatalf("quota %.3f, want the permits' 0.25 (tightest)", got)
 	}
-	if err := a.releaseHoldLocked(tn.ID, policyPermits); err != nil {
+	if err := a.releaseHoldLocked(tn.ID, api.PolicyPermits); err != nil {
 		t.Fatal(err)
 	}
 	if got := q.now["/vm"].CPUs(); got != 1 {
 		t.Errorf("after the permits' release: quota %.3f, want the probe's 1 CPU", got)
 	}
-	if !a.heldLocked(tn.ID, policyProbe) || a.heldLocked(tn.ID, policyPermits) {
+	if !a.heldLocked(tn.ID, api.PolicyProbe) || a.heldLocked(tn.ID, api.PolicyPermits) {
 		t.Error("held-by bookkeeping wrong")
 	}
-	if err := a.releaseHoldLocked(tn.ID, policyProbe); err != nil {
+	if err := a.releaseHoldLocked(tn.ID, api.PolicyProbe); err != nil {
 		t.Fatal(err)
 	}
 	if _, held := q.now["/vm"]; held || a.holds[tn.ID] != nil {
 		t.Errorf("after the last release: still held (%v) or not forgotten", q.now)
 	}
 	// Re-stating the same claim writes nothing.
-	a.holdQuotaLocked(tn, policyProbe, quotaOf(0.5), "duty", now)
+	a.holdQuotaLocked(tn, api.PolicyProbe, quotaOf(0.5), "duty", now)
 	n := len(q.log)
-	a.holdQuotaLocked(tn, policyProbe, quotaOf(0.5), "duty", now)
+	a.holdQuotaLocked(tn, api.PolicyProbe, quotaOf(0.5), "duty", now)
 	if len(q.log) != n {
 		t.Errorf("an unchanged claim wrote again: %v", q.log[n:])
 	}
@@ -144,7 +145,7 @@ func TestHoldsFailedWriteIsNotHeld(t *testing.T) {
 	a, q, _ := holdsAgent(t, false)
 	tn := sense.Tenant{ID: "/c", Name: "c", Cgroup: "/c", CPUs: cpuset.Range(0, 1)}
 	q.fail = errors.New("EACCES")
-	if err := a.holdQuotaLocked(tn, policyBusLocks, quotaOf(0.1), "over budget", time.Unix(0, 0)); err == nil {
+	if err := a.holdQuotaLocked(tn, api.PolicyBusLocks, quotaOf(0.1), "over budget", time.Unix(0, 0)); err == nil {
 		t.Fatal("no error from a failed write")
 	}
 	if a.heldLocked(tn.ID, "") || a.holds[tn.ID] != nil {
@@ -152,10 +153,10 @@ func TestHoldsFailedWriteIsNotHeld(t *testing.T) {
 	}
 	// A tighten that fails keeps the claim that was written before.
 	q.fail = nil
-	a.holdQuotaLocked(tn, policyBusLocks, quotaOf(0.5), "", time.Unix(0, 0))
+	a.holdQuotaLocked(tn, api.PolicyBusLocks, quotaOf(0.5), "", time.Unix(0, 0))
 	q.fail = errors.New("EIO")
-	a.holdQuotaLocked(tn, policyBusLocks, quotaOf(0.1), "", time.Unix(1, 0))
-	if c := a.holds[tn.ID].claims[policyBusLocks]; c.quota.CPUs() != 0.5 {
+	a.holdQuotaLocked(tn, api.PolicyBusLocks, quotaOf(0.1), "", time.Unix(1, 0))
+	if c := a.holds[tn.ID].claims[api.PolicyBusLocks]; c.quota.CPUs() != 0.5 {
 		t.Errorf("failed tighten replaced the claim: %.3f CPUs", c.quota.CPUs())
 	}
 }
@@ -169,12 +170,12 @@ func TestHoldsPerCPULevers(t *testing.T) {
 	now := time.Unix(0, 0)
 	// The bus-lock budget holds all four CPUs at 2/16; the power budget
 	// holds socket 0's two of them at 8/16.
-	must(t, a.holdLocked(tn, policyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3), since: now}))
-	must(t, a.holdLocked(tn, powerSocketPolicy(0), claim{lever: judge.LeverClockModulation, step: 8, steps: 16, cpus: cpuset.Range(0, 1), since: now}))
+	must(t, a.holdLocked(tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3), since: now}))
+	must(t, a.holdLocked(tn, api.PowerSocketPolicy(0), claim{lever: judge.LeverClockModulation, step: 8, steps: 16, cpus: cpuset.Range(0, 1), since: now}))
 	if fmt.Sprint(cm.cpu) != "map[0:2 1:2 2:2 3:2]" {
 		t.Fatalf("steps %v, want 2/16 everywhere (the tightest)", cm.cpu)
 	}
-	must(t, a.releaseHoldLocked(tn.ID, policyBusLocks))
+	must(t, a.releaseHoldLocked(tn.ID, api.PolicyBusLocks))
 	if fmt.Sprint(cm.cpu) != "map[0:8 1:8]" {
 		t.Fatalf("after the bus-lock release: %v, want CPUs 0-1 at 8/16 and 2-3 restored", cm.cpu)
 	}
@@ -186,7 +187,7 @@ func TestHoldsPerCPULevers(t *testing.T) {
 		t.Errorf("vanished tenant: CPUs %v still modulated", cm.cpu)
 	}
 	// A claim on a lever that is off fails and is not held.
-	if err := a.holdLocked(tn, policyPower, claim{lever: judge.LeverCPUFreq, step: 4, steps: 16, cpus: cpuset.Range(0, 3), since: now}); err == nil || a.heldLocked(tn.ID, "") {
+	if err := a.holdLocked(tn, api.PolicyPower, claim{lever: judge.LeverCPUFreq, step: 4, steps: 16, cpus: cpuset.Range(0, 3), since: now}); err == nil || a.heldLocked(tn.ID, "") {
 		t.Errorf("claim on an absent lever: err %v, held %v", err, a.heldLocked(tn.ID, ""))
 	}
 }
@@ -196,12 +197,12 @@ func TestHoldsPerCPULevers(t *testing.T) {
 func TestHoldsDryRun(t *testing.T) {
 	a, q, cm := holdsAgent(t, true)
 	tn := sense.Tenant{ID: "/vm", Name: "vm", Cgroup: "/vm", CPUs: cpuset.Range(0, 3)}
-	must(t, a.holdQuotaLocked(tn, policyPermits, quotaOf(0.25), "OVER", time.Unix(0, 0)))
-	must(t, a.holdLocked(tn, policyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3)}))
+	must(t, a.holdQuotaLocked(tn, api.PolicyPermits, quotaOf(0.25), "OVER", time.Unix(0, 0)))
+	must(t, a.holdLocked(tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3)}))
 	if len(q.log) != 0 || len(cm.calls) != 0 {
 		t.Errorf("dry run wrote: %v %v", q.log, cm.calls)
 	}
-	if !a.heldLocked(tn.ID, policyPermits) || a.holds[tn.ID].duty() != 0.0625 {
+	if !a.heldLocked(tn.ID, api.PolicyPermits) || a.holds[tn.ID].duty() != 0.0625 {
 		t.Errorf("dry run holds not kept: %+v", a.holds[tn.ID])
 	}
 	a.shutdown()
@@ -214,14 +215,14 @@ func TestHoldsDryRun(t *testing.T) {
 func TestHoldsShutdownReleasesAll(t *testing.T) {
 	a, q, cm := holdsAgent(t, false)
 	var releases []string
-	a.d.OnAction = func(r ActionRecord) {
+	a.d.OnAction = func(r api.ActionRecord) {
 		if r.Kind == "release" {
-			releases = append(releases, r.Policy+"/"+r.Lever)
+			releases = append(releases, string(r.Policy)+"/"+string(r.Lever))
 		}
 	}
 	tn := sense.Tenant{ID: "/vm", Name: "vm", Cgroup: "/vm", CPUs: cpuset.Range(0, 3)}
-	must(t, a.holdQuotaLocked(tn, policyPermits, quotaOf(0.25), "OVER", time.Unix(0, 0)))
-	must(t, a.holdLocked(tn, policyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3)}))
+	must(t, a.holdQuotaLocked(tn, api.PolicyPermits, quotaOf(0.25), "OVER", time.Unix(0, 0)))
+	must(t, a.holdLocked(tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3)}))
 	a.shutdown()
 	if len(q.now) != 0 || len(cm.cpu) != 0 {
 		t.Errorf("left held after shutdown: quota %v, clock %v", q.now, cm.cpu)
@@ -250,7 +251,7 @@ func TestPolicyActionKindFollowsTheDuty(t *testing.T) {
 	steps := []struct {
 		step   int
 		reason string
-		want   string // kind recorded, "" for none
+		want   api.ActionKind // kind recorded, "" for none
 	}{
 		{8, "socket 0 at 250.0 W >= budget 200 W", "throttle"},
 		{8, "socket 1 at 150.0 W <= 180 W (budget 200 W - guard 20 W)", ""},
@@ -260,8 +261,8 @@ func TestPolicyActionKindFollowsTheDuty(t *testing.T) {
 	}
 	for _, s := range steps {
 		n := len(a.actions)
-		hw.applyStep(a, now, tn, policyPower, judge.LeverClockModulation, false, s.step, 16, tn.CPUs, s.reason)
-		got := ""
+		hw.applyStep(a, now, tn, api.PolicyPower, judge.LeverClockModulation, false, s.step, 16, tn.CPUs, s.reason)
+		var got api.ActionKind
 		if len(a.actions) > n {
 			got = a.actions[len(a.actions)-1].Kind
 		}

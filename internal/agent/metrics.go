@@ -6,13 +6,14 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // StateSource returns the latest published state (a copy) and whether one exists yet.
 type StateSource interface {
-	Latest() (State, bool)
+	Latest() (api.State, bool)
 }
 
 // NewRegistry returns a registry with a collector that renders the latest

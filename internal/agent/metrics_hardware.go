@@ -3,12 +3,13 @@ package agent
 import (
 	"strconv"
 
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // hardwarePolicies are the hardware-assisted policies, always exported by
 // crosstalk_hardware_policy_on (0 where off) so an alert can say which are.
-var hardwarePolicies = []string{policyBusLocks, policyPermits, policyPower, policyLLC, policyMBA}
+var hardwarePolicies = []api.Policy{api.PolicyBusLocks, api.PolicyPermits, api.PolicyPower, api.PolicyLLC, api.PolicyMBA}
 
 // hardwareCollector exports the hardware policies' state: what each policy
 // holds each tenant to, and the measurements they judge by (bus-lock
@@ -95,7 +96,7 @@ func (c *hardwareCollector) Collect(ch chan<- prometheus.Metric) {
 		l := []string{label(t.ID), label(t.Kind), label(t.Name)}
 		held := map[[2]string]bool{}
 		for _, h := range t.Holds {
-			k := [2]string{label(h.Policy), label(h.Lever)}
+			k := [2]string{label(string(h.Policy)), label(string(h.Lever))}
 			if held[k] {
 				continue
 			}
@@ -118,8 +119,8 @@ func (c *hardwareCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, p := range hardwarePolicies {
-		_, off := hw.Off[p]
-		gauge(c.policyOn, b2f(!off), p)
+		_, off := hw.Off[string(p)]
+		gauge(c.policyOn, b2f(!off), string(p))
 	}
 	seenPermit := map[string]bool{}
 	for _, p := range hw.Permits {

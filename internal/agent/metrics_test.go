@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
@@ -16,19 +17,19 @@ import (
 // fakeSource is a StateSource a test can update between scrapes.
 type fakeSource struct {
 	mu  sync.Mutex
-	s   State
+	s   api.State
 	ok  bool
 	hit int
 }
 
-func (f *fakeSource) Latest() (State, bool) {
+func (f *fakeSource) Latest() (api.State, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.hit++
 	return f.s, f.ok
 }
 
-func (f *fakeSource) set(s State) {
+func (f *fakeSource) set(s api.State) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.s, f.ok = s, true
@@ -36,9 +37,9 @@ func (f *fakeSource) set(s State) {
 
 // sampleState is a hand-built state: a VM that split-locks, a busy container
 // and a protected one; a dry-run proof in progress.
-func sampleState() State {
+func sampleState() api.State {
 	t0 := time.Date(2026, 3, 14, 9, 26, 53, 500_000_000, time.UTC)
-	return State{
+	return api.State{
 		Time:            t0,
 		Interval:        1,
 		Host:            "node-7",
@@ -49,7 +50,7 @@ func sampleState() State {
 		ContentionRatio: 2.5,
 		CPUWait:         true,
 		CPUWaitRatio:    1.8,
-		Tenants: []TenantState{
+		Tenants: []api.TenantState{
 			{
 				ID: "vm:noisy", Kind: "vm", Name: "noisy", Cgroup: "/machine.slice/machine-qemu\\x2d1\\x2dnoisy.scope", CPUs: "0-3",
 				CPU: 3.9, ThrottledRatio: 0, RunDelay: 0.25, PSI: 0.1,
@@ -66,20 +67,20 @@ func sampleState() State {
 				CPUSeconds: 600, ThrottledSeconds: 0.5, RunDelaySeconds: 2.25,
 			},
 		},
-		Probes: []ProbeState{
+		Probes: []api.ProbeState{
 			{Domain: 0, CPU: 2, Kind: "lock", LatencyNs: 500, BaselineNs: 200, Ratio: 2.5},
 			{Domain: 0, CPU: 2, Kind: "llc", LatencyNs: 12, BaselineNs: 10, Ratio: 1.2},
 		},
-		Suspects: []Suspect{{Tenant: "vm:noisy", Name: "noisy", Score: 0.92, Reasons: []string{"bus locks 250k/s"}}},
-		Proof:    &ProofState{Tenant: "vm:noisy", Name: "noisy", Started: t0.Add(-3 * time.Second), Before: 2.4},
-		Actions: []ActionRecord{
+		Suspects: []api.Suspect{{Tenant: "vm:noisy", Name: "noisy", Score: 0.92, Reasons: []string{"bus locks 250k/s"}}},
+		Proof:    &api.ProofState{Tenant: "vm:noisy", Name: "noisy", Started: t0.Add(-3 * time.Second), Before: 2.4},
+		Actions: []api.ActionRecord{
 			{Time: t0.Add(-10 * time.Second), Tenant: "vm:noisy", Name: "noisy", Kind: "proof", Quota: 2, Duty: 0.5, Reason: "suspect", DryRun: true},
 		},
 		ActionsTotal: map[string]uint64{"proof": 3, "throttle": 1},
 		ProofsTotal:  map[string]uint64{"polluter": 1, "innocent": 2},
 		IntervalCPU:  0.0125,
 		PerfFDs:      12,
-		Sensors: []SensorState{
+		Sensors: []api.SensorState{
 			{Sensor: "discovery", Success: true, DurationSeconds: 0.0025},
 			{Sensor: "perf_counters", Success: false, DurationSeconds: 0.5, Errors: 3, LastError: "read: too many open files", FailingSince: t0.Add(-time.Second)},
 		},
@@ -302,7 +303,7 @@ func TestMetricsDuplicatesAndBadUTF8(t *testing.T) {
 	s := sampleState()
 	dup := s.Tenants[0]
 	dup.Name = "noisy again"
-	s.Tenants = append(s.Tenants, dup, TenantState{ID: "ct:\xff", Kind: "container", Name: "bad\xfename", PerfEvents: map[string]float64{"a\xff": 1, "a\xfe": 2}})
+	s.Tenants = append(s.Tenants, dup, api.TenantState{ID: "ct:\xff", Kind: "container", Name: "bad\xfename", PerfEvents: map[string]float64{"a\xff": 1, "a\xfe": 2}})
 	s.Probes = append(s.Probes, s.Probes[0])
 	s.ActionsTotal["throttle\xff"] = 4
 	s.ActionsTotal["throttle\xfe"] = 5
@@ -324,13 +325,13 @@ func TestMetricsDuplicatesAndBadUTF8(t *testing.T) {
 // every policy's on/off state.
 func TestHardwareMetricsGolden(t *testing.T) {
 	s := sampleState()
-	s.Tenants[0].Holds = []HoldState{
+	s.Tenants[0].Holds = []api.HoldState{
 		{Policy: "buslocks", Lever: "clock_modulation", Duty: 0.125},
 		{Policy: "permits", Lever: "cpu_quota", Duty: 0.0625},
 	}
 	s.Tenants[0].Pollution, s.Tenants[0].Watts = 58000, 212.5
 	s.Tenants[0].LLCOccupancy, s.Tenants[0].MemBandwidth = 14<<20, 8.5e9
-	s.Hardware = &HardwareState{
+	s.Hardware = &api.HardwareState{
 		Off:      map[string]string{"power": "disabled", "mba": "disabled"},
 		BusLocks: &judge.BusLockStatus{HostRate: 120000, Share: 56000, Dirty: 1},
 		Permits:  []judge.PermitStatus{{Tenant: "vm:noisy", Name: "noisy", Booking: 20000, Credit: -1500, State: "OVER"}},

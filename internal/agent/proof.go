@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
@@ -157,7 +158,7 @@ func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDo
 // would do. before is the contention ratio the proof answers to.
 func (a *Agent) startProofLocked(now time.Time, p *proof, before float64) {
 	if a.cfg.DryRun {
-		a.recordLocked(now, p.tenant, "proof", 0, 1, "dry run: would cap it to prove it: "+p.reason)
+		a.recordLocked(now, p.tenant, api.KindProof, 0, 1, "dry run: would cap it to prove it: "+p.reason)
 		key := backoffKey(p.signal, p.tenant.ID)
 		a.backoff[key] = a.nextBackoff(key, now)
 		return
@@ -177,7 +178,7 @@ func (a *Agent) startProofLocked(now time.Time, p *proof, before float64) {
 	delete(a.carry, key)
 	p.p = judge.NewProofCarry(cfg, before, now, uint64(now.UnixNano()), carry)
 	a.proof = p
-	a.recordLocked(now, p.tenant, "proof", 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", a.cfg.Proof.Trials, p.reason))
+	a.recordLocked(now, p.tenant, api.KindProof, 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", a.cfg.Proof.Trials, p.reason))
 	a.followPlanLocked(now, p)
 }
 
@@ -202,7 +203,7 @@ func (a *Agent) followPlanLocked(now time.Time, p *proof) {
 		}
 		p.capped, p.since = true, now
 		a.capSpent(p.tenant.ID, now, 0)
-		a.recordSlotLocked(now, p.tenant, "proof", q.CPUs(), "proof: capped for a trial")
+		a.recordSlotLocked(now, p.tenant, api.KindProof, q.CPUs(), "proof: capped for a trial")
 		return
 	}
 	a.uncapLocked(now, p, "proof: freed for a trial")
@@ -216,7 +217,7 @@ func (a *Agent) uncapLocked(now time.Time, p *proof, why string) {
 	a.dropProbeHoldLocked(p.tenant)
 	p.capped = false
 	a.capSpent(p.tenant.ID, now, now.Sub(p.since))
-	a.recordSlotLocked(now, p.tenant, "proof-free", 0, why)
+	a.recordSlotLocked(now, p.tenant, api.KindProofFree, 0, why)
 }
 
 func (a *Agent) currentProof() *proof {
@@ -294,8 +295,8 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 		} else {
 			a.backoff[key] = a.nextBackoff(key, now)
 		}
-		a.noteActionLocked(ActionRecord{Time: now, Tenant: p.tenant.ID, Name: p.tenant.Name, Kind: "release", Policy: policyProbe,
-			Lever: string(judge.LeverCPUQuota), Duty: 1, Reason: verdict + ": " + why})
+		a.noteActionLocked(api.ActionRecord{Time: now, Tenant: p.tenant.ID, Name: p.tenant.Name, Kind: api.KindRelease, Policy: api.PolicyProbe,
+			Lever: api.LeverCPUQuota, Duty: 1, Reason: verdict + ": " + why})
 		a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
 		return
 	}
@@ -311,7 +312,7 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 	}
 	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal, reason: "proven polluter: " + why}
 	delete(a.backoff, key)
-	a.recordLocked(now, p.tenant, "throttle", q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
+	a.recordLocked(now, p.tenant, api.KindThrottle, q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
 }
 
 // inconclusiveRetry is how soon a suspect whose proof was inconclusive

@@ -6,21 +6,22 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
 // publishLocked builds and publishes the State.
 func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, ranked []judge.Suspect, readings []sense.ProbeReading, cpuBefore time.Duration) {
-	st := &State{
+	st := &api.State{
 		Time: now, Interval: a.cfg.Interval.Seconds(), Host: a.d.Host, Version: a.d.Version, DryRun: a.cfg.DryRun,
 		PMU: a.d.PMU, Contention: v.Contended, ContentionRatio: v.Ratio,
 		CPUWait: a.lastWait.Contended, CPUWaitRatio: a.lastWait.Ratio,
-		Tenants: []TenantState{}, Probes: []ProbeState{}, Suspects: []Suspect{},
+		Tenants: []api.TenantState{}, Probes: []api.ProbeState{}, Suspects: []api.Suspect{},
 		Actions: slices.Clone(a.actions), ActionsTotal: map[string]uint64{}, ProofsTotal: map[string]uint64{},
 	}
 	if st.Actions == nil {
-		st.Actions = []ActionRecord{}
+		st.Actions = []api.ActionRecord{}
 	}
 	for k, n := range a.totals {
 		st.ActionsTotal[k] = n
@@ -32,10 +33,10 @@ func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, 
 	scores := map[string]float64{}
 	for _, r := range ranked {
 		scores[r.ID] = r.Score
-		st.Suspects = append(st.Suspects, Suspect{Tenant: r.ID, Name: r.Name, Score: r.Score, Reasons: r.Reasons})
+		st.Suspects = append(st.Suspects, api.Suspect{Tenant: r.ID, Name: r.Name, Score: r.Score, Reasons: r.Reasons})
 	}
 	for _, s := range samples {
-		ts := TenantState{ID: s.t.ID, Kind: s.t.Kind, Name: s.t.Name, UUID: s.t.UUID, Cgroup: s.t.Cgroup, CPUs: s.t.CPUs.String(),
+		ts := api.TenantState{ID: s.t.ID, Kind: s.t.Kind, Name: s.t.Name, UUID: s.t.UUID, Cgroup: s.t.Cgroup, CPUs: s.t.CPUs.String(),
 			CPU: s.usage, ThrottledRatio: s.thrRatio, RunDelay: s.delay, PSI: s.psi, Counters: s.counters,
 			Duty: 1, Protected: a.protected(s.t), Score: scores[s.t.ID]}
 		if h := a.holds[s.t.ID]; h != nil && len(h.claims) > 0 {
@@ -73,10 +74,10 @@ func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, 
 		}
 	}
 	for _, r := range a.cont.Rate(readings) {
-		st.Probes = append(st.Probes, ProbeState{Domain: r.Domain, CPU: r.CPU, Kind: r.Kind, LatencyNs: r.Ns, BaselineNs: r.Baseline, Ratio: r.Ratio})
+		st.Probes = append(st.Probes, api.ProbeState{Domain: r.Domain, CPU: r.CPU, Kind: r.Kind, LatencyNs: r.Ns, BaselineNs: r.Baseline, Ratio: r.Ratio})
 	}
 	if a.proof != nil {
-		st.Proof = &ProofState{Tenant: a.proof.tenant.ID, Name: a.proof.tenant.Name, Started: a.proof.p.Started(), Before: a.proof.p.Before(), Trials: a.proof.p.Trials()}
+		st.Proof = &api.ProofState{Tenant: a.proof.tenant.ID, Name: a.proof.tenant.Name, Started: a.proof.p.Started(), Before: a.proof.p.Before(), Trials: a.proof.p.Trials()}
 	}
 	if a.d.Counters != nil {
 		st.PerfFDs = a.d.Counters.FDs()

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
@@ -51,14 +52,14 @@ func TestStateCumulativeCounters(t *testing.T) {
 	hs := newHarness(t, w, testConfig(t.TempDir()), nil)
 	stop := hs.run(t)
 	defer stop()
-	victim := func() TenantState {
+	victim := func() api.TenantState {
 		st, _ := hs.agent.Latest()
 		for _, ts := range st.Tenants {
 			if ts.Name == "victim" {
 				return ts
 			}
 		}
-		return TenantState{}
+		return api.TenantState{}
 	}
 	hs.waitFor(t, "the victim's CPU time and bus locks", 3*time.Second, func() bool {
 		v := victim()

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 // ConfigChange is what a reload did, by YAML key (judge.ratio, protect, ...).
@@ -105,7 +106,7 @@ func (a *Agent) Reconfigure(cfg Config) (ConfigChange, error) {
 		p.p.Abort(why)
 		a.uncapLocked(now, p, why)
 		a.proof = nil
-		a.recordLocked(now, p.tenant, "release", 0, 1, why+", during its proof")
+		a.recordLocked(now, p.tenant, api.KindRelease, 0, 1, why+", during its proof")
 		change.Released = append(change.Released, p.tenant.Name)
 	}
 	a.journal(act.Event{Time: now.UTC(), Kind: "reload", Detail: change.String()})

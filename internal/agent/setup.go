@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
@@ -28,7 +29,7 @@ import (
 // them, and the CPU-quota actuator with its state file and journal in
 // cfg.StateDir. The returned close function releases what Build opened (it
 // does not restore quotas: Run does that when it ends).
-func Build(cfg Config, h *host.Host, log *slog.Logger, version string, onAction func(ActionRecord)) (*Agent, func(), error) {
+func Build(cfg Config, h *host.Host, log *slog.Logger, version string, onAction func(api.ActionRecord)) (*Agent, func(), error) {
 	return BuildWith(cfg, h, BuildOptions{Log: log, Version: version, OnAction: onAction})
 }
 
@@ -38,7 +39,7 @@ func Build(cfg Config, h *host.Host, log *slog.Logger, version string, onAction 
 type BuildOptions struct {
 	Log      *slog.Logger
 	Version  string
-	OnAction func(ActionRecord)
+	OnAction func(api.ActionRecord)
 	// PerfOpener replaces perf_event_open; with it, perf counters are used
 	// on a non-live host tree too.
 	PerfOpener sense.PerfOpener

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
@@ -63,7 +64,7 @@ func (a *Agent) rethrottleLocked(now time.Time, v judge.Verdict, present map[str
 		}
 		delete(a.convicts, id)
 		a.throttled[id] = &throttled{tenant: s.t, thr: thr, signal: signalProbe, reason: c.reason}
-		a.recordLocked(now, s.t, "throttle", q.CPUs(), a.sp.Duty(thr.Step),
+		a.recordLocked(now, s.t, api.KindThrottle, q.CPUs(), a.sp.Duty(thr.Step),
 			fmt.Sprintf("convicted before and released %.1fs ago when it stopped; busy again (%.2f CPU) as the %.2f× contention returns: %s", now.Sub(c.at).Seconds(), s.usage, v.Ratio, c.reason))
 	}
 }
@@ -92,7 +93,7 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			// The tenant vanished: nothing to restore, forget it.
 			a.forgetHoldsLocked(id)
 			delete(a.throttled, id)
-			a.recordLocked(now, t.tenant, "release", 0, 1, "tenant vanished")
+			a.recordLocked(now, t.tenant, api.KindRelease, 0, 1, "tenant vanished")
 			continue
 		}
 		ratio := a.cont.Worst(v.Readings, a.domainsOf(t.tenant.CPUs))
@@ -142,7 +143,7 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 				a.handleWriteErr(t.tenant, err)
 				continue
 			}
-			a.recordLocked(now, t.tenant, string(d), q.CPUs(), a.sp.Duty(t.thr.Step), fmt.Sprintf("contention %.2f×", ratio))
+			a.recordLocked(now, t.tenant, api.ActionKind(d), q.CPUs(), a.sp.Duty(t.thr.Step), fmt.Sprintf("contention %.2f×", ratio))
 		}
 	}
 	return idle

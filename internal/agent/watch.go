@@ -3,6 +3,7 @@ package agent
 import (
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
@@ -105,7 +106,7 @@ func (a *Agent) surveyQuiet(now time.Time, samples []sample) {
 			continue
 		}
 		capped = append(capped, t)
-		a.recordSlotLocked(now, t, "proof", q.CPUs(), "start-up survey: capped for a moment to read the probes' quiet level")
+		a.recordSlotLocked(now, t, api.KindProof, q.CPUs(), "start-up survey: capped for a moment to read the probes' quiet level")
 	}
 	a.mu.Unlock()
 	start := a.d.Now()
@@ -124,7 +125,7 @@ func (a *Agent) surveyQuiet(now time.Time, samples []sample) {
 	for _, t := range capped {
 		a.dropProbeHoldLocked(t)
 		a.capSpent(t.ID, end, end.Sub(start))
-		a.recordSlotLocked(end, t, "proof-free", 0, "start-up survey done")
+		a.recordSlotLocked(end, t, api.KindProofFree, 0, "start-up survey done")
 	}
 	a.mu.Unlock()
 	a.log.Info("surveyed the probes' quiet level with busy tenants capped", "tenants", len(capped), "readings", len(readings))

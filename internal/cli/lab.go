@@ -71,7 +71,7 @@ func (g *globals) policies() lab.Policies {
 	p := lab.DefaultPolicies()
 	cfg := agent.Defaults()
 	cfg.Interval = 250 * time.Millisecond
-	p["crosstalk"] = agent.LabPolicy(cfg)
+	p["crosstalk"] = lab.AgentPolicy(cfg)
 	return p
 }
 

@@ -13,8 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/crosstalk-project/crosstalk/internal/agent"
-
 	"github.com/crosstalk-project/crosstalk/internal/lab"
 )
 
@@ -82,7 +80,7 @@ Needs root (it creates cgroups), except --list.`,
 			defer done()
 			// The suite scores the agent as an operator runs it: its
 			// defaults (or --config), not the lab's quicker sampling.
-			opt.Registry["crosstalk"] = agent.LabPolicy(cfg)
+			opt.Registry["crosstalk"] = lab.AgentPolicy(cfg)
 			ctx, cancel := labContext(cmd.Context())
 			defer cancel()
 			progress := func(sc lab.RunScore) { lab.WriteSuiteRun(g.errOut, sc) }

@@ -167,7 +167,7 @@ docs/configuration.md for the configuration file (unknown keys are rejected).`,
 			defer closeFn()
 			// The node-level signal (uncontained polluter): a gauge always,
 			// the node's condition/label/taint with kubernetes.node_signal.
-			sig, err := nodesignal.FromConfig(cfg, g.build.Version, log)
+			sig, err := nodesignal.FromConfig(cfg.Kubernetes, cfg.FloorDuty(), g.build.Version, log)
 			if err != nil {
 				return err
 			}

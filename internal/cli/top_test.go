@@ -10,14 +10,15 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 type topSource struct {
-	s  agent.State
+	s  api.State
 	ok bool
 }
 
-func (f topSource) Latest() (agent.State, bool) { return f.s, f.ok }
+func (f topSource) Latest() (api.State, bool) { return f.s, f.ok }
 
 func topAgent(t *testing.T, src agent.StateSource) string {
 	t.Helper()
@@ -28,15 +29,15 @@ func topAgent(t *testing.T, src agent.StateSource) string {
 
 func TestTopOnce(t *testing.T) {
 	t0 := time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)
-	addr := topAgent(t, topSource{ok: true, s: agent.State{
+	addr := topAgent(t, topSource{ok: true, s: api.State{
 		Time: t0, Interval: 1, Host: "node-7", PMU: false, Contention: true, ContentionRatio: 1.8,
-		Tenants: []agent.TenantState{
+		Tenants: []api.TenantState{
 			{ID: "vm:a", Kind: "vm", Name: "a", CPU: 1, Duty: 1},
 			{ID: "vm:noisy", Kind: "vm", Name: "noisy", CPU: 0.5, Score: 0.9, Throttled: true, Duty: 0.5, Quota: 1,
 				Counters: map[string]float64{"bus_locks": 120000}},
 		},
-		Probes:   []agent.ProbeState{{Domain: 0, Kind: "lock", LatencyNs: 900, BaselineNs: 500, Ratio: 1.8}},
-		Suspects: []agent.Suspect{{Tenant: "vm:noisy", Name: "noisy", Score: 0.9, Reasons: []string{"bus locks 120k/s"}}},
+		Probes:   []api.ProbeState{{Domain: 0, Kind: "lock", LatencyNs: 900, BaselineNs: 500, Ratio: 1.8}},
+		Suspects: []api.Suspect{{Tenant: "vm:noisy", Name: "noisy", Score: 0.9, Reasons: []string{"bus locks 120k/s"}}},
 	}})
 	out, errOut, err := run(t, "top", "--once", "--addr", addr, "--width", "100")
 	if err != nil {
@@ -152,9 +153,9 @@ func TestTermHeight(t *testing.T) {
 // tenants are listed and the rest counted.
 func TestTopOnceFitsAndChooses(t *testing.T) {
 	t0 := time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)
-	s := agent.State{Time: t0, Interval: 1, Host: "node-7", Contention: true, ContentionRatio: 1.8}
+	s := api.State{Time: t0, Interval: 1, Host: "node-7", Contention: true, ContentionRatio: 1.8}
 	for i := range 40 {
-		s.Tenants = append(s.Tenants, agent.TenantState{ID: fmt.Sprintf("vm:web-%02d", i), Kind: "vm", Name: fmt.Sprintf("web-%02d", i), CPU: float64(i) / 10, Duty: 1})
+		s.Tenants = append(s.Tenants, api.TenantState{ID: fmt.Sprintf("vm:web-%02d", i), Kind: "vm", Name: fmt.Sprintf("web-%02d", i), CPU: float64(i) / 10, Duty: 1})
 	}
 	addr := topAgent(t, topSource{ok: true, s: s})
 	t.Setenv("LINES", "24")

@@ -1,4 +1,4 @@
-package nodesignal
+package nodesignal_test
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/nodesignal"
 )
 
 // The documented example spells out the kubernetes defaults.
@@ -21,7 +22,7 @@ func TestExampleConfigKubernetesIsTheDefaults(t *testing.T) {
 
 func TestFromConfig(t *testing.T) {
 	cfg := agent.Defaults()
-	s, err := FromConfig(cfg, "test", nil)
+	s, err := nodesignal.FromConfig(cfg.Kubernetes, cfg.FloorDuty(), "test", nil)
 	if err != nil || s.Publisher != nil {
 		t.Fatalf("node_signal off: %+v, %v", s, err)
 	}
@@ -30,12 +31,12 @@ func TestFromConfig(t *testing.T) {
 	}
 	cfg.Kubernetes.NodeSignal = true
 	t.Setenv("NODE_NAME", "")
-	if _, err := FromConfig(cfg, "test", nil); err == nil || !strings.Contains(err.Error(), "NODE_NAME") {
+	if _, err := nodesignal.FromConfig(cfg.Kubernetes, cfg.FloorDuty(), "test", nil); err == nil || !strings.Contains(err.Error(), "NODE_NAME") {
 		t.Errorf("no node name: %v", err)
 	}
 	t.Setenv("NODE_NAME", "n1")
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	if _, err := FromConfig(cfg, "test", nil); err == nil || !strings.Contains(err.Error(), "not in a pod") {
+	if _, err := nodesignal.FromConfig(cfg.Kubernetes, cfg.FloorDuty(), "test", nil); err == nil || !strings.Contains(err.Error(), "not in a pod") {
 		t.Errorf("outside a cluster: %v", err)
 	}
 	for in, want := range map[string]string{

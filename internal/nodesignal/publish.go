@@ -10,9 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/crosstalk-project/crosstalk/internal/agent"
 )
 
 // What the publisher writes on the node.
@@ -134,11 +133,17 @@ type Signal struct {
 	errors      atomic.Uint64
 }
 
+// StateSource is the running agent as the signal reads it: its latest
+// published state, and whether one exists yet.
+type StateSource interface {
+	Latest() (api.State, bool)
+}
+
 // Run polls src every interval until ctx ends, publishing on every change,
 // on every heartbeat, and after a failed write until one succeeds. When ctx
 // ends it marks the node Unknown (AgentStopped) and removes the label and
 // taint: a node without a running agent is not known to be polluted.
-func (s *Signal) Run(ctx context.Context, src agent.StateSource, interval time.Duration) {
+func (s *Signal) Run(ctx context.Context, src StateSource, interval time.Duration) {
 	if s.Log == nil {
 		s.Log = slog.New(slog.DiscardHandler)
 	}

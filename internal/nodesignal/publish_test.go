@@ -17,9 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/crosstalk-project/crosstalk/internal/agent"
 )
 
 // request is one request the fake API server received.
@@ -280,7 +279,7 @@ type states struct {
 	i  int
 }
 
-func (s *states) Latest() (agent.State, bool) {
+func (s *states) Latest() (api.State, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.i++

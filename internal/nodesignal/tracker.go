@@ -25,7 +25,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 // Reasons, as they appear in the node condition.
@@ -116,7 +116,7 @@ func (t *Tracker) Status() Status {
 
 // Observe takes one published State (a State already seen is ignored) and
 // returns the status and whether it changed.
-func (t *Tracker) Observe(s agent.State) (Status, bool) {
+func (t *Tracker) Observe(s api.State) (Status, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s.Time.IsZero() || !s.Time.After(t.last) {

@@ -5,21 +5,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 
 // interval builds the State of second i: contended or not, with the given
 // throttled tenants (name -> duty).
-func interval(i int, contended bool, throttled map[string]float64) agent.State {
-	s := agent.State{Time: t0.Add(time.Duration(i) * time.Second), Interval: 1, Contention: contended, ContentionRatio: 1}
+func interval(i int, contended bool, throttled map[string]float64) api.State {
+	s := api.State{Time: t0.Add(time.Duration(i) * time.Second), Interval: 1, Contention: contended, ContentionRatio: 1}
 	if contended {
 		s.ContentionRatio = 2.5
 	}
-	s.Tenants = append(s.Tenants, agent.TenantState{ID: "/victim", Name: "victim", Duty: 1})
+	s.Tenants = append(s.Tenants, api.TenantState{ID: "/victim", Name: "victim", Duty: 1})
 	for name, duty := range throttled {
-		s.Tenants = append(s.Tenants, agent.TenantState{ID: "/" + name, Name: name, Throttled: true, Duty: duty})
+		s.Tenants = append(s.Tenants, api.TenantState{ID: "/" + name, Name: name, Throttled: true, Duty: duty})
 	}
 	return s
 }
@@ -108,7 +108,7 @@ func TestTrackerIgnoresRepeatedStates(t *testing.T) {
 			t.Fatalf("flagged from one repeated State: %+v", st)
 		}
 	}
-	if _, changed := tr.Observe(agent.State{}); changed {
+	if _, changed := tr.Observe(api.State{}); changed {
 		t.Error("an empty State changed the status")
 	}
 }

@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
-
-	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 // Notifier speaks systemd's notify protocol for the agent (Type=notify):
@@ -54,7 +53,7 @@ func (n *Notifier) Watchdog() time.Duration { return n.watchdog }
 // agent is stopping: every beat is a pass of the loop, so a loop that hangs
 // stops the watchdog pings and systemd restarts the agent. state is the
 // agent's latest published state.
-func (n *Notifier) Run(ctx context.Context, beats <-chan struct{}, state func() (agent.State, bool)) {
+func (n *Notifier) Run(ctx context.Context, beats <-chan struct{}, state func() (api.State, bool)) {
 	if !n.enabled {
 		return
 	}
@@ -71,7 +70,7 @@ func (n *Notifier) Run(ctx context.Context, beats <-chan struct{}, state func() 
 }
 
 // Beat reports a pass of the agent's loop and its latest state.
-func (n *Notifier) Beat(st agent.State, ok bool) {
+func (n *Notifier) Beat(st api.State, ok bool) {
 	if !n.enabled {
 		return
 	}
@@ -119,7 +118,7 @@ func (n *Notifier) send(msg string) {
 }
 
 // Status is the one line systemctl status shows for the agent.
-func Status(st agent.State) string {
+func Status(st api.State) string {
 	throttled := 0
 	for _, t := range st.Tenants {
 		if t.Throttled {

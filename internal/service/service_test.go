@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 // fakeSystemd is a notify socket, as systemd listens on for a Type=notify
@@ -55,10 +55,10 @@ func (f *fakeSystemd) messages(wait time.Duration) []string {
 	}
 }
 
-func state(tenants, throttled int) agent.State {
-	var st agent.State
+func state(tenants, throttled int) api.State {
+	var st api.State
 	for i := range tenants {
-		st.Tenants = append(st.Tenants, agent.TenantState{ID: fmt.Sprint(i), Throttled: i < throttled})
+		st.Tenants = append(st.Tenants, api.TenantState{ID: fmt.Sprint(i), Throttled: i < throttled})
 	}
 	return st
 }
@@ -71,7 +71,7 @@ func TestNotifierReadyStatusStopping(t *testing.T) {
 	if !n.Enabled() || n.Watchdog() != 0 {
 		t.Fatalf("enabled %v, watchdog %s", n.Enabled(), n.Watchdog())
 	}
-	n.Beat(agent.State{}, false) // the loop ran, nothing published yet
+	n.Beat(api.State{}, false) // the loop ran, nothing published yet
 	if got := sd.messages(50 * time.Millisecond); len(got) != 0 {
 		t.Fatalf("before the first state: %q", got)
 	}
@@ -85,7 +85,7 @@ func TestNotifierReadyStatusStopping(t *testing.T) {
 		t.Errorf("an unchanged state sent %q", got)
 	}
 	st := state(4, 2)
-	st.Proof = &agent.ProofState{Name: "noisy"}
+	st.Proof = &api.ProofState{Name: "noisy"}
 	n.Beat(st, true)
 	if got := sd.messages(50 * time.Millisecond); len(got) != 1 || got[0] != "STATUS=watching 4 tenants, 2 throttled, proving noisy\n" {
 		t.Errorf("changed state: %q", got)
@@ -107,7 +107,7 @@ func TestNotifierWatchdogFollowsTheLoop(t *testing.T) {
 	beats := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { n.Run(ctx, beats, func() (agent.State, bool) { return state(1, 0), true }); close(done) }()
+	go func() { n.Run(ctx, beats, func() (api.State, bool) { return state(1, 0), true }); close(done) }()
 	stopped := false
 	defer func() {
 		if !stopped {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/lab"
 )
@@ -304,7 +305,7 @@ func (r *run) account(dt float64) {
 	}
 }
 
-func (r *run) onAction(a agent.ActionRecord) {
+func (r *run) onAction(a api.ActionRecord) {
 	idx := -1
 	for i, t := range r.sc.tenants {
 		if r.s.present[i] && t.cgroupPath() == a.Tenant {
@@ -316,7 +317,7 @@ func (r *run) onAction(a agent.ActionRecord) {
 	if idx >= 0 {
 		name = r.sc.tenants[idx].Name
 	}
-	r.actions = append(r.actions, Action{T: a.Time.Sub(Epoch).Seconds(), Tenant: name, Kind: a.Kind, Quota: a.Quota, Reason: a.Reason, index: idx})
+	r.actions = append(r.actions, Action{T: a.Time.Sub(Epoch).Seconds(), Tenant: name, Kind: string(a.Kind), Quota: a.Quota, Reason: a.Reason, index: idx})
 }
 
 // applyStatic caps every tenant to its share of the CPUs in use, split by

@@ -16,7 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 // SlowRatio is the probe latency ratio (against the quiet baseline) from
@@ -46,7 +46,7 @@ const (
 // them): slow probes, contention, throttled and protected tenants, suspects.
 // It reads nothing but its arguments, so the same State and View always give
 // the same frame. The only error is w's, or a View's bad Filter.
-func Render(w io.Writer, s agent.State, v View) error {
+func Render(w io.Writer, s api.State, v View) error {
 	match, err := ParseFilter(v.Filter)
 	if err != nil {
 		return err
@@ -57,7 +57,7 @@ func Render(w io.Writer, s agent.State, v View) error {
 		draw(f)
 		return f.b.String()
 	}
-	var ts []agent.TenantState
+	var ts []api.TenantState
 	for _, t := range s.Tenants {
 		if match(tenantName(t)) {
 			ts = append(ts, t)
@@ -90,7 +90,7 @@ func Render(w io.Writer, s agent.State, v View) error {
 // tenantList is the tenants a frame lists and how they were chosen.
 type tenantList struct {
 	all    int // tenants in the state
-	shown  []agent.TenantState
+	shown  []api.TenantState
 	sort   SortKey
 	filter string
 }
@@ -207,7 +207,7 @@ func (f *frame) title(name, note string) {
 	f.line(seg{name, sBold}, seg{"  " + note, sDim})
 }
 
-func (f *frame) header(s agent.State, stale string) {
+func (f *frame) header(s api.State, stale string) {
 	when := "-"
 	if !s.Time.IsZero() {
 		when = s.Time.Format("2006-01-02 15:04:05 MST")
@@ -283,7 +283,7 @@ func (f *frame) flow(indent string, items ...[]seg) {
 	}
 }
 
-func (f *frame) probes(ps []agent.ProbeState) {
+func (f *frame) probes(ps []api.ProbeState) {
 	f.blank()
 	if len(ps) == 0 {
 		f.title("PROBES", "none")
@@ -291,7 +291,7 @@ func (f *frame) probes(ps []agent.ProbeState) {
 	}
 	f.title("PROBES", fmt.Sprintf("canary latency vs quiet baseline; SLOW at >= %.1fx", SlowRatio))
 	ps = slices.Clone(ps)
-	slices.SortStableFunc(ps, func(a, b agent.ProbeState) int {
+	slices.SortStableFunc(ps, func(a, b api.ProbeState) int {
 		return cmp.Or(cmp.Compare(a.Domain, b.Domain), probeOrder(a.Kind)-probeOrder(b.Kind), strings.Compare(a.Kind, b.Kind))
 	})
 	cols := []*column{
@@ -346,7 +346,7 @@ func cmpDesc(a, b float64) int {
 	return cmp.Compare(b, a)
 }
 
-func tenantName(t agent.TenantState) string {
+func tenantName(t api.TenantState) string {
 	if t.Name != "" {
 		return clean(t.Name)
 	}
@@ -355,7 +355,7 @@ func tenantName(t agent.TenantState) string {
 
 // tenants lists up to rows of list.shown; matched is every tenant the
 // filter kept, so that the columns are the same whatever the height.
-func (f *frame) tenants(list tenantList, matched []agent.TenantState, rows int) {
+func (f *frame) tenants(list tenantList, matched []api.TenantState, rows int) {
 	f.blank()
 	note := ""
 	if list.filter != "" {
@@ -475,7 +475,7 @@ func (f *frame) tenants(list tenantList, matched []agent.TenantState, rows int) 
 			// probe's duty controller…): an operator asks "why" first.
 			var by []string
 			for _, h := range t.Holds {
-				p, _, _ := strings.Cut(h.Policy, ":") // power:0 → power
+				p, _, _ := strings.Cut(string(h.Policy), ":") // power:0 → power
 				if p = clean(p); !slices.Contains(by, p) {
 					by = append(by, p)
 				}
@@ -501,7 +501,7 @@ func (f *frame) tenants(list tenantList, matched []agent.TenantState, rows int) 
 // suspects lists the suspects, highest score first, in at most lines lines
 // (title included) when lines >= 0: reasons go first, then whole suspects,
 // counted in a "… N more" line.
-func (f *frame) suspects(ss []agent.Suspect, lines int) {
+func (f *frame) suspects(ss []api.Suspect, lines int) {
 	if lines == 0 {
 		return
 	}
@@ -512,7 +512,7 @@ func (f *frame) suspects(ss []agent.Suspect, lines int) {
 	}
 	f.title("SUSPECTS", "")
 	ss = slices.Clone(ss)
-	slices.SortStableFunc(ss, func(a, b agent.Suspect) int { return cmpDesc(a.Score, b.Score) })
+	slices.SortStableFunc(ss, func(a, b api.Suspect) int { return cmpDesc(a.Score, b.Score) })
 	used := 2 // the blank and the title
 	for i, s := range ss {
 		name := clean(s.Name)
@@ -548,7 +548,7 @@ func (f *frame) suspects(ss []agent.Suspect, lines int) {
 	}
 }
 
-func (f *frame) proof(s agent.State) {
+func (f *frame) proof(s api.State) {
 	f.blank()
 	p := s.Proof
 	if p == nil {
@@ -582,7 +582,7 @@ func idNote(id, name string) string {
 
 // actions shows the last rows actions (at most MaxActions), and the
 // totals; rows 0 shows the totals only.
-func (f *frame) actions(s agent.State, rows int) {
+func (f *frame) actions(s api.State, rows int) {
 	f.blank()
 	var totals []string
 	for _, k := range slices.Sorted(maps.Keys(s.ActionsTotal)) {
@@ -626,7 +626,7 @@ func (f *frame) actions(s agent.State, rows int) {
 		if !a.Time.IsZero() {
 			when = a.Time.Format("15:04:05")
 		}
-		kind := clean(a.Kind)
+		kind := clean(string(a.Kind))
 		if a.DryRun {
 			kind += " (dry)"
 		}
@@ -648,13 +648,13 @@ func (f *frame) actions(s agent.State, rows int) {
 	f.table(cols)
 }
 
-func actionStyle(kind string) string {
+func actionStyle(kind api.ActionKind) string {
 	switch kind {
-	case "throttle", "tighten":
+	case api.KindThrottle, api.KindTighten:
 		return sYellow
-	case "relax", "release":
+	case api.KindRelax, api.KindRelease:
 		return sGreen
-	case "proof":
+	case api.KindProof:
 		return sCyan
 	}
 	return ""

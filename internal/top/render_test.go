@@ -12,7 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden frames in testdata/")
@@ -21,8 +21,8 @@ var t0 = time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)
 
 // sample is a busy host: a VM split-locking the memory bus, throttled in a
 // proof; a protected database; a cache-thrashing container; an idle one.
-func sample() agent.State {
-	s := agent.State{
+func sample() api.State {
+	s := api.State{
 		Time:            t0,
 		Interval:        1,
 		Host:            "node-7",
@@ -31,7 +31,7 @@ func sample() agent.State {
 		PMU:             true,
 		Contention:      true,
 		ContentionRatio: 2.5,
-		Tenants: []agent.TenantState{
+		Tenants: []api.TenantState{
 			{ID: "ct:idle", Kind: "container", Name: "idle", CPUs: "8-15", CPU: 0.01, Duty: 1},
 			{
 				ID: "vm:db-primary", Kind: "vm", Name: "db-primary", CPUs: "4-7",
@@ -44,7 +44,7 @@ func sample() agent.State {
 				CPU: 1.95, RunDelay: 0.0125, PSI: 0.05, ThrottledRatio: 0.5,
 				Counters: map[string]float64{"bus_locks": 250000, "cycles": 9.5e9, "instructions": 2.1e9, "llc_misses": 4e4},
 				Quota:    2, Throttled: true, Duty: 0.5, Score: 0.92,
-				Holds: []agent.HoldState{{Policy: "probe", Lever: "cpu_quota", Duty: 0.5}, {Policy: "power:0", Lever: "cpufreq", Duty: 0.75}, {Policy: "power:1", Lever: "cpufreq", Duty: 0.75}},
+				Holds: []api.HoldState{{Policy: "probe", Lever: "cpu_quota", Duty: 0.5}, {Policy: "power:0", Lever: "cpufreq", Duty: 0.75}, {Policy: "power:1", Lever: "cpufreq", Duty: 0.75}},
 			},
 			{
 				ID: "pod:batch/thrash", Kind: "container", Name: "batch/thrash", CPUs: "8-15",
@@ -53,26 +53,26 @@ func sample() agent.State {
 				Duty:     1, Score: 0.31,
 			},
 		},
-		Probes: []agent.ProbeState{
+		Probes: []api.ProbeState{
 			{Domain: 1, CPU: 8, Kind: "llc", LatencyNs: 13.1, BaselineNs: 12.8, Ratio: 1.02},
 			{Domain: 0, CPU: 2, Kind: "dram", LatencyNs: 95, BaselineNs: 88, Ratio: 1.08},
 			{Domain: 0, CPU: 2, Kind: "lock", LatencyNs: 1500, BaselineNs: 600, Ratio: 2.5},
 			{Domain: 0, CPU: 2, Kind: "llc", LatencyNs: 16.9, BaselineNs: 13, Ratio: 1.3},
 		},
-		Suspects: []agent.Suspect{
+		Suspects: []api.Suspect{
 			{Tenant: "pod:batch/thrash", Name: "batch/thrash", Score: 0.31, Reasons: []string{"llc misses 91M/s, 3x the host median"}},
 			{Tenant: "vm:noisy-neighbour-with-a-very-long-name", Name: "noisy-neighbour-with-a-very-long-name", Score: 0.92,
 				Reasons: []string{"bus locks 250k/s while the lock probe is 2.50x its baseline", "shares L3 domain 0 with the probe"}},
 		},
-		Proof:        &agent.ProofState{Tenant: "vm:noisy-neighbour-with-a-very-long-name", Name: "noisy-neighbour-with-a-very-long-name", Started: t0.Add(-4 * time.Second), Before: 2.4},
+		Proof:        &api.ProofState{Tenant: "vm:noisy-neighbour-with-a-very-long-name", Name: "noisy-neighbour-with-a-very-long-name", Started: t0.Add(-4 * time.Second), Before: 2.4},
 		ActionsTotal: map[string]uint64{"proof": 6, "throttle": 2, "relax": 1, "release": 1},
 		ProofsTotal:  map[string]uint64{"polluter": 2, "innocent": 3},
 		IntervalCPU:  0.0125,
 		PerfFDs:      24,
 	}
-	kinds := []string{"proof", "throttle", "relax", "release", "proof"}
+	kinds := []api.ActionKind{api.KindProof, api.KindThrottle, api.KindRelax, api.KindRelease, api.KindProof}
 	for i := range 10 {
-		s.Actions = append(s.Actions, agent.ActionRecord{
+		s.Actions = append(s.Actions, api.ActionRecord{
 			Time: t0.Add(time.Duration(i-10) * 30 * time.Second), Tenant: "vm:x", Name: fmt.Sprintf("tenant-%d", i),
 			Kind: kinds[i%len(kinds)], Quota: float64(i%3) * 0.5, Duty: 0.25 * float64(1+i%4),
 			Reason: fmt.Sprintf("reason %d", i),
@@ -84,7 +84,7 @@ func sample() agent.State {
 	return s
 }
 
-func render(t *testing.T, s agent.State, width int, color bool) string {
+func render(t *testing.T, s api.State, width int, color bool) string {
 	t.Helper()
 	var b bytes.Buffer
 	if err := Render(&b, s, View{Width: width, Color: color}); err != nil {
@@ -183,7 +183,7 @@ func TestRenderOrder(t *testing.T) {
 }
 
 func TestRenderEmpty(t *testing.T) {
-	got := render(t, agent.State{}, 80, false)
+	got := render(t, api.State{}, 80, false)
 	want := `crosstalk  ?  -  interval 0  PMU no  dry-run no
 contention no  ratio 0.00x  perf fds 0  agent cpu 0/interval
 

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 // ErrNoState means the agent answered but has not published its first
@@ -58,8 +58,8 @@ func StateURL(addr string) string {
 // Fetch gets the agent's latest State from addr. Its errors say what went
 // wrong in words for the operator; they wrap ErrNoAgent when nothing answers
 // and ErrNoState before the agent's first interval.
-func Fetch(ctx context.Context, client *http.Client, addr string) (agent.State, error) {
-	var s agent.State
+func Fetch(ctx context.Context, client *http.Client, addr string) (api.State, error) {
+	var s api.State
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, StateURL(addr), nil)
 	if err != nil {
 		return s, fmt.Errorf("--addr %q: %w", addr, err)
@@ -88,7 +88,7 @@ func Fetch(ctx context.Context, client *http.Client, addr string) (agent.State, 
 		return s, fmt.Errorf("agent at %s: state larger than %d MiB", addr, maxStateBytes>>20)
 	}
 	if err := json.Unmarshal(body, &s); err != nil {
-		return agent.State{}, fmt.Errorf("agent at %s sent a state top cannot read (version mismatch?): %w", addr, err)
+		return api.State{}, fmt.Errorf("agent at %s sent a state top cannot read (version mismatch?): %w", addr, err)
 	}
 	return s, nil
 }
@@ -142,7 +142,7 @@ const staleIntervals = 3
 // staleness says why s is stale at now ("" when it is not): the agent has
 // not published for staleIntervals of its intervals (it is stuck, or its
 // clock and ours disagree).
-func staleness(s agent.State, now time.Time) string {
+func staleness(s api.State, now time.Time) string {
 	if s.Time.IsZero() || s.Interval <= 0 {
 		return ""
 	}
@@ -191,7 +191,7 @@ func Run(ctx context.Context, w io.Writer, o Options) error {
 	}
 
 	var (
-		last    agent.State
+		last    api.State
 		have    bool
 		tick    = time.NewTicker(o.Refresh)
 		buf     bytes.Buffer

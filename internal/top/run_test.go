@@ -13,21 +13,22 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 type source struct {
 	mu sync.Mutex
-	s  agent.State
+	s  api.State
 	ok bool
 }
 
-func (f *source) Latest() (agent.State, bool) {
+func (f *source) Latest() (api.State, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.s, f.ok
 }
 
-func (f *source) set(s agent.State) {
+func (f *source) set(s api.State) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.s, f.ok = s, true

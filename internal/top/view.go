@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 // View says how a frame is laid out and which tenants it lists.
@@ -82,12 +82,12 @@ func (k SortKey) describe() string {
 
 // sortTenants orders a copy of ts by key; ties fall back to the name and ID
 // so the same state always gives the same list.
-func sortTenants(ts []agent.TenantState, key SortKey) []agent.TenantState {
+func sortTenants(ts []api.TenantState, key SortKey) []api.TenantState {
 	ts = slices.Clone(ts)
-	byName := func(a, b agent.TenantState) int {
+	byName := func(a, b api.TenantState) int {
 		return cmp.Or(strings.Compare(tenantName(a), tenantName(b)), strings.Compare(a.ID, b.ID))
 	}
-	slices.SortStableFunc(ts, func(a, b agent.TenantState) int {
+	slices.SortStableFunc(ts, func(a, b api.TenantState) int {
 		switch key {
 		case SortCPU:
 			return cmp.Or(cmpDesc(a.CPU, b.CPU), cmpDesc(a.Score, b.Score), byName(a, b))

@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 // crowded is the sample host with 40 more quiet tenants: more than any
 // terminal shows under the header.
-func crowded() agent.State {
+func crowded() api.State {
 	s := sample()
 	for i := range 40 {
-		s.Tenants = append(s.Tenants, agent.TenantState{
+		s.Tenants = append(s.Tenants, api.TenantState{
 			ID: fmt.Sprintf("ct:web-%02d", i), Kind: "container", Name: fmt.Sprintf("web-%02d", i),
 			CPUs: "8-15", CPU: float64(i%7) * 0.1, Duty: 1,
 		})
@@ -24,7 +24,7 @@ func crowded() agent.State {
 	return s
 }
 
-func renderView(t *testing.T, s agent.State, v View) string {
+func renderView(t *testing.T, s api.State, v View) string {
 	t.Helper()
 	var b bytes.Buffer
 	if err := Render(&b, s, v); err != nil {
@@ -113,7 +113,7 @@ func TestRenderGoldenCrowded(t *testing.T) {
 
 func TestRenderSortFilterLimit(t *testing.T) {
 	s := sample()
-	s.Tenants = append(s.Tenants, agent.TenantState{ID: "vm:web-1", Kind: "vm", Name: "web-1", CPU: 5, Throttled: true, Duty: 0.8})
+	s.Tenants = append(s.Tenants, api.TenantState{ID: "vm:web-1", Kind: "vm", Name: "web-1", CPU: 5, Throttled: true, Duty: 0.8})
 	for _, tc := range []struct {
 		name string
 		v    View
@@ -201,7 +201,7 @@ func TestRenderStale(t *testing.T) {
 			t.Errorf("age %s: %q, want %q", tc.age, got, tc.want)
 		}
 	}
-	if got := staleness(agent.State{}, t0); got != "" {
+	if got := staleness(api.State{}, t0); got != "" {
 		t.Errorf("no state: %q", got)
 	}
 }
@@ -260,7 +260,7 @@ func TestRunLiveFitsTerminal(t *testing.T) {
 }
 
 func TestSuspectsInFewLines(t *testing.T) {
-	ss := []agent.Suspect{
+	ss := []api.Suspect{
 		{Name: "a", Score: 0.5, Reasons: []string{"r1", "r2"}},
 		{Name: "b", Score: 0.9, Reasons: []string{"r3"}},
 		{Name: "c", Score: 0.1},

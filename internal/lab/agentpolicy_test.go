@@ -1,53 +1,22 @@
-package agent
+package lab
 
 import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/host"
-	"github.com/crosstalk-project/crosstalk/internal/lab"
 	"github.com/crosstalk-project/crosstalk/internal/testenv"
 )
-
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// crosstalkBinary builds the CLI once: the lab runs its loads through it.
-func crosstalkBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "crosstalk-agent-test")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "crosstalk")
-		cmd := exec.Command("go", "build", "-o", binPath, "../../cmd/crosstalk")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("%v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
 
 // The agent as the lab's "crosstalk" policy, on benign neighbours only (no
 // polluter): it may probe and even test a suspect, but it must throttle no
 // one, and the phase must end with every cgroup gone.
-func TestLabPolicyLeavesBenignTenantsAlone(t *testing.T) {
+func TestAgentPolicyLeavesBenignTenantsAlone(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for cgroups")
 	}
@@ -61,7 +30,7 @@ func TestLabPolicyLeavesBenignTenantsAlone(t *testing.T) {
 	if online == "0" {
 		t.Skip("needs two CPUs")
 	}
-	s, err := lab.Parse([]byte(`name: benign
+	s, err := Parse([]byte(`name: benign
 phase: 2s
 tenants:
   - {name: victim, role: victim, load: chase, args: ["--size", "4MiB"], cpus: "1"}
@@ -70,14 +39,14 @@ tenants:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lab.Preflight(h, s); err != nil {
+	if _, err := Preflight(h, s); err != nil {
 		t.Skipf("host cannot run the lab: %v", err)
 	}
-	cfg := Defaults()
+	cfg := agent.Defaults()
 	cfg.Interval = 250 * time.Millisecond
-	pols := lab.DefaultPolicies()
-	pols["crosstalk"] = LabPolicy(cfg)
-	res, err := lab.Run(context.Background(), s, lab.Options{Host: h, Self: crosstalkBinary(t), Policies: []string{"crosstalk"}, Registry: pols, Interval: 100 * time.Millisecond})
+	pols := DefaultPolicies()
+	pols["crosstalk"] = AgentPolicy(cfg)
+	res, err := Run(context.Background(), s, Options{Host: h, Self: crosstalkBin, Policies: []string{"crosstalk"}, Registry: pols, Interval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package agent
+package lab
 
 import (
 	"context"
@@ -7,30 +7,31 @@ import (
 	"path"
 	"time"
 
-	"github.com/crosstalk-project/crosstalk/internal/lab"
+	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
-// LabPolicy returns the lab policy "crosstalk": the real agent, run in the
+// AgentPolicy returns the lab policy "crosstalk": the real agent, run in the
 // lab's process against the phase's tenant cgroups (found by a glob, as an
 // operator would configure it), with its actions put on the lab's timeline.
 // base is the agent configuration to use; discovery, the listener and the
 // state directory are set per phase.
-func LabPolicy(base Config) lab.PolicyFactory {
-	return func() lab.Policy { return &labPolicy{base: base} }
+func AgentPolicy(base agent.Config) PolicyFactory {
+	return func() Policy { return &agentPolicy{base: base} }
 }
 
-type labPolicy struct {
-	base   Config
-	agent  *Agent
+type agentPolicy struct {
+	base   agent.Config
+	agent  *agent.Agent
 	cancel context.CancelFunc
 	done   chan error
 	dir    string
 	close  func()
 }
 
-func (*labPolicy) Name() string { return "crosstalk" }
+func (*agentPolicy) Name() string { return "crosstalk" }
 
-func (p *labPolicy) Begin(ctx context.Context, env *lab.PolicyEnv) error {
+func (p *agentPolicy) Begin(ctx context.Context, env *PolicyEnv) error {
 	if len(env.Tenants) == 0 {
 		return nil
 	}
@@ -40,14 +41,15 @@ func (p *labPolicy) Begin(ctx context.Context, env *lab.PolicyEnv) error {
 	}
 	p.dir = dir
 	cfg := p.base
-	cfg.Tenants.Builtin = ptrTo(false)
+	builtin := false
+	cfg.Tenants.Builtin = &builtin
 	cfg.Tenants.Globs = []string{path.Join(path.Dir(env.Tenants[0].Group.Name), "*")}
 	cfg.Listen = "off"
 	cfg.StateDir = dir
-	record := func(r ActionRecord) {
-		env.Record(lab.Action{T: env.Since().Seconds(), Tenant: r.Name, Kind: r.Kind, Detail: r.Reason, Quota: r.Quota})
+	record := func(r api.ActionRecord) {
+		env.Record(Action{T: env.Since().Seconds(), Tenant: r.Name, Kind: string(r.Kind), Detail: r.Reason, Quota: r.Quota})
 	}
-	a, closeFn, err := Build(cfg, env.Host, env.Log, "lab", record)
+	a, closeFn, err := agent.Build(cfg, env.Host, env.Log, "lab", record)
 	if err != nil {
 		os.RemoveAll(dir)
 		return fmt.Errorf("crosstalk agent: %w", err)
@@ -70,7 +72,7 @@ func (p *labPolicy) Begin(ctx context.Context, env *lab.PolicyEnv) error {
 	return nil
 }
 
-func (p *labPolicy) End(ctx context.Context) error {
+func (p *agentPolicy) End(ctx context.Context) error {
 	if p.agent == nil {
 		return nil
 	}

@@ -1,9 +1,10 @@
-package agent
+package api
 
 import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
 // State is what a running agent knows, published after every interval: the
@@ -51,8 +52,8 @@ type State struct {
 
 // HoldState is one policy's hold on a tenant.
 type HoldState struct {
-	Policy string `json:"policy"` // probe, buslocks, permits, power, power:SOCKET, llc, mba
-	Lever  string `json:"lever"`  // cpu_quota, clock_modulation, cpufreq, cat, mba
+	Policy Policy `json:"policy"` // probe, buslocks, permits, power, power:SOCKET, llc, mba
+	Lever  Lever  `json:"lever"`  // cpu_quota, clock_modulation, cpufreq, cat, mba
 	// Duty is the fraction left to the tenant: of its CPU time (quota), of
 	// its clock (clock modulation, cpufreq steps), of the LLC ways or of its
 	// memory bandwidth (the lowest over its restricted domains).
@@ -155,15 +156,15 @@ type ProofState struct {
 
 // ActionRecord is one thing the agent did (or, in dry-run, would have done).
 type ActionRecord struct {
-	Time   time.Time `json:"time"`
-	Tenant string    `json:"tenant"`
-	Name   string    `json:"name"`
-	Kind   string    `json:"kind"` // proof, throttle, tighten, relax, release, isolate
+	Time   time.Time  `json:"time"`
+	Tenant string     `json:"tenant"`
+	Name   string     `json:"name"`
+	Kind   ActionKind `json:"kind"` // proof, proof-free, throttle, tighten, relax, release, isolate
 	// Policy is what decided it: probe (the perturbation proof and the duty
 	// controller), buslocks, permits, power, llc or mba; Lever what it
 	// acted through: cpu_quota, clock_modulation, cpufreq, cat or mba.
-	Policy string `json:"policy"`
-	Lever  string `json:"lever,omitempty"`
+	Policy Policy `json:"policy"`
+	Lever  Lever  `json:"lever,omitempty"`
 	// Quota is the CPU quota after the action, in CPUs (0 = unlimited).
 	Quota  float64 `json:"quota"`
 	Duty   float64 `json:"duty"`
@@ -186,4 +187,19 @@ type SensorState struct {
 	// its current run of failures began (both empty while it works).
 	LastError    string    `json:"last_error,omitempty"`
 	FailingSince time.Time `json:"failing_since,omitzero"`
+}
+
+// HardwareState is the hardware policies' state after the last interval.
+type HardwareState struct {
+	// Off says, per policy and lever, why it does not run here.
+	Off      map[string]string          `json:"off,omitempty"`
+	BusLocks *judge.BusLockStatus       `json:"buslocks,omitempty"`
+	Permits  []judge.PermitStatus       `json:"permits,omitempty"`
+	Power    []judge.PowerSocketStatus  `json:"power,omitempty"`
+	Packages []sense.PackageAttribution `json:"packages,omitempty"`
+	// TenantWatts is each tenant's attributed power (watts).
+	TenantWatts map[string]float64  `json:"tenant_watts,omitempty"`
+	LLC         []judge.BiasVerdict `json:"llc,omitempty"`
+	// Resctrl is each monitored tenant's LLC occupancy and bandwidth.
+	Resctrl map[string]sense.ResctrlUsage `json:"resctrl,omitempty"`
 }
