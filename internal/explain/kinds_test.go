@@ -22,6 +22,7 @@ func kindsWritten(t *testing.T) map[string]string {
 	kindArg := map[string]int{"recordLocked": 2, "recordSlotLocked": 2, "recordPolicyLocked": 3}
 	found := map[string]string{}
 	fset := token.NewFileSet()
+	apiKinds := apiActionKinds(t, fset)
 	for _, dir := range []string{"../agent", "../act"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
@@ -45,8 +46,22 @@ func kindsWritten(t *testing.T) map[string]string {
 					if x.Name != "kind" {
 						t.Errorf("%s: %s kind from %s: teach kindsWritten where it comes from", pos, what, x.Name)
 					}
+				case *ast.SelectorExpr:
+					// A constant of the wire types' ActionKind.
+					if pkg, ok := x.X.(*ast.Ident); ok && pkg.Name == "api" {
+						if v, ok := apiKinds[x.Sel.Name]; ok {
+							found[v] = pos
+							return
+						}
+					}
+					t.Errorf("%s: %s kind from %s: teach kindsWritten where it comes from", pos, what, x.Sel.Name)
 				case *ast.CallExpr:
 					if fn, ok := x.Fun.(*ast.Ident); ok && (fn.Name == "actionKind" || fn.Name == "string") {
+						return
+					}
+					// A conversion to the wire type of a duty controller's
+					// act.Decision (read from its constants below).
+					if fn, ok := x.Fun.(*ast.SelectorExpr); ok && fn.Sel.Name == "ActionKind" {
 						return
 					}
 					t.Errorf("%s: %s kind from a call: teach kindsWritten where it comes from", pos, what)
@@ -90,6 +105,11 @@ func kindsWritten(t *testing.T) map[string]string {
 							if lit, ok := x.Rhs[i].(*ast.BasicLit); ok && lit.Kind == token.STRING && lit.Value != `""` {
 								note(lit, "kind variable")
 							}
+							if sel, ok := x.Rhs[i].(*ast.SelectorExpr); ok {
+								if pkg, ok := sel.X.(*ast.Ident); ok && pkg.Name == "api" {
+									note(sel, "kind variable")
+								}
+							}
 						}
 					}
 				case *ast.FuncDecl:
@@ -116,6 +136,43 @@ func kindsWritten(t *testing.T) map[string]string {
 		}
 	}
 	return found
+}
+
+// apiActionKinds reads internal/api's ActionKind constants: name → value.
+func apiActionKinds(t *testing.T, fset *token.FileSet) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	files, err := filepath.Glob("../api/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if vs, ok := n.(*ast.ValueSpec); ok {
+				if id, ok := vs.Type.(*ast.Ident); ok && id.Name == "ActionKind" {
+					for i, nm := range vs.Names {
+						if i < len(vs.Values) {
+							if lit, ok := vs.Values[i].(*ast.BasicLit); ok {
+								out[nm.Name], _ = strconv.Unquote(lit.Value)
+							}
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	if len(out) == 0 {
+		t.Fatal("no ActionKind constants found in internal/api")
+	}
+	return out
 }
 
 func TestKnowsEveryKindTheAgentWrites(t *testing.T) {
