@@ -23,6 +23,7 @@ import (
 // QEMU/libvirt cannot be installed (the script exits 77 and says why).
 // CROSSTALK_SKIP_E2E=1 skips it on a developer's machine; CI never sets it.
 func TestLibvirtE2E(t *testing.T) {
+	testenv.LockAgent(t) // one agent per host: the other packages' live agents wait
 	if os.Getuid() != 0 {
 		t.Skip("libvirt e2e: needs root (it starts libvirtd and guests, and writes cgroups)")
 	}
