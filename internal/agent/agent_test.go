@@ -69,6 +69,13 @@ func (w *world) quota(name string) cgroup.Quota {
 	return q
 }
 
+// setRunning starts or stops the polluter's pollution.
+func (w *world) setRunning(on bool) {
+	w.mu.Lock()
+	w.running = on
+	w.mu.Unlock()
+}
+
 func (w *world) polluting() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -284,9 +291,7 @@ func TestAgentThrottlesOnlyThePolluter(t *testing.T) {
 				t.Error("with bus-lock counts, only the polluter should be proven")
 			}
 			// The polluter stops: it is released within a few intervals.
-			w.mu.Lock()
-			w.running = false
-			w.mu.Unlock()
+			w.setRunning(false)
 			hs.waitFor(t, "the release", 3*time.Second, func() bool { return w.quota("polluter").Unlimited() })
 			st, ok := hs.agent.Latest()
 			if !ok || len(st.Tenants) != 3 || st.ActionsTotal["throttle"] < 1 || st.ProofsTotal["polluter"] < 1 {
@@ -330,9 +335,7 @@ func TestAgentRestoresAfterKill(t *testing.T) {
 		t.Fatal("setup: polluter not throttled")
 	}
 	// "kill -9": hs.agent is abandoned. A new one starts and stops at once.
-	w.mu.Lock()
-	w.running = false
-	w.mu.Unlock()
+	w.setRunning(false)
 	hs2 := newHarness(t, w, testConfig(dir), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -583,15 +586,11 @@ func TestAgentRethrottlesAReturningPolluter(t *testing.T) {
 	stop := hs.run(t)
 	defer stop()
 	hs.waitFor(t, "a throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
-	w.mu.Lock()
-	w.running = false
-	w.mu.Unlock()
+	w.setRunning(false)
 	hs.waitFor(t, "the release", 3*time.Second, func() bool { return w.quota("polluter").Unlimited() })
 	st, _ := hs.agent.Latest()
 	proofs := st.ProofsTotal["polluter"] + st.ProofsTotal["innocent"] + st.ProofsTotal["inconclusive"]
-	w.mu.Lock()
-	w.running = true
-	w.mu.Unlock()
+	w.setRunning(true)
 	hs.waitFor(t, "a second throttle", 3*time.Second, func() bool { return hs.count("throttle", "polluter") >= 2 })
 	st, _ = hs.agent.Latest()
 	if n := st.ProofsTotal["polluter"] + st.ProofsTotal["innocent"] + st.ProofsTotal["inconclusive"]; n != proofs {

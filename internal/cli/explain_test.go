@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"bufio"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 )
@@ -70,25 +68,7 @@ func TestExplainErrors(t *testing.T) {
 // Every `crosstalk explain` command the README shows runs here as written,
 // from the repository's root.
 func TestREADMEExplainExamples(t *testing.T) {
-	f, err := os.Open("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var cmds []string
-	inCode := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "```") {
-			inCode = !inCode
-			continue
-		}
-		if inCode && strings.HasPrefix(line, "crosstalk explain") {
-			cmd, _, _ := strings.Cut(line, "#")
-			cmds = append(cmds, strings.TrimSpace(cmd))
-		}
-	}
+	cmds := docCommands(t, "../../README.md", "crosstalk explain")
 	if len(cmds) == 0 {
 		t.Fatal("the README shows no crosstalk explain command")
 	}

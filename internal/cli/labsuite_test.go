@@ -127,10 +127,11 @@ func TestLabSuiteSmoke(t *testing.T) {
 	}
 }
 
-// Every `crosstalk lab suite` command docs/lab.md shows runs here as it is
-// written: --list ones anywhere, the others as root.
-func TestLabSuiteDocExamples(t *testing.T) {
-	f, err := os.Open("../../docs/lab.md")
+// docCommands returns the commands starting with prefix in the fenced code
+// blocks of a markdown file, without their trailing comments.
+func docCommands(t *testing.T, file, prefix string) []string {
+	t.Helper()
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,11 +145,18 @@ func TestLabSuiteDocExamples(t *testing.T) {
 			inCode = !inCode
 			continue
 		}
-		if inCode && strings.HasPrefix(line, "crosstalk lab suite") {
+		if inCode && strings.HasPrefix(line, prefix) {
 			cmd, _, _ := strings.Cut(line, "#")
 			cmds = append(cmds, strings.TrimSpace(cmd))
 		}
 	}
+	return cmds
+}
+
+// Every `crosstalk lab suite` command docs/lab.md shows runs here as it is
+// written: --list ones anywhere, the others as root.
+func TestLabSuiteDocExamples(t *testing.T) {
+	cmds := docCommands(t, "../../docs/lab.md", "crosstalk lab suite")
 	if len(cmds) < 2 {
 		t.Fatalf("docs/lab.md shows %d lab suite commands, want the list and a run", len(cmds))
 	}

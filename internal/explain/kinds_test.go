@@ -24,18 +24,7 @@ func kindsWritten(t *testing.T) map[string]string {
 	fset := token.NewFileSet()
 	apiKinds := apiActionKinds(t, fset)
 	for _, dir := range []string{"../agent", "../act"} {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, name := range files {
-			if strings.HasSuffix(name, "_test.go") {
-				continue
-			}
-			f, err := parser.ParseFile(fset, name, nil, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, f := range parseDir(t, fset, dir) {
 			note := func(e ast.Expr, what string) {
 				pos := fset.Position(e.Pos()).String()
 				switch x := e.(type) {
@@ -138,14 +127,14 @@ func kindsWritten(t *testing.T) map[string]string {
 	return found
 }
 
-// apiActionKinds reads internal/api's ActionKind constants: name → value.
-func apiActionKinds(t *testing.T, fset *token.FileSet) map[string]string {
+// parseDir parses the non-test Go files of dir.
+func parseDir(t *testing.T, fset *token.FileSet, dir string) []*ast.File {
 	t.Helper()
-	out := map[string]string{}
-	files, err := filepath.Glob("../api/*.go")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []*ast.File
 	for _, name := range files {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
@@ -154,6 +143,16 @@ func apiActionKinds(t *testing.T, fset *token.FileSet) map[string]string {
 		if err != nil {
 			t.Fatal(err)
 		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// apiActionKinds reads internal/api's ActionKind constants: name → value.
+func apiActionKinds(t *testing.T, fset *token.FileSet) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, f := range parseDir(t, fset, "../api") {
 		ast.Inspect(f, func(n ast.Node) bool {
 			if vs, ok := n.(*ast.ValueSpec); ok {
 				if id, ok := vs.Type.(*ast.Ident); ok && id.Name == "ActionKind" {

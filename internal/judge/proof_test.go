@@ -283,18 +283,24 @@ func TestProofChainFalseConviction(t *testing.T) {
 	// Positive control: the carried evidence is the last proof's, and a
 	// proof continuing a high one needs fewer trials.
 	p := NewProofCarry(cfg, 5, time.Unix(0, 0), 1, 50)
-	for range 1000 {
+	driveClean(p)
+	if v, _ := p.Verdict(); v != ProofGuilty || len(p.Trials()) != 2 || p.Carry() < 100 {
+		t.Errorf("continuing evidence 50: %s after %d trials (evidence %.1f), want guilty after 2", v, len(p.Trials()), p.Carry())
+	}
+}
+
+// driveClean runs a proof against a clean polluter: the probe reads 5×
+// while it is free and 1× while it is capped.
+func driveClean(p *Proof) {
+	for range 10000 {
 		plan := p.Plan()
 		r := 5.0
 		if plan.Capped {
 			r = 1
 		}
 		if p.Observe(plan.SampleAt, r, true) {
-			break
+			return
 		}
-	}
-	if v, _ := p.Verdict(); v != ProofGuilty || len(p.Trials()) != 2 || p.Carry() < 100 {
-		t.Errorf("continuing evidence 50: %s after %d trials (evidence %.1f), want guilty after 2", v, len(p.Trials()), p.Carry())
 	}
 }
 
@@ -315,16 +321,7 @@ func TestProofMissingReadings(t *testing.T) {
 	}
 	// Positive control: the same proof with readings convicts.
 	p = NewProof(cfg, 5, t0, 1)
-	for range 1000 {
-		plan := p.Plan()
-		r := 5.0
-		if plan.Capped {
-			r = 1
-		}
-		if p.Observe(plan.SampleAt, r, true) {
-			break
-		}
-	}
+	driveClean(p)
 	if v, _ := p.Verdict(); v != ProofGuilty {
 		t.Fatalf("clean polluter: %s", v)
 	}
@@ -342,16 +339,7 @@ func TestProofOrderIsRandomized(t *testing.T) {
 	first, n := 0, 0
 	for seed := range uint64(100) {
 		p := NewProof(cfg, 5, time.Unix(0, 0), seed)
-		for range 10000 {
-			plan := p.Plan()
-			r := 5.0
-			if plan.Capped {
-				r = 1
-			}
-			if p.Observe(plan.SampleAt, r, true) {
-				break
-			}
-		}
+		driveClean(p)
 		for _, tr := range p.Trials() {
 			n++
 			if tr.CappedFirst {
