@@ -185,13 +185,33 @@ func testConfig(dir string) Config {
 }
 
 type harness struct {
-	w       *world
-	agent   *Agent
-	state   *act.StateFile
-	mu      sync.Mutex
-	actions []api.ActionRecord
+	w     *world
+	agent *Agent
+	state *act.StateFile
+	actionLog
 	journal string
 }
+
+// actionLog is the actions a test agent reported (Deps.OnAction).
+type actionLog struct {
+	mu      sync.Mutex
+	actions []api.ActionRecord
+}
+
+// count says how many actions of a kind on the named tenant were reported.
+func (l *actionLog) count(kind api.ActionKind, name string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, a := range l.actions {
+		if a.Kind == kind && a.Name == name {
+			n++
+		}
+	}
+	return n
+}
+
+func (l *actionLog) has(kind api.ActionKind, name string) bool { return l.count(kind, name) > 0 }
 
 func newHarness(t *testing.T, w *world, cfg Config, quota QuotaActuator) *harness {
 	t.Helper()
@@ -255,17 +275,6 @@ func (hs *harness) waitFor(t *testing.T, what string, timeout time.Duration, con
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-func (hs *harness) has(kind api.ActionKind, name string) bool {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	for _, a := range hs.actions {
-		if a.Kind == kind && a.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // The whole loop: contention is detected, the polluter alone is proven and
@@ -610,16 +619,4 @@ func TestAgentRethrottlesAReturningPolluter(t *testing.T) {
 	if !strings.Contains(last, "busy again") || !strings.Contains(last, "proven polluter") {
 		t.Errorf("second throttle's reason %q should say it is on its record", last)
 	}
-}
-
-func (hs *harness) count(kind api.ActionKind, name string) int {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	n := 0
-	for _, a := range hs.actions {
-		if a.Kind == kind && a.Name == name {
-			n++
-		}
-	}
-	return n
 }

@@ -143,10 +143,9 @@ func (quietProbe) Domains() []sense.ProbeDomain {
 }
 
 type cpuHarness struct {
-	w       *cpuWorld
-	a       *Agent
-	mu      sync.Mutex
-	actions []api.ActionRecord
+	w *cpuWorld
+	a *Agent
+	actionLog
 }
 
 func newCPUHarness(t *testing.T, w *cpuWorld, tweak ...func(*Config)) *cpuHarness {
@@ -183,18 +182,6 @@ func (hs *cpuHarness) run(t *testing.T) func() {
 			t.Fatal("agent did not stop")
 		}
 	}
-}
-
-func (hs *cpuHarness) count(kind api.ActionKind, name string) int {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	n := 0
-	for _, r := range hs.actions {
-		if r.Kind == kind && r.Name == name {
-			n++
-		}
-	}
-	return n
 }
 
 func (hs *cpuHarness) waitFor(t *testing.T, what string, cond func() bool) {
