@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -145,4 +146,14 @@ func agentConfig(file string) (agent.Config, error) {
 		return agent.Defaults(), nil
 	}
 	return agent.LoadConfig(file)
+}
+
+// oneLine folds a YAML block's line breaks and runs of spaces into single spaces.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// writeJSON prints v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
