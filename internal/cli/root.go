@@ -53,7 +53,7 @@ control, and what in its tuning hurts tenants.`,
 	root.SetErr(errOut)
 	root.PersistentFlags().StringVar(&g.root, "root", "/", "root of the host filesystem to examine: / on the host, /host in a DaemonSet, or a captured tree")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newDoctorCmd(g), newRunCmd(g), newRestoreCmd(g), newTopCmd(g), newLoadCmd(g), newLabCmd(g), newSimCmd(g), newPlanCmd(g), newExplainCmd(g), newTenantExecCmd(), newVersionCmd(g))
+	root.AddCommand(newDoctorCmd(g), newRunCmd(g), newRestoreCmd(g), newTopCmd(g), newLoadCmd(g), newLabCmd(g), newSimCmd(g), newPlanCmd(g), newExplainCmd(g), newTenantExecCmd(), newVersionCmd(g), newGenCmd(g))
 	return root
 }
 
