@@ -38,9 +38,10 @@ clean:
 # --- install, release, deb ---------------------------------------------------
 # `make install` puts the binary, the systemd unit, the default configuration
 # (the documented example, which is the defaults), a modules-load.d entry for
-# the msr driver and the docs under DESTDIR/PREFIX, and creates the state
-# directory. An existing /etc/crosstalk/crosstalk.yaml is kept (the new one
-# goes beside it as crosstalk.yaml.dist).
+# the msr driver, the docs, the man pages and the bash, zsh and fish
+# completions (written by the binary just built) under DESTDIR/PREFIX, and
+# creates the state directory. An existing /etc/crosstalk/crosstalk.yaml is
+# kept (the new one goes beside it as crosstalk.yaml.dist).
 PREFIX         ?= /usr
 SYSCONFDIR     ?= /etc
 LOCALSTATEDIR  ?= /var
@@ -54,14 +55,18 @@ DIST           ?= dist
 .PHONY: install release deb
 
 install: build
+	gen=$$(mktemp -d) && trap 'rm -rf "$$gen"' EXIT && \
+	$(BIN) gen man "$$gen/man" && $(BIN) gen completions "$$gen/completions" && \
 	DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" SYSCONFDIR="$(SYSCONFDIR)" LOCALSTATEDIR="$(LOCALSTATEDIR)" \
 	SYSTEMDUNITDIR="$(SYSTEMDUNITDIR)" SRC_BIN="$(BIN)" SRC_UNIT=deploy/systemd/crosstalk.service \
 	SRC_CONFIG=examples/crosstalk.yaml SRC_MODULES=packaging/modules-load.conf \
-	SRC_DOCS="README.md CHANGELOG.md deploy/README.md" SRC_DOCS_DIR=docs scripts/install.sh
+	SRC_DOCS="README.md CHANGELOG.md deploy/README.md" SRC_DOCS_DIR=docs \
+	SRC_MAN_DIR="$$gen/man" SRC_COMPLETIONS_DIR="$$gen/completions" scripts/install.sh
 
 # `make release`: dist/crosstalk-VERSION-linux-ARCH.tar.gz with the static
 # binary, the unit, the default configuration, the Kubernetes manifests and
-# Helm chart, the Prometheus rules and Grafana dashboards, and the docs.
+# Helm chart, the Prometheus rules and Grafana dashboards, the docs, the man
+# pages and the shell completions.
 release:
 	scripts/release.sh tarball "$(RELEASE_VERSION)" "$(COMMIT)" "$(DIST)"
 

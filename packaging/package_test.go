@@ -49,15 +49,20 @@ func TestMakeInstall(t *testing.T) {
 	}
 	install()
 	for p, want := range map[string]os.FileMode{
-		"usr/bin/crosstalk":                     0o755,
-		"lib/systemd/system/crosstalk.service":  0o644,
-		"etc/crosstalk/crosstalk.yaml":          0o644,
-		"usr/lib/modules-load.d/crosstalk.conf": 0o644,
-		"usr/share/doc/crosstalk/README.md":     0o644,
-		"usr/share/doc/crosstalk/CHANGELOG.md":  0o644,
-		"usr/share/doc/crosstalk/DEPLOY.md":     0o644,
-		"usr/share/doc/crosstalk/docs/agent.md": 0o644,
-		"var/lib/crosstalk":                     os.ModeDir | 0o700,
+		"usr/bin/crosstalk":                                  0o755,
+		"lib/systemd/system/crosstalk.service":               0o644,
+		"etc/crosstalk/crosstalk.yaml":                       0o644,
+		"usr/lib/modules-load.d/crosstalk.conf":              0o644,
+		"usr/share/doc/crosstalk/README.md":                  0o644,
+		"usr/share/doc/crosstalk/CHANGELOG.md":               0o644,
+		"usr/share/doc/crosstalk/DEPLOY.md":                  0o644,
+		"usr/share/doc/crosstalk/docs/agent.md":              0o644,
+		"usr/share/man/man1/crosstalk.1":                     0o644,
+		"usr/share/man/man1/crosstalk-lab-run.1":             0o644,
+		"usr/share/bash-completion/completions/crosstalk":    0o644,
+		"usr/share/zsh/vendor-completions/_crosstalk":        0o644,
+		"usr/share/fish/vendor_completions.d/crosstalk.fish": 0o644,
+		"var/lib/crosstalk":                                  os.ModeDir | 0o700,
 	} {
 		if got := mode(t, filepath.Join(dest, p)); got != want {
 			t.Errorf("%s: mode %v, want %v", p, got, want)
@@ -68,6 +73,7 @@ func TestMakeInstall(t *testing.T) {
 	if string(conf) != string(example) {
 		t.Error("the installed configuration is not the documented example")
 	}
+	checkManAndCompletions(t, dest, "")
 	out := run(t, "..", nil, filepath.Join(dest, "usr/bin/crosstalk"), "version")
 	if !strings.HasPrefix(out, "crosstalk ") {
 		t.Errorf("installed binary: %q", out)
@@ -127,6 +133,7 @@ func TestReleaseTarball(t *testing.T) {
 		"monitoring/prometheus/crosstalk-rules.yml", "monitoring/prometheus/crosstalk-rules_test.yml",
 		"monitoring/grafana/crosstalk-host.json", "monitoring/grafana/crosstalk-fleet.json",
 		"README.md", "CHANGELOG.md", "deploy-README.md", "Containerfile", "docs/agent.md", "docs/metrics.md",
+		"man/crosstalk.1", "man/crosstalk-lab-run.1", "completions/crosstalk.bash", "completions/_crosstalk", "completions/crosstalk.fish",
 	} {
 		if !slices.Contains(list, name+"/"+want) {
 			t.Errorf("tarball lacks %s", want)
@@ -158,6 +165,7 @@ func TestReleaseTarball(t *testing.T) {
 			t.Errorf("install.sh from the tarball: %v", err)
 		}
 	}
+	checkManAndCompletions(t, dest, version)
 	// Reproducible: the same commit gives the same bytes.
 	_, second := build()
 	if sha256.Sum256(first) != sha256.Sum256(second) {
@@ -165,6 +173,37 @@ func TestReleaseTarball(t *testing.T) {
 	}
 	if b, err := os.ReadFile(path + ".sha256"); err != nil || !strings.Contains(string(b), filepath.Base(path)) {
 		t.Errorf("checksum file: %v %s", err, b)
+	}
+}
+
+// checkManAndCompletions checks what install.sh put under dest/usr/share:
+// the man pages (of release version, when one is given) and a completion
+// script per shell, each the file the binary generated.
+func checkManAndCompletions(t *testing.T, dest, version string) {
+	t.Helper()
+	share := filepath.Join(dest, "usr/share")
+	page, err := os.ReadFile(filepath.Join(share, "man/man1/crosstalk.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), `.TH "CROSSTALK" "1" `) || !strings.Contains(string(page), `\fBcrosstalk-lab(1)\fP`) {
+		t.Errorf("crosstalk.1:\n%.400s", page)
+	}
+	if version != "" && !strings.Contains(string(page), `"crosstalk `+version+`"`) {
+		t.Errorf("crosstalk.1 does not name release %s:\n%.200s", version, page)
+	}
+	pages, _ := filepath.Glob(filepath.Join(share, "man/man1/crosstalk*.1"))
+	if len(pages) < 10 {
+		t.Errorf("man pages: %v", pages)
+	}
+	for path, want := range map[string]string{
+		"bash-completion/completions/crosstalk":    "complete -o default -F __start_crosstalk crosstalk",
+		"zsh/vendor-completions/_crosstalk":        "#compdef crosstalk",
+		"fish/vendor_completions.d/crosstalk.fish": "complete -c crosstalk ",
+	} {
+		if b, err := os.ReadFile(filepath.Join(share, path)); err != nil || !strings.Contains(string(b), want) {
+			t.Errorf("%s: %v, lacks %q", path, err, want)
+		}
 	}
 }
 
@@ -204,6 +243,11 @@ func TestDebianPackage(t *testing.T) {
 		"./usr/share/crosstalk/helm/crosstalk/Chart.yaml":                 "-rw-r--r-- root/root",
 		"./usr/share/crosstalk/monitoring/grafana/crosstalk-fleet.json":   "-rw-r--r-- root/root",
 		"./usr/share/crosstalk/monitoring/prometheus/crosstalk-rules.yml": "-rw-r--r-- root/root",
+		"./usr/share/man/man1/crosstalk.1.gz":                             "-rw-r--r-- root/root",
+		"./usr/share/man/man1/crosstalk-lab-run.1.gz":                     "-rw-r--r-- root/root",
+		"./usr/share/bash-completion/completions/crosstalk":               "-rw-r--r-- root/root",
+		"./usr/share/zsh/vendor-completions/_crosstalk":                   "-rw-r--r-- root/root",
+		"./usr/share/fish/vendor_completions.d/crosstalk.fish":            "-rw-r--r-- root/root",
 	} {
 		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(perm) + `\s.*\s` + regexp.QuoteMeta(path) + `$`).MatchString(contents) {
 			t.Errorf("dpkg-deb -c: no %s %s", perm, path)
@@ -258,5 +302,11 @@ func TestDebianPackage(t *testing.T) {
 	run(t, dist, nil, "dpkg-deb", "-x", deb, x)
 	if out := run(t, dist, nil, filepath.Join(x, "usr/bin/crosstalk"), "version"); out != "crosstalk "+version+" (commit abc1234)\n" {
 		t.Errorf("packaged binary: %q", out)
+	}
+	if out := run(t, dist, nil, "gzip", "-dc", filepath.Join(x, "usr/share/man/man1/crosstalk.1.gz")); !strings.Contains(out, `.TH "CROSSTALK" "1" `) {
+		t.Errorf("packaged man page:\n%.300s", out)
+	}
+	if sums, _ := os.ReadFile(filepath.Join(ctl, "md5sums")); !strings.Contains(string(sums), "usr/share/man/man1/crosstalk.1.gz") {
+		t.Error("md5sums lacks the man page")
 	}
 }

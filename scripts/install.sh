@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs crosstalk on a single host: the static binary, the systemd unit, the
 # default configuration (kept if one exists), the msr modules-load.d entry,
-# the docs, and (unless STATE_DIR_MODE=none) the state directory.
+# the docs, the man pages and shell completions (`crosstalk gen man|completions`
+# writes them), and (unless STATE_DIR_MODE=none) the state directory.
 #
 # Used by `make install` (from the source tree), by the release tarball (run
 # it from the unpacked directory: `sudo ./install.sh`) and by `make deb` to lay
@@ -22,6 +23,9 @@ SRC_MODULES=${SRC_MODULES:-$here/modules-load.d/crosstalk.conf}
 SRC_DOCS=${SRC_DOCS:-$here/README.md $here/CHANGELOG.md $here/deploy-README.md}
 # The README links into docs/: the pages go beside it, under the same name.
 SRC_DOCS_DIR=${SRC_DOCS_DIR:-$here/docs}
+# What `crosstalk gen man DIR` and `crosstalk gen completions DIR` wrote.
+SRC_MAN_DIR=${SRC_MAN_DIR:-$here/man}
+SRC_COMPLETIONS_DIR=${SRC_COMPLETIONS_DIR:-$here/completions}
 STATE_DIR_MODE=${STATE_DIR_MODE:-0700}
 
 for f in "$SRC_BIN" "$SRC_UNIT" "$SRC_CONFIG" "$SRC_MODULES"; do
@@ -56,6 +60,20 @@ if [ -d "$SRC_DOCS_DIR" ]; then
   for d in "$SRC_DOCS_DIR"/*.md; do
     [ -f "$d" ] && install -m 0644 "$d" "$DESTDIR$PREFIX/share/doc/crosstalk/docs/$(basename "$d")"
   done
+fi
+if [ -d "$SRC_MAN_DIR" ]; then
+  install -d -m 0755 "$DESTDIR$PREFIX/share/man/man1"
+  for m in "$SRC_MAN_DIR"/*.1; do
+    [ -f "$m" ] && install -m 0644 "$m" "$DESTDIR$PREFIX/share/man/man1/$(basename "$m")"
+  done
+fi
+if [ -d "$SRC_COMPLETIONS_DIR" ]; then
+  # Each shell's vendor directory, under the name it looks the command up by.
+  install -d -m 0755 "$DESTDIR$PREFIX/share/bash-completion/completions" \
+    "$DESTDIR$PREFIX/share/zsh/vendor-completions" "$DESTDIR$PREFIX/share/fish/vendor_completions.d"
+  install -m 0644 "$SRC_COMPLETIONS_DIR/crosstalk.bash" "$DESTDIR$PREFIX/share/bash-completion/completions/crosstalk"
+  install -m 0644 "$SRC_COMPLETIONS_DIR/_crosstalk" "$DESTDIR$PREFIX/share/zsh/vendor-completions/_crosstalk"
+  install -m 0644 "$SRC_COMPLETIONS_DIR/crosstalk.fish" "$DESTDIR$PREFIX/share/fish/vendor_completions.d/crosstalk.fish"
 fi
 if [ "$STATE_DIR_MODE" != none ]; then
   install -d -m "$STATE_DIR_MODE" "$DESTDIR$LOCALSTATEDIR/lib/crosstalk"

@@ -30,6 +30,19 @@ bin=$work/crosstalk
 CGO_ENABLED=0 GOOS=linux GOARCH=$goarch go build -trimpath \
   -ldflags "-s -w -X main.version=$version -X main.commit=$commit" -o "$bin" ./cmd/crosstalk
 
+# The man pages and shell completions come from the command tree, written by
+# a binary of the same source that runs here (the release one may be built
+# for another architecture); the pages' date is SOURCE_DATE_EPOCH's.
+genbin=$bin
+if [ "$goarch" != "$(go env GOHOSTARCH)" ]; then
+  genbin=$work/crosstalk-host
+  CGO_ENABLED=0 GOOS=linux GOARCH=$(go env GOHOSTARCH) go build -trimpath \
+    -ldflags "-X main.version=$version -X main.commit=$commit" -o "$genbin" ./cmd/crosstalk
+fi
+gen=$work/gen
+"$genbin" gen man "$gen/man"
+"$genbin" gen completions "$gen/completions"
+
 # Everything an operator deploys with, beside the binary.
 copy_assets() { # DIR
   mkdir -p "$1/kubernetes" "$1/helm" "$1/monitoring"
@@ -59,6 +72,7 @@ tarball)
   cp packaging/Containerfile "$root/Containerfile"
   cp README.md CHANGELOG.md "$root/"
   mkdir -p "$root/docs" && cp docs/*.md "$root/docs/"
+  cp -r "$gen/man" "$gen/completions" "$root/"
   cp deploy/README.md "$root/deploy-README.md"
   copy_assets "$root"
   chmod -R u=rwX,go=rX "$root"
@@ -74,7 +88,10 @@ deb)
   DESTDIR=$pkg PREFIX=/usr SYSCONFDIR=/etc LOCALSTATEDIR=/var SYSTEMDUNITDIR=/lib/systemd/system \
     STATE_DIR_MODE=none SRC_BIN=$bin SRC_UNIT=deploy/systemd/crosstalk.service \
     SRC_CONFIG=examples/crosstalk.yaml SRC_MODULES=packaging/modules-load.conf \
-    SRC_DOCS="README.md CHANGELOG.md deploy/README.md" SRC_DOCS_DIR=docs scripts/install.sh >/dev/null
+    SRC_DOCS="README.md CHANGELOG.md deploy/README.md" SRC_DOCS_DIR=docs \
+    SRC_MAN_DIR="$gen/man" SRC_COMPLETIONS_DIR="$gen/completions" scripts/install.sh >/dev/null
+  # Debian ships man pages compressed.
+  gzip -9n "$pkg"/usr/share/man/man1/*.1
   copy_assets "$pkg/usr/share/crosstalk"
   chmod -R u=rwX,go=rX "$pkg"
   chmod 0755 "$pkg/usr/bin/crosstalk"

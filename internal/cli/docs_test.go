@@ -348,7 +348,7 @@ func (c exampleChecker) crosstalk(t *testing.T, args, jq []string) (bool, string
 	return true, stdout
 }
 
-// checkJQ evaluates a jq path filter (.a.b[].c, with -r or -c) on a
+// checkJQ evaluates a jq path filter (.a.b[].c or .[].a, with -r or -c) on a
 // document and fails when it would yield nothing or null, as jq's would on a
 // key that is not there.
 func checkJQ(doc, filter string) error {
@@ -369,14 +369,21 @@ func checkJQ(doc, filter string) error {
 			return fmt.Errorf("jq argument %q is beyond what this test evaluates", f)
 		}
 	}
-	if !regexp.MustCompile(`^(\.[A-Za-z_][A-Za-z0-9_]*(\[\])?)+$`).MatchString(path) {
-		return fmt.Errorf("filter %q is beyond the paths this test evaluates (.key, .key[])", path)
+	if !regexp.MustCompile(`^(\.\[\])?(\.[A-Za-z_][A-Za-z0-9_]*(\[\])?)+$`).MatchString(path) {
+		return fmt.Errorf("filter %q is beyond the paths this test evaluates (.key, .key[], a leading .[])", path)
 	}
 	var v any
 	if err := json.Unmarshal([]byte(doc), &v); err != nil {
 		return fmt.Errorf("the output is not JSON: %v", err)
 	}
 	vals := []any{v}
+	if rest, ok := strings.CutPrefix(path, ".[]"); ok {
+		arr, ok := v.([]any)
+		if !ok {
+			return fmt.Errorf(".[]: the output is not an array")
+		}
+		vals, path = arr, rest
+	}
 	for _, step := range regexp.MustCompile(`\.[A-Za-z_][A-Za-z0-9_]*(\[\])?`).FindAllString(path, -1) {
 		key, iter := strings.TrimSuffix(step[1:], "[]"), strings.HasSuffix(step, "[]")
 		var next []any
@@ -674,5 +681,25 @@ func TestReadmeSetUpCommands(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^make test$`).Match(ci) {
 		t.Error(".ci/run does not call make test, the README's test command")
+	}
+}
+
+func TestCheckJQ(t *testing.T) {
+	for _, tc := range []struct {
+		doc, filter string
+		ok          bool
+	}{
+		{`{"a":{"b":[{"c":1}]}}`, "jq .a.b[].c", true},
+		{`{"a":{"b":[]}}`, "jq .a.b[].c", false},
+		{`{"a":1}`, "jq -r .b", false},
+		{`[{"name":"x"},{"name":"y"}]`, "jq -r .[].name", true},
+		{`[{"name":"x"},{"other":"y"}]`, "jq .[].name", false},
+		{`{"name":"x"}`, "jq .[].name", false},
+		{`[]`, "jq .[].name", false},
+		{`[{"a":1}]`, "jq .[0].a", false},
+	} {
+		if err := checkJQ(tc.doc, tc.filter); (err == nil) != tc.ok {
+			t.Errorf("checkJQ(%s, %q) = %v, want ok=%v", tc.doc, tc.filter, err, tc.ok)
+		}
 	}
 }

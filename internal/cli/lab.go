@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -186,25 +187,62 @@ func writeLabOut(dir string, res *lab.Result) error {
 }
 
 func newLabListCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the built-in scenarios",
-		Args:  cobra.NoArgs,
+		Long: `list prints the built-in scenarios: each one's name, the length of a measured
+phase, its tenants (role=what@cpus) and what it shows. --json prints the same
+fields as an array of objects, with each tenant as an object.`,
+		Example: `  crosstalk lab list
+  crosstalk lab list --json | jq '.[].name'`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var rows []labListEntry
 			for _, name := range lab.Builtins() {
 				s, err := lab.Load(name)
 				if err != nil {
-					return err
+					return fmt.Errorf("built-in scenario %s: %w", name, err)
 				}
-				var ts []string
+				e := labListEntry{Name: name, Phase: s.Phase.String(), Description: oneLine(s.Description)}
 				for _, t := range s.Tenants {
-					ts = append(ts, fmt.Sprintf("%s=%s@%s", t.Role, t.What(), t.CPUs))
+					e.Tenants = append(e.Tenants, labListTenant{Name: t.Name, Role: t.Role, Run: t.What(), CPUs: t.CPUs})
 				}
-				fmt.Fprintf(g.out, "%-14s %4.0fs  %s\n%16s %s\n", name, s.Phase.Seconds(), strings.Join(ts, "  "), "", strings.TrimSpace(s.Description))
+				rows = append(rows, e)
 			}
-			return nil
+			if asJSON {
+				return writeJSON(g.out, rows)
+			}
+			tw := tabwriter.NewWriter(g.out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tPHASE\tTENANTS\tDESCRIPTION")
+			for _, e := range rows {
+				var ts []string
+				for _, t := range e.Tenants {
+					ts = append(ts, fmt.Sprintf("%s=%s@%s", t.Role, t.Run, t.CPUs))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Name, e.Phase, strings.Join(ts, "  "), e.Description)
+			}
+			return tw.Flush()
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the scenarios as a JSON array")
+	return cmd
+}
+
+// labListEntry is one row of 'lab list', and one object of its --json.
+type labListEntry struct {
+	Name        string          `json:"name"`
+	Phase       string          `json:"phase"`
+	Tenants     []labListTenant `json:"tenants"`
+	Description string          `json:"description"`
+}
+
+type labListTenant struct {
+	Name string `json:"name"`
+	Role string `json:"role"`
+	// Run is what the tenant runs: "load KIND" or its command line.
+	Run  string `json:"run"`
+	CPUs string `json:"cpus"`
 }
 
 func newLabMatrixCmd(g *globals) *cobra.Command {

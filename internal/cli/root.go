@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -52,7 +53,7 @@ control, and what in its tuning hurts tenants.`,
 	root.SetErr(errOut)
 	root.PersistentFlags().StringVar(&g.root, "root", "/", "root of the host filesystem to examine: / on the host, /host in a DaemonSet, or a captured tree")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newDoctorCmd(g), newRunCmd(g), newRestoreCmd(g), newTopCmd(g), newLoadCmd(g), newLabCmd(g), newSimCmd(g), newPlanCmd(g), newExplainCmd(g), newTenantExecCmd(), newVersionCmd(g))
+	root.AddCommand(newDoctorCmd(g), newRunCmd(g), newRestoreCmd(g), newTopCmd(g), newLoadCmd(g), newLabCmd(g), newSimCmd(g), newPlanCmd(g), newExplainCmd(g), newTenantExecCmd(), newVersionCmd(g), newGenCmd(g))
 	return root
 }
 
@@ -145,4 +146,14 @@ func agentConfig(file string) (agent.Config, error) {
 		return agent.Defaults(), nil
 	}
 	return agent.LoadConfig(file)
+}
+
+// oneLine folds a YAML block's line breaks and runs of spaces into single spaces.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// writeJSON prints v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -133,23 +134,48 @@ The model, its constants and their sources: see docs/simulator.md and
 }
 
 func newSimListCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the built-in scenarios",
-		Args:  cobra.NoArgs,
+		Long: `list prints the built-in scenarios: each one's name, its number of tenants,
+the simulated machine and the first sentence of its description. --json prints
+the same fields as an array of objects, with the whole description.`,
+		Example: `  crosstalk sim list
+  crosstalk sim list --json | jq '.[].name'`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var rows []simListEntry
 			for _, name := range sim.Builtins() {
 				sc, err := sim.Load(name)
 				if err != nil {
 					return fmt.Errorf("built-in scenario %s: %w", name, err)
 				}
-				desc := strings.Join(strings.Fields(sc.Description), " ")
+				rows = append(rows, simListEntry{Name: name, Tenants: len(sc.Resolved()), Machine: sc.Machine.CPU, Description: oneLine(sc.Description)})
+			}
+			if asJSON {
+				return writeJSON(g.out, rows)
+			}
+			tw := tabwriter.NewWriter(g.out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tTENANTS\tMACHINE\tDESCRIPTION")
+			for _, e := range rows {
+				desc := e.Description
 				if i := strings.Index(desc, ". "); i > 0 {
 					desc = desc[:i+1]
 				}
-				fmt.Fprintf(g.out, "%-16s %4d tenants, %-14s %s\n", name, len(sc.Resolved()), sc.Machine.CPU+",", desc)
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", e.Name, e.Tenants, e.Machine, desc)
 			}
-			return nil
+			return tw.Flush()
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the scenarios as a JSON array")
+	return cmd
+}
+
+// simListEntry is one row of 'sim list', and one object of its --json.
+type simListEntry struct {
+	Name        string `json:"name"`
+	Tenants     int    `json:"tenants"`
+	Machine     string `json:"machine"`
+	Description string `json:"description"`
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -13,13 +15,48 @@ func TestSimList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"alita-buslock", "alita-llc", "alita-membw", "alita-power", "kyoto-permits", "scale"} {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if got := strings.Fields(lines[0]); !slices.Equal(got, []string{"NAME", "TENANTS", "MACHINE", "DESCRIPTION"}) {
+		t.Errorf("sim list header %q", lines[0])
+	}
+	names := []string{"alita-buslock", "alita-llc", "alita-membw", "alita-power", "kyoto-permits", "scale"}
+	if len(lines) != 1+len(names) {
+		t.Errorf("sim list: %d lines, want a header and %d scenarios:\n%s", len(lines), len(names), out)
+	}
+	for _, name := range names {
 		if !strings.Contains(out, name) {
 			t.Errorf("sim list lacks %s:\n%s", name, out)
 		}
 	}
-	if !strings.Contains(out, "1000 tenants") {
-		t.Errorf("scale's tenant count missing:\n%s", out)
+	if !regexp.MustCompile(`(?m)^scale +1000 +sapphirerapids +A large node`).MatchString(out) {
+		t.Errorf("scale's row (tenant count, machine, description) missing:\n%s", out)
+	}
+
+	out, _, err = run(t, "sim", "list", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []struct {
+		Name        string `json:"name"`
+		Tenants     int    `json:"tenants"`
+		Machine     string `json:"machine"`
+		Description string `json:"description"`
+	}
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("sim list --json: %v\n%s", err, out)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.Name)
+		if r.Tenants == 0 || r.Machine == "" || r.Description == "" {
+			t.Errorf("sim list --json: incomplete %+v", r)
+		}
+		if r.Name == "scale" && (r.Tenants != 1000 || r.Machine != "sapphirerapids") {
+			t.Errorf("sim list --json: scale is %+v", r)
+		}
+	}
+	if !slices.Equal(got, names) {
+		t.Errorf("sim list --json names %v, want %v", got, names)
 	}
 }
 

@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"encoding/json"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/crosstalk-project/crosstalk/internal/lab"
+)
+
+func TestLabList(t *testing.T) {
+	out, _, err := run(t, "lab", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if got := strings.Fields(lines[0]); !slices.Equal(got, []string{"NAME", "PHASE", "TENANTS", "DESCRIPTION"}) {
+		t.Errorf("lab list header %q", lines[0])
+	}
+	names := lab.Builtins()
+	if len(lines) != 1+len(names) {
+		t.Errorf("lab list: %d lines, want a header and %d scenarios:\n%s", len(lines), len(names), out)
+	}
+	if !regexp.MustCompile(`(?m)^buslock +5s +victim=load chase@1  polluter=load splitlock@0  bystander=load cpu@0  A split-lock storm`).MatchString(out) {
+		t.Errorf("buslock's row (phase, tenants, description) missing:\n%s", out)
+	}
+
+	out, _, err = run(t, "lab", "list", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []struct {
+		Name    string `json:"name"`
+		Phase   string `json:"phase"`
+		Tenants []struct {
+			Name string `json:"name"`
+			Role string `json:"role"`
+			Run  string `json:"run"`
+			CPUs string `json:"cpus"`
+		} `json:"tenants"`
+		Description string `json:"description"`
+	}
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("lab list --json: %v\n%s", err, out)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.Name)
+		if r.Phase == "" || len(r.Tenants) == 0 || r.Description == "" {
+			t.Errorf("lab list --json: incomplete %+v", r)
+		}
+		if r.Name == "latency" {
+			want := "victim:victim:load server:1 polluter:polluter:load splitlock:0"
+			var ts []string
+			for _, tn := range r.Tenants {
+				ts = append(ts, tn.Name+":"+tn.Role+":"+tn.Run+":"+tn.CPUs)
+			}
+			if r.Phase != "5s" || strings.Join(ts, " ") != want {
+				t.Errorf("lab list --json: latency is %s %v, want 5s %s", r.Phase, ts, want)
+			}
+		}
+	}
+	if !slices.Equal(got, names) {
+		t.Errorf("lab list --json names %v, want %v", got, names)
+	}
+}
