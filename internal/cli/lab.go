@@ -155,7 +155,7 @@ Unknown fields are rejected; errors name the line.`,
 			return lab.WriteText(g.out, res)
 		},
 	}
-	cmd.Flags().StringSliceVar(&policies, "policy", []string{"none", "static"}, "policies to compare, comma separated: "+strings.Join(g.policies().Names(), ", "))
+	cmd.Flags().StringSliceVar(&policies, "policy", []string{"none", "static", "crosstalk"}, "policies to compare, comma separated: "+strings.Join(g.policies().Names(), ", "))
 	cmd.Flags().DurationVar(&duration, "duration", 0, "override the scenario's phase length (start/stop offsets scale with it)")
 	cmd.Flags().IntVar(&reps, "repetitions", 0, "override the scenario's repetitions")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")

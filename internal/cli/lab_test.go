@@ -66,3 +66,14 @@ func TestLabList(t *testing.T) {
 		t.Errorf("lab list --json names %v, want %v", got, names)
 	}
 }
+
+// `lab run` compares the agent by default: none, a static split and crosstalk.
+func TestLabRunDefaultPolicies(t *testing.T) {
+	out, _, err := run(t, "lab", "run", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "(default [none,static,crosstalk])") {
+		t.Errorf("lab run's default policies leave the agent out:\n%s", out)
+	}
+}
