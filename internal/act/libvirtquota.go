@@ -56,6 +56,13 @@ type LibvirtRecord struct {
 	OriginalPeriodUS int64     `json:"original_global_period_us"`
 	AppliedQuotaUS   int64     `json:"applied_global_quota_us"`
 	AppliedPeriodUS  int64     `json:"applied_global_period_us"`
+	// PreviousQuotaUS and PreviousPeriodUS are what crosstalk had applied
+	// before the last change (period 0: none). The record is written before
+	// libvirt is asked, so after a kill between the two the VM may still
+	// hold the previous value: the cgroup-file fallback takes either for
+	// crosstalk's own (the write-ahead intent CPU quotas have too).
+	PreviousQuotaUS  int64 `json:"previous_global_quota_us,omitempty"`
+	PreviousPeriodUS int64 `json:"previous_global_period_us,omitempty"`
 	Path             string    `json:"path"`
 	Since            time.Time `json:"since"`
 }
@@ -203,6 +210,9 @@ func (a *LibvirtQuota) Apply(cgroupPath, tenant string, q cgroup.Quota) error {
 		rec = LibvirtRecord{Cgroup: cgroupPath, Tenant: tenant, Domain: dom.Name, UUID: dom.UUID, ID: dom.ID,
 			OriginalQuotaUS: *orig.GlobalQuota, OriginalPeriodUS: int64(*orig.GlobalPeriod), Since: time.Now().UTC()}
 	}
+	if has {
+		rec.PreviousQuotaUS, rec.PreviousPeriodUS = rec.AppliedQuotaUS, rec.AppliedPeriodUS
+	}
 	rec.AppliedQuotaUS, rec.AppliedPeriodUS, rec.Path = usecs(q.Quota), q.Period.Microseconds(), PathLibvirt
 	if err := a.State.PutRecord(LibvirtRecordKind, cgroupPath, rec); err != nil {
 		return fmt.Errorf("not throttling VM %s: cannot record its original scheduler parameters: %w", dom.Name, err)
@@ -270,8 +280,14 @@ func (a *LibvirtQuota) restoreLocked(rec LibvirtRecord) (bool, error) {
 // could not: why). Only files that still hold what crosstalk set are
 // written: anything else was changed by someone since, and is theirs.
 func (a *LibvirtQuota) fallbackLocked(rec LibvirtRecord, why error) (bool, error) {
-	applied := fromUsecs(rec.AppliedQuotaUS, rec.AppliedPeriodUS)
 	orig := fromUsecs(rec.OriginalQuotaUS, rec.OriginalPeriodUS)
+	// Crosstalk's own: what it applied last, or before that if a kill came
+	// between recording the last and writing it.
+	ours := func(cur cgroup.Quota) bool {
+		q, p := usecs(cur.Quota), cur.Period.Microseconds()
+		return q == rec.AppliedQuotaUS && p == rec.AppliedPeriodUS ||
+			rec.PreviousPeriodUS != 0 && q == rec.PreviousQuotaUS && p == rec.PreviousPeriodUS
+	}
 	// libvirt sets global_* on the domain's cgroup; on cgroup v2 hosts it
 	// may use the nested "libvirt" cgroup below it.
 	lifted, found := 0, 0
@@ -287,7 +303,7 @@ func (a *LibvirtQuota) fallbackLocked(rec LibvirtRecord, why error) (bool, error
 			errs = append(errs, err)
 			continue
 		}
-		if usecs(cur.Quota) != rec.AppliedQuotaUS || cur.Period != applied.Period {
+		if !ours(cur) {
 			continue
 		}
 		if err := g.SetCPUQuota(orig); err != nil {

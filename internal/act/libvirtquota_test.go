@@ -383,6 +383,46 @@ func TestLibvirtQuotaUnknownOutcomeKeepsRecord(t *testing.T) {
 	}
 }
 
+// Killed between recording a tighter throttle and libvirt applying it, with
+// libvirt down at the next start: the VM's cgroup files still hold the
+// previous throttle, which the fallback takes for crosstalk's own (the
+// write-ahead intent) and lifts. A value nobody recorded is left alone.
+func TestLibvirtQuotaFallbackKnowsThePreviousThrottle(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		files    string // the cgroup files' quota when the restore comes
+		restored bool
+	}{
+		{"the previous throttle", "2000", true},
+		{"an operator's value", "5000", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newVMWorld(t)
+			if err := w.a.Apply(vmWeb, "web", cgroup.Quota{Quota: 2000 * 1000, Period: 16000 * 1000}); err != nil {
+				t.Fatal(err)
+			}
+			// The tighter step is recorded, but the call never reaches libvirt.
+			w.lv.failSet = fmt.Errorf("set: %w: did not answer", libvirt.ErrNotConnected)
+			if err := w.a.Apply(vmWeb, "web", throttle); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("cut call: %v", err)
+			}
+			w.lv.failSet = nil
+			os.WriteFile(filepath.Join(w.root, "cg/cpu", vmWeb, "cpu.cfs_quota_us"), []byte(c.files+"\n"), 0o644)
+			w.lv.setConnected(false)
+			if _, err := w.actuator().RestoreAll(); err != nil {
+				t.Fatal(err)
+			}
+			got := w.quota(t, vmWeb)
+			if c.restored && got != "-1/100000" {
+				t.Errorf("left at %s: the previous throttle was not taken for crosstalk's", got)
+			}
+			if !c.restored && got != c.files+"/16000" {
+				t.Errorf("an operator's %s/16000 became %s", c.files, got)
+			}
+		})
+	}
+}
+
 // A domain libvirt is still starting is not touched: libvirt holds its job,
 // and a change would wait for it.
 func TestLibvirtQuotaWaitsForAStartingDomain(t *testing.T) {
