@@ -16,7 +16,14 @@ type throttled struct {
 	thr    *act.Throttle
 	signal string // what convicted it: signalProbe or signalWait
 	reason string // the conviction, for a re-throttle on its record
+	since  time.Time
 }
+
+// idleGrace is how long after a throttle begins its tenant is not taken
+// for idle: the first windows span the proof's cap (1 ms a 1 s period,
+// which may leave it waiting out the period) and the switch to the duty
+// cycle, and read almost no CPU from a polluter that never stopped.
+func (a *Agent) idleGrace() time.Duration { return proofPeriod + 2*a.cfg.Interval }
 
 // convict is a polluter released because it stopped: should it come back
 // while the contention does, it is throttled again at once, on this
@@ -63,7 +70,7 @@ func (a *Agent) rethrottleLocked(now time.Time, v judge.Verdict, present map[str
 			continue
 		}
 		delete(a.convicts, id)
-		a.throttled[id] = &throttled{tenant: s.t, thr: thr, signal: signalProbe, reason: c.reason}
+		a.throttled[id] = &throttled{tenant: s.t, thr: thr, signal: signalProbe, reason: c.reason, since: now}
 		a.recordLocked(now, s.t, api.KindThrottle, q.CPUs(), a.sp.Duty(thr.Step),
 			fmt.Sprintf("convicted before and released %.1fs ago when it stopped; busy again (%.2f CPU) as the %.2f× contention returns: %s", now.Sub(c.at).Seconds(), s.usage, v.Ratio, c.reason))
 	}
@@ -107,10 +114,10 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 		}
 		ncpus := t.tenant.CPUs.Len()
 		// A tenant its quota held back in the window wanted more than it
-		// got: not idle, whatever it used (right after a conviction it may
-		// still be waiting out the proof's long cap period).
+		// got: not idle, whatever it used; nor is one just throttled
+		// (idleGrace).
 		used := s.usage
-		if s.thrRatio > 0 {
+		if s.thrRatio > 0 || now.Sub(t.since) < a.idleGrace() {
 			used = max(used, a.sp.Duty(t.thr.Step)*float64(ncpus))
 		}
 		d := a.sp.Next(t.thr, now, ratio, used, ncpus)
