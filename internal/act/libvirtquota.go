@@ -52,17 +52,17 @@ type LibvirtRecord struct {
 	ID     int    `json:"id"`
 	// global_quota and global_period before crosstalk, in µs as libvirt
 	// reports them (quota <= 0: unlimited).
-	OriginalQuotaUS  int64     `json:"original_global_quota_us"`
-	OriginalPeriodUS int64     `json:"original_global_period_us"`
-	AppliedQuotaUS   int64     `json:"applied_global_quota_us"`
-	AppliedPeriodUS  int64     `json:"applied_global_period_us"`
+	OriginalQuotaUS  int64 `json:"original_global_quota_us"`
+	OriginalPeriodUS int64 `json:"original_global_period_us"`
+	AppliedQuotaUS   int64 `json:"applied_global_quota_us"`
+	AppliedPeriodUS  int64 `json:"applied_global_period_us"`
 	// PreviousQuotaUS and PreviousPeriodUS are what crosstalk had applied
 	// before the last change (period 0: none). The record is written before
 	// libvirt is asked, so after a kill between the two the VM may still
 	// hold the previous value: the cgroup-file fallback takes either for
 	// crosstalk's own (the write-ahead intent CPU quotas have too).
-	PreviousQuotaUS  int64 `json:"previous_global_quota_us,omitempty"`
-	PreviousPeriodUS int64 `json:"previous_global_period_us,omitempty"`
+	PreviousQuotaUS  int64     `json:"previous_global_quota_us,omitempty"`
+	PreviousPeriodUS int64     `json:"previous_global_period_us,omitempty"`
 	Path             string    `json:"path"`
 	Since            time.Time `json:"since"`
 }
