@@ -61,12 +61,20 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
+// quota reads a tenant's quota. A read that meets the actuator half-way
+// through rewriting the files is retried: taking it for "unlimited" would
+// let a test see a release that never happened.
 func (w *world) quota(name string) cgroup.Quota {
-	q, err := cgroup.Open(w.h, w.layout, "/lab/"+name).CPUQuota()
-	if err != nil {
-		return cgroup.Quota{Quota: -1}
+	var err error
+	for range 20 {
+		var q cgroup.Quota
+		if q, err = cgroup.Open(w.h, w.layout, "/lab/"+name).CPUQuota(); err == nil {
+			return q
+		}
+		time.Sleep(time.Millisecond)
 	}
-	return q
+	w.t.Errorf("quota of %s: %v", name, err)
+	return cgroup.Quota{}
 }
 
 // setRunning starts or stops the polluter's pollution.
@@ -596,7 +604,9 @@ func TestAgentRethrottlesAReturningPolluter(t *testing.T) {
 	defer stop()
 	hs.waitFor(t, "a throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
 	w.setRunning(false)
-	hs.waitFor(t, "the release", 3*time.Second, func() bool { return w.quota("polluter").Unlimited() })
+	hs.waitFor(t, "the release", 5*time.Second, func() bool {
+		return hs.has(api.KindRelease, "polluter") && w.quota("polluter").Unlimited()
+	})
 	st, _ := hs.agent.Latest()
 	proofs := st.ProofsTotal["polluter"] + st.ProofsTotal["innocent"] + st.ProofsTotal["inconclusive"]
 	w.setRunning(true)
