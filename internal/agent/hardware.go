@@ -304,6 +304,16 @@ type hwObservation struct {
 
 // sense reads the hardware sensors for this interval (outside the agent's
 // lock: it does I/O).
+// tenant is the tenant of this observation with that ID, and true; or
+// one known by its ID alone, and false (gone since: its release still
+// needs a name).
+func (o *hwObservation) tenant(id string) (sense.Tenant, bool) {
+	if s, ok := o.byID[id]; ok {
+		return s.t, true
+	}
+	return sense.Tenant{ID: id, Name: id}, false
+}
+
 func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.Tenant) bool, health *sensorHealth) *hwObservation {
 	if !hw.active() {
 		return nil

@@ -83,11 +83,7 @@ func (hw *Hardware) biasLocked(a *Agent, o *hwObservation) {
 		}
 	}
 	for _, c := range res.Actions {
-		s, ok := o.byID[c.Tenant]
-		t := sense.Tenant{ID: c.Tenant, Name: c.Tenant}
-		if ok {
-			t = s.t
-		}
+		t, ok := o.tenant(c.Tenant)
 		if c.Release {
 			if !a.cfg.DryRun {
 				if err := hw.classes.ReleaseCache(c.Tenant, c.Domain); err != nil {
@@ -150,11 +146,7 @@ func (hw *Hardware) mbaLocked(a *Agent, o *hwObservation) {
 		in.Domains = append(in.Domains, md)
 	}
 	for _, m := range hw.mba.Step(in) {
-		s, ok := o.byID[m.Tenant]
-		t := sense.Tenant{ID: m.Tenant, Name: m.Tenant}
-		if ok {
-			t = s.t
-		}
+		t, ok := o.tenant(m.Tenant)
 		if m.Release {
 			if !a.cfg.DryRun {
 				if err := hw.classes.ReleaseBandwidth(m.Tenant, m.Domain); err != nil {
