@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/crosstalk-project/crosstalk/internal/api"
+	"github.com/crosstalk-project/crosstalk/internal/humanize"
 )
 
 // SlowRatio is the probe latency ratio (against the quiet baseline) from
@@ -170,7 +171,7 @@ func (f *frame) line(segs ...seg) {
 	for i := range segs {
 		n := utf8.RuneCountInString(segs[i].text)
 		if n > room {
-			segs[i].text = truncate(segs[i].text, room)
+			segs[i].text = humanize.Truncate(segs[i].text, room)
 			segs = segs[:i+1]
 			break
 		}
@@ -224,7 +225,7 @@ func (f *frame) header(s api.State, stale string) {
 		{{"crosstalk", sBold}},
 		{{host, sBold}},
 		{{when, ""}},
-		{{"interval " + seconds(s.Interval), ""}},
+		{{"interval " + humanize.Duration(s.Interval), ""}},
 		{{"PMU " + yesNo(s.PMU), ""}},
 		{{"dry-run ", ""}, dry},
 	}
@@ -242,13 +243,13 @@ func (f *frame) header(s api.State, stale string) {
 	if s.Contention {
 		verdict = seg{"YES", sRed}
 	}
-	agentCPU := seconds(s.IntervalCPU) + "/interval"
+	agentCPU := humanize.Duration(s.IntervalCPU) + "/interval"
 	if s.Interval > 0 {
-		agentCPU += " (" + pct(s.IntervalCPU/s.Interval) + " of a CPU)"
+		agentCPU += " (" + humanize.Percent(s.IntervalCPU/s.Interval) + " of a CPU)"
 	}
 	f.flow("",
 		[]seg{{"contention ", ""}, verdict},
-		[]seg{{"ratio " + ratio(s.ContentionRatio), styleIf(s.Contention, sRed)}},
+		[]seg{{"ratio " + humanize.Ratio(s.ContentionRatio), styleIf(s.Contention, sRed)}},
 		[]seg{{"perf fds " + strconv.Itoa(s.PerfFDs), ""}},
 		[]seg{{"agent cpu " + agentCPU, ""}},
 	)
@@ -289,7 +290,7 @@ func (f *frame) probes(ps []api.ProbeState) {
 		f.title("PROBES", "none")
 		return
 	}
-	f.title("PROBES", fmt.Sprintf("canary latency vs quiet baseline; SLOW at >= %.1fx", SlowRatio))
+	f.title("PROBES", fmt.Sprintf("canary latency vs quiet baseline; SLOW at >= %.1f×", SlowRatio))
 	ps = slices.Clone(ps)
 	slices.SortStableFunc(ps, func(a, b api.ProbeState) int {
 		return cmp.Or(cmp.Compare(a.Domain, b.Domain), probeOrder(a.Kind)-probeOrder(b.Kind), strings.Compare(a.Kind, b.Kind))
@@ -313,9 +314,9 @@ func (f *frame) probes(ps []api.ProbeState) {
 		cols[0].add(strconv.Itoa(p.Domain), "")
 		cols[1].add(clean(p.Kind), "")
 		cols[2].add(strconv.Itoa(p.CPU), "")
-		cols[3].add(nanos(p.LatencyNs), st)
-		cols[4].add(nanos(p.BaselineNs), "")
-		cols[5].add(ratio(p.Ratio), st)
+		cols[3].add(humanize.Duration(p.LatencyNs/1e9), st)
+		cols[4].add(humanize.Duration(p.BaselineNs/1e9), "")
+		cols[5].add(humanize.Ratio(p.Ratio), st)
 		cols[6].add(flag, st)
 	}
 	f.table(cols)
@@ -436,7 +437,7 @@ func (f *frame) tenants(list tenantList, matched []api.TenantState, rows int) {
 		cpus.add(clean(t.CPUs), "")
 		cpu.add(fmt.Sprintf("%.2f", t.CPU), "")
 		delay.add(perSecond(t.RunDelay), "")
-		psi.add(pct(t.PSI), "")
+		psi.add(humanize.Percent(t.PSI), "")
 		if busLocks != nil {
 			v, ok := t.Counters["bus_locks"]
 			busLocks.add(rateOrDash(v, ok), styleIf(ok && v > 0, sYellow))
@@ -460,7 +461,7 @@ func (f *frame) tenants(list tenantList, matched []api.TenantState, rows int) {
 			quota.add("-", "")
 		}
 		if t.Throttled {
-			duty.add(pct(t.Duty), sYellow)
+			duty.add(humanize.Percent(t.Duty), sYellow)
 		} else {
 			duty.add("-", "")
 		}
@@ -568,7 +569,7 @@ func (f *frame) proof(s api.State) {
 		}
 		items = append(items, []seg{{started, ""}})
 	}
-	items = append(items, []seg{{"contention before " + ratio(p.Before) + ", now " + ratio(s.ContentionRatio), ""}})
+	items = append(items, []seg{{"contention before " + humanize.Ratio(p.Before) + ", now " + humanize.Ratio(s.ContentionRatio), ""}})
 	f.flow("    ", items...)
 }
 
@@ -642,7 +643,7 @@ func (f *frame) actions(s api.State, rows int) {
 		cols[1].add(kind, actionStyle(a.Kind))
 		cols[2].add(name, "")
 		cols[3].add(q, "")
-		cols[4].add(pct(a.Duty), "")
+		cols[4].add(humanize.Percent(a.Duty), "")
 		cols[5].add(orNone(clean(a.Reason)), "")
 	}
 	f.table(cols)
@@ -743,7 +744,7 @@ func (f *frame) table(cols []*column) {
 				segs = append(segs, seg{strings.Repeat(" ", gap), ""})
 			}
 			sg := cell(c)
-			sg.text = pad(truncate(sg.text, c.width), c.width, c.right)
+			sg.text = pad(humanize.Truncate(sg.text, c.width), c.width, c.right)
 			segs = append(segs, sg)
 		}
 		f.line(segs...)
@@ -752,18 +753,6 @@ func (f *frame) table(cols []*column) {
 	for r := range cols[0].cells {
 		row(func(c *column) seg { return c.cells[r] })
 	}
-}
-
-// truncate cuts s to n runes, marking the cut with an ellipsis.
-func truncate(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	if n <= 0 {
-		return ""
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
 }
 
 func pad(s string, n int, right bool) string {
@@ -811,99 +800,17 @@ func orNone(s string) string {
 	return s
 }
 
-// seconds formats a duration given in seconds: 1s, 250ms, 12.5ms.
-func seconds(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return fmt.Sprint(v)
-	}
-	return nanos(v * 1e9)
-}
-
-// nanos formats nanoseconds with three significant digits: 850ns, 1.20µs, 12.5ms, 1.5s.
-func nanos(ns float64) string {
-	if math.IsNaN(ns) || math.IsInf(ns, 0) {
-		return fmt.Sprint(ns)
-	}
-	if ns == 0 {
-		return "0"
-	}
-	a := math.Abs(ns)
-	switch {
-	case a < 1e3:
-		return sig3(ns) + "ns"
-	case a < 1e6:
-		return sig3(ns/1e3) + "µs"
-	case a < 1e9:
-		return sig3(ns/1e6) + "ms"
-	}
-	return sig3(ns/1e9) + "s"
-}
-
-// sig3 prints v with about three significant digits and no trailing zeros
-// past the point: 500, 12.5, 1.2, 0.25.
-func sig3(v float64) string {
-	a := math.Abs(v)
-	var s string
-	switch {
-	case a >= 100:
-		s = strconv.FormatFloat(v, 'f', 0, 64)
-	case a >= 10:
-		s = strconv.FormatFloat(v, 'f', 1, 64)
-	case a >= 1:
-		s = strconv.FormatFloat(v, 'f', 2, 64)
-	default:
-		s = strconv.FormatFloat(v, 'f', 3, 64)
-	}
-	if strings.Contains(s, ".") {
-		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
-	}
-	return s
-}
-
 // perSecond formats a time per second (run delay): 250ms/s.
 func perSecond(v float64) string {
 	if v == 0 {
 		return "0"
 	}
-	return seconds(v) + "/s"
-}
-
-func ratio(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return fmt.Sprint(v)
-	}
-	return fmt.Sprintf("%.2fx", v)
-}
-
-func pct(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return fmt.Sprint(v)
-	}
-	if v != 0 && math.Abs(v) < 0.1 {
-		return fmt.Sprintf("%.1f%%", v*100)
-	}
-	return fmt.Sprintf("%.0f%%", v*100)
-}
-
-// rate formats a per-second event rate: 950, 12.5k, 3.4M, 1.2G.
-func rate(v float64) string {
-	a := math.Abs(v)
-	switch {
-	case math.IsNaN(v) || math.IsInf(v, 0):
-		return fmt.Sprint(v)
-	case a < 1e3:
-		return sig3(v)
-	case a < 1e6:
-		return sig3(v/1e3) + "k"
-	case a < 1e9:
-		return sig3(v/1e6) + "M"
-	}
-	return sig3(v/1e9) + "G"
+	return humanize.Duration(v) + "/s"
 }
 
 func rateOrDash(v float64, ok bool) string {
 	if !ok {
 		return "-"
 	}
-	return rate(v)
+	return humanize.SI(v, "")
 }

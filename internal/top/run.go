@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/api"
+	"github.com/crosstalk-project/crosstalk/internal/humanize"
 )
 
 // ErrNoState means the agent answered but has not published its first
@@ -106,7 +107,7 @@ func firstLine(b []byte) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i]
 	}
-	return clean(truncate(s, 200))
+	return clean(humanize.Truncate(s, 200))
 }
 
 // Options configure Run.

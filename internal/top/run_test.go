@@ -172,7 +172,7 @@ func TestRunLive(t *testing.T) {
 	src.set(sample())
 	waitFor("noisy-neighbour")
 	waitFor("updated 1.5s ago  refresh 10ms  Ctrl-C quits")
-	if !strings.HasPrefix(out.String(), clearHome) || !strings.Contains(out.String(), sRed+"2.50x"+sReset) {
+	if !strings.HasPrefix(out.String(), clearHome) || !strings.Contains(out.String(), sRed+"2.50×"+sReset) {
 		t.Errorf("live frames: no clear+home or no colour:\n%q", out.String())
 	}
 	// The agent goes away: the last frame stays, with the error under it.
