@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/humanize"
 )
 
 // TenantView is what the judge needs to know about a tenant this interval.
@@ -138,7 +139,7 @@ func (s *Suspects) RankOn(contended cpuset.Set, tenants []TenantView, skip func(
 				share := x / tot
 				score += 3 * share
 				if share > 0.3 {
-					reasons = append(reasons, fmt.Sprintf("%s %s/s, %.0f%% of the host's", ev.what, si(x), 100*share))
+					reasons = append(reasons, fmt.Sprintf("%s %s/s, %.0f%% of the host's", ev.what, humanize.SI(x, ""), 100*share))
 				}
 			}
 		}
@@ -182,16 +183,4 @@ func correlation(a, b []float64) float64 {
 		return 0
 	}
 	return cov / math.Sqrt(va*vb)
-}
-
-func si(x float64) string {
-	switch {
-	case x >= 1e9:
-		return fmt.Sprintf("%.1fG", x/1e9)
-	case x >= 1e6:
-		return fmt.Sprintf("%.1fM", x/1e6)
-	case x >= 1e3:
-		return fmt.Sprintf("%.0fk", x/1e3)
-	}
-	return fmt.Sprintf("%.0f", x)
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/crosstalk-project/crosstalk/internal/humanize"
 )
 
 // Result is a simulation's outcome; its JSON form is what `sim run --json` prints.
@@ -132,7 +134,7 @@ func WriteText(w io.Writer, r *Result) error {
 			if t.NamedPolluter {
 				named = "yes"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1fs\t%s\t%d\n", pr.Policy, t.Name, t.Role, fmtX(t.Slowdown), fmtX(t.SteadySlowdown), t.ThrottledSeconds, named, t.Proofs)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", pr.Policy, t.Name, t.Role, humanize.Opt(t.Slowdown, humanize.Ratio), humanize.Opt(t.SteadySlowdown, humanize.Ratio), humanize.Seconds(t.ThrottledSeconds, 1), named, t.Proofs)
 		}
 		for _, role := range []string{RoleVictim, RolePolluter, RoleBystander} {
 			if more := rest[role]; len(more) > 0 {
@@ -144,14 +146,14 @@ func WriteText(w io.Writer, r *Result) error {
 						namedN++
 					}
 				}
-				fmt.Fprintf(tw, "%s\t… %d more\t%s\tup to %.2fx\t\tup to %.1fs\t%d named\t\n", pr.Policy, len(more), role, worst, thr, namedN)
+				fmt.Fprintf(tw, "%s\t… %d more\t%s\tup to %s\t\tup to %s\t%d named\t\n", pr.Policy, len(more), role, humanize.Ratio(worst), humanize.Seconds(thr, 1), namedN)
 			}
 		}
 	}
 	tw.Flush()
 	b.WriteString("\n")
 	for _, pr := range r.Results {
-		line := fmt.Sprintf("%-10s worst victim slowdown %s", pr.Policy, fmtX(pr.VictimSlowdown))
+		line := fmt.Sprintf("%-10s worst victim slowdown %s", pr.Policy, humanize.Opt(pr.VictimSlowdown, humanize.Ratio))
 		if pr.FirstAction != nil {
 			line += fmt.Sprintf(", polluter first throttled at %.2fs", *pr.FirstAction)
 		}
@@ -184,11 +186,4 @@ func fl(p *float64) float64 {
 		return 0
 	}
 	return *p
-}
-
-func fmtX(p *float64) string {
-	if p == nil {
-		return "-"
-	}
-	return fmt.Sprintf("%.2fx", *p)
 }

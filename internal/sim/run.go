@@ -16,6 +16,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/humanize"
 	"github.com/crosstalk-project/crosstalk/internal/lab"
 )
 
@@ -83,18 +84,8 @@ func Run(ctx context.Context, sc *Scenario, o Options) (*Result, error) {
 
 func (m Machine) summary() string {
 	return fmt.Sprintf("%s, %d socket(s) × %d cores × %d threads = %d CPUs, L3 %s/%d ways, %s/s DRAM, TDP %gW per socket",
-		m.CPU, m.Sockets, m.CoresPerSocket, m.ThreadsPerCore, m.CPUs(), fmtBytes(float64(m.L3Size)), m.L3Ways,
-		si(float64(m.MemoryBandwidth))+"B", float64(m.TDP))
-}
-
-func fmtBytes(b float64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%.3gGiB", b/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%.3gMiB", b/(1<<20))
-	}
-	return fmt.Sprintf("%.3gKiB", b/(1<<10))
+		m.CPU, m.Sockets, m.CoresPerSocket, m.ThreadsPerCore, m.CPUs(), humanize.Bytes(float64(m.L3Size)), m.L3Ways,
+		humanize.SI(float64(m.MemoryBandwidth), "B"), float64(m.TDP))
 }
 
 // run is one policy's simulation in progress.

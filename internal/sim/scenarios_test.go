@@ -11,6 +11,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/humanize"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 )
 
@@ -82,7 +83,7 @@ func TestScenarioMustHold(t *testing.T) {
 			}
 			ct, _ := res.Policy(PolicyCrosstalk)
 			t.Logf("victim slowdown: none %s, crosstalk %s; first throttle of a polluter at %.2fs; agent CPU per interval max %.1f ms mean %.1f ms",
-				fmtX(none.VictimSlowdown), fmtX(ct.VictimSlowdown), fl(ct.FirstAction), ct.Agent.IntervalCPUMaxMs, ct.Agent.IntervalCPUMeanMs)
+				humanize.Opt(none.VictimSlowdown, humanize.Ratio), humanize.Opt(ct.VictimSlowdown, humanize.Ratio), fl(ct.FirstAction), ct.Agent.IntervalCPUMaxMs, ct.Agent.IntervalCPUMeanMs)
 			for _, tr := range ct.Tenants {
 				if tr.Role == RolePolluter {
 					if !tr.NamedPolluter {
@@ -119,7 +120,7 @@ func TestScenarioMustHold(t *testing.T) {
 				}
 				for _, tr := range ct.Tenants {
 					if tr.Role == RoleVictim && (tr.Slowdown == nil || *tr.Slowdown > limit) {
-						t.Errorf("victim %s at %s under crosstalk, over %.3f× (the model allows %.3f× with the polluters held at the %s limit)", tr.Name, fmtX(tr.Slowdown), limit, allowed, mh.lever)
+						t.Errorf("victim %s at %s under crosstalk, over %.3f× (the model allows %.3f× with the polluters held at the %s limit)", tr.Name, humanize.Opt(tr.Slowdown, humanize.Ratio), limit, allowed, mh.lever)
 					}
 				}
 			})

@@ -107,16 +107,3 @@ func parseScaled(s, unit string, suffixes map[string]float64) (float64, error) {
 	}
 	return v * mult, nil
 }
-
-// si renders a number with a decimal suffix for people.
-func si(x float64) string {
-	switch ax := math.Abs(x); {
-	case ax >= 1e9:
-		return strconv.FormatFloat(x/1e9, 'g', 3, 64) + "G"
-	case ax >= 1e6:
-		return strconv.FormatFloat(x/1e6, 'g', 3, 64) + "M"
-	case ax >= 1e3:
-		return strconv.FormatFloat(x/1e3, 'g', 3, 64) + "k"
-	}
-	return strconv.FormatFloat(x, 'g', 3, 64)
-}
