@@ -294,6 +294,9 @@ func readOnly(cmd *cobra.Command, args []string) bool {
 		return true
 	case "crosstalk lab suite":
 		return has("--list")
+	case "crosstalk lab report":
+		// Printing a saved result's text report only reads it.
+		return !has("--out")
 	case "crosstalk sim run":
 		// A built-in scenario other than the 1,000-tenant one (15 s), with
 		// nothing kept on disk.

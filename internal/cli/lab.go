@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -37,7 +38,7 @@ next lab command (or 'crosstalk lab cleanup') removes the cgroups.
 
 Needs root (it creates cgroups).`,
 	}
-	cmd.AddCommand(newLabRunCmd(g), newLabListCmd(g), newLabMatrixCmd(g), newLabOverheadCmd(g), newLabSuiteCmd(g), newLabCleanupCmd(g))
+	cmd.AddCommand(newLabRunCmd(g), newLabListCmd(g), newLabMatrixCmd(g), newLabOverheadCmd(g), newLabSuiteCmd(g), newLabReportCmd(g), newLabCleanupCmd(g))
 	return cmd
 }
 
@@ -132,9 +133,13 @@ Unknown fields are rejected; errors name the line.`,
 				return err
 			}
 			defer done()
+			opt.Stamp = g.labStamp(cmd, args)
+			bar := g.progress(lab.Planned(s, opt), "lab "+s.Name, asJSON)
+			opt.Progress = bar.add
 			ctx, cancel := labContext(cmd.Context())
 			defer cancel()
 			res, err := lab.Run(ctx, s, opt)
+			bar.finish()
 			if err != nil {
 				if errors.Is(err, context.Canceled) {
 					return exitError{code: 130, err: errors.New("interrupted; tenants stopped and cgroups removed")}
@@ -168,22 +173,19 @@ func writeLabOut(dir string, res *lab.Result) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(res, "", "  ")
+	if err := writeJSONFile(filepath.Join(dir, "result.json"), res); err != nil {
+		return err
+	}
+	return writeFileWith(filepath.Join(dir, "report.html"), func(w io.Writer) error { return lab.WriteReport(w, res) })
+}
+
+// writeJSONFile writes v as indented JSON, the form 'lab report' reads back.
+func writeJSONFile(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return err
+		return fmt.Errorf("encoding %s: %w", path, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "result.json"), append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(dir, "report.html"))
-	if err != nil {
-		return err
-	}
-	if err := lab.WriteReport(f, res); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 func newLabListCmd(g *globals) *cobra.Command {
@@ -276,9 +278,14 @@ about 3 minutes.`,
 				return err
 			}
 			defer done()
+			mo := lab.MatrixOptions{Victims: victims, Polluters: polluters, Phase: duration, VictimCPUs: vc, PolluterCPUs: pc}
+			opt.Stamp = g.labStamp(cmd, nil)
+			bar := g.progress(mo.Planned(), "lab matrix", asJSON)
+			opt.Progress = bar.add
 			ctx, cancel := labContext(cmd.Context())
 			defer cancel()
-			m, err := lab.RunMatrix(ctx, lab.MatrixOptions{Victims: victims, Polluters: polluters, Phase: duration, VictimCPUs: vc, PolluterCPUs: pc}, opt)
+			m, err := lab.RunMatrix(ctx, mo, opt)
+			bar.finish()
 			if err != nil {
 				if errors.Is(err, context.Canceled) {
 					return exitError{code: 130, err: errors.New("interrupted; tenants stopped and cgroups removed")}
@@ -289,21 +296,13 @@ about 3 minutes.`,
 				if err := os.MkdirAll(outDir, 0o755); err != nil {
 					return err
 				}
-				b, _ := json.MarshalIndent(m, "", "  ")
-				if err := os.WriteFile(filepath.Join(outDir, "matrix.json"), append(b, '\n'), 0o644); err != nil {
+				if err := writeJSONFile(filepath.Join(outDir, "matrix.json"), m); err != nil {
 					return err
 				}
-				f, err := os.Create(filepath.Join(outDir, "matrix.html"))
-				if err != nil {
+				if err := writeFileWith(filepath.Join(outDir, "matrix.html"), func(w io.Writer) error { return lab.WriteMatrixReport(w, m) }); err != nil {
 					return err
 				}
-				if err := lab.WriteMatrixReport(f, m); err != nil {
-					f.Close()
-					return err
-				}
-				if err := f.Close(); err != nil {
-					return err
-				}
+				fmt.Fprintf(g.errOut, "wrote %s and %s\n", filepath.Join(outDir, "matrix.json"), filepath.Join(outDir, "matrix.html"))
 			}
 			if asJSON {
 				enc := json.NewEncoder(g.out)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,10 +82,17 @@ Needs root (it creates cgroups), except --list.`,
 			// The suite scores the agent as an operator runs it: its
 			// defaults (or --config), not the lab's quicker sampling.
 			opt.Registry["crosstalk"] = lab.AgentPolicy(cfg)
+			opt.Stamp = g.labStamp(cmd, args)
+			bar := g.progress(lab.SuitePlanned(cases, reps, opt), "lab suite", asJSON)
+			opt.Progress = bar.add
 			ctx, cancel := labContext(cmd.Context())
 			defer cancel()
-			progress := func(sc lab.RunScore) { lab.WriteSuiteRun(g.errOut, sc) }
+			progress := func(sc lab.RunScore) {
+				bar.clear()
+				lab.WriteSuiteRun(g.errOut, sc)
+			}
 			res, err := lab.RunSuite(ctx, cases, reps, opt, progress)
+			bar.finish()
 			if err != nil {
 				if errors.Is(err, context.Canceled) {
 					return exitError{code: 130, err: errors.New("interrupted; tenants stopped and cgroups removed")}
@@ -139,20 +147,8 @@ func writeSuiteOut(dir string, res *lab.SuiteResult) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
+	if err := writeJSONFile(filepath.Join(dir, "suite.json"), res); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "suite.json"), append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(dir, "suite.html"))
-	if err != nil {
-		return err
-	}
-	if err := lab.WriteSuiteReport(f, res); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writeFileWith(filepath.Join(dir, "suite.html"), func(w io.Writer) error { return lab.WriteSuiteReport(w, res) })
 }

@@ -107,14 +107,22 @@ The model, its constants and their sources: see docs/simulator.md and
 			if keep != "" {
 				o.TempDir, o.KeepTree = keep, true
 			}
+			bar := g.progress(sim.Planned(sc, o), "sim "+sc.Name, asJSON)
+			o.Progress = bar.add
 			ctx, cancel := labContext(cmd.Context())
 			defer cancel()
 			// The agent runs as `crosstalk run` runs it (its CPU per interval is
 			// reported): its heap is small and steady, so it collects less often.
 			debug.SetGCPercent(200)
 			res, err := sim.Run(ctx, sc, o)
+			bar.finish()
 			if err != nil {
 				return err
+			}
+			for _, pr := range res.Results {
+				if pr.Tree != "" {
+					fmt.Fprintf(g.errOut, "kept the host tree of policy %s in %s\n", pr.Policy, pr.Tree)
+				}
 			}
 			if asJSON {
 				enc := json.NewEncoder(g.out)

@@ -25,8 +25,10 @@ type agentPolicy struct {
 	agent  *agent.Agent
 	cancel context.CancelFunc
 	done   chan error
-	dir    string
-	close  func()
+	// sampled closes when the sampler of the agent's contention has stopped.
+	sampled chan struct{}
+	dir     string
+	close   func()
 }
 
 func (*agentPolicy) Name() string { return "crosstalk" }
@@ -69,7 +71,37 @@ func (p *agentPolicy) Begin(ctx context.Context, env *PolicyEnv) error {
 	actx, cancel := context.WithCancel(context.Background())
 	p.cancel, p.done = cancel, make(chan error, 1)
 	go func() { p.done <- a.Run(actx) }()
+	p.sampled = make(chan struct{})
+	go sampleContention(actx, a, cfg.Interval, env, p.sampled)
 	return nil
+}
+
+// sampleContention puts each interval's contention ratio of the agent on the
+// phase's timeline, polling its published state at twice its interval's rate
+// until ctx ends; then it closes done.
+func sampleContention(ctx context.Context, a *agent.Agent, interval time.Duration, env *PolicyEnv, done chan<- struct{}) {
+	defer close(done)
+	if env.Contention == nil {
+		return
+	}
+	tick := time.NewTicker(max(interval/2, 50*time.Millisecond))
+	defer tick.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		st, ok := a.Latest()
+		if !ok || !st.Time.After(last) {
+			continue
+		}
+		last = st.Time
+		if r := st.ContentionRatio; r > 0 && finite(r) {
+			env.Contention(Sample{T: env.Since().Seconds(), Value: r})
+		}
+	}
 }
 
 func (p *agentPolicy) End(ctx context.Context) error {
@@ -77,6 +109,9 @@ func (p *agentPolicy) End(ctx context.Context) error {
 		return nil
 	}
 	p.cancel()
+	if p.sampled != nil {
+		<-p.sampled
+	}
 	var err error
 	select {
 	case err = <-p.done:

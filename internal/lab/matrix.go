@@ -14,6 +14,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/humanize"
 	"github.com/crosstalk-project/crosstalk/internal/load"
 )
 
@@ -29,6 +30,7 @@ type MatrixOptions struct {
 // Matrix is Kyoto-style sensitivity/aggressiveness: every victim against
 // every polluter, each co-located pair's victim slowdown against its solo run.
 type Matrix struct {
+	Meta      *Meta                         `json:"meta,omitempty"`
 	Phase     float64                       `json:"phase_seconds"`
 	Victims   []string                      `json:"victims"`
 	Polluters []string                      `json:"polluters"`
@@ -53,25 +55,44 @@ func matrixTenant(name, role, kind string, cpus cpuset.Set) Tenant {
 	return Tenant{Name: name, Role: role, Load: kind, CPUs: cpus.String(), cpus: cpus}
 }
 
-// RunMatrix runs each load solo once, then every victim × polluter pair.
-func RunMatrix(ctx context.Context, mo MatrixOptions, opt Options) (*Matrix, error) {
-	all := []string{}
+func allLoads() []string {
+	var all []string
 	for _, k := range load.Kinds() {
 		all = append(all, k.Name)
 	}
+	return all
+}
+
+// withDefaults fills what was left out: every built-in load as victim and
+// as polluter, 3 s phases.
+func (mo MatrixOptions) withDefaults() MatrixOptions {
 	if len(mo.Victims) == 0 {
-		mo.Victims = all
+		mo.Victims = allLoads()
 	}
 	if len(mo.Polluters) == 0 {
-		mo.Polluters = all
+		mo.Polluters = allLoads()
 	}
+	if mo.Phase <= 0 {
+		mo.Phase = 3 * time.Second
+	}
+	return mo
+}
+
+// Planned is the measured time RunMatrix spends: a solo phase per victim
+// and a phase per victim × polluter pair.
+func (mo MatrixOptions) Planned() time.Duration {
+	mo = mo.withDefaults()
+	return time.Duration(len(mo.Victims)*(1+len(mo.Polluters))) * mo.Phase
+}
+
+// RunMatrix runs each load solo once, then every victim × polluter pair.
+func RunMatrix(ctx context.Context, mo MatrixOptions, opt Options) (*Matrix, error) {
+	mo = mo.withDefaults()
+	all := allLoads()
 	for _, k := range append(slices.Clone(mo.Victims), mo.Polluters...) {
 		if _, ok := load.Lookup(k); !ok {
 			return nil, fmt.Errorf("matrix: unknown load %q (have %s)", k, strings.Join(all, ", "))
 		}
-	}
-	if mo.Phase <= 0 {
-		mo.Phase = 3 * time.Second
 	}
 	if mo.Phase > MaxSplitLockPhase && (slices.Contains(mo.Polluters, "splitlock") || slices.Contains(mo.Victims, "splitlock")) {
 		return nil, fmt.Errorf("matrix: phase %s longer than the %s allowed for split locks", mo.Phase, MaxSplitLockPhase)
@@ -100,7 +121,7 @@ func RunMatrix(ctx context.Context, mo MatrixOptions, opt Options) (*Matrix, err
 		cgroup.Open(opt.Host, layout, labRoot).Remove()
 	}()
 
-	m := &Matrix{Phase: mo.Phase.Seconds(), Victims: mo.Victims, Polluters: mo.Polluters,
+	m := &Matrix{Meta: opt.stamp(KindMatrix), Phase: mo.Phase.Seconds(), Victims: mo.Victims, Polluters: mo.Polluters,
 		Solo: map[string]float64{}, Slowdown: map[string]map[string]float64{}}
 	for _, v := range mo.Victims {
 		t := matrixTenant("victim", RoleVictim, v, mo.VictimCPUs)
@@ -183,7 +204,8 @@ func (m *Matrix) rank() {
 // WriteMatrixText prints the matrix and the two rankings.
 func WriteMatrixText(w io.Writer, m *Matrix) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "victim slowdown (rows: victims, columns: polluters), %.1fs phases\n\n", m.Phase)
+	writeMetaText(&b, m.Meta)
+	fmt.Fprintf(&b, "victim slowdown (rows: victims, columns: polluters), %s phases\n\n", humanize.Seconds(m.Phase, 1))
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "\t")
 	for _, p := range m.Polluters {
@@ -194,9 +216,9 @@ func WriteMatrixText(w io.Writer, m *Matrix) error {
 		fmt.Fprintf(tw, "%s\t", v)
 		for _, p := range m.Polluters {
 			if sd, ok := m.Slowdown[v][p]; ok {
-				fmt.Fprintf(tw, "%.2fx\t", sd)
+				fmt.Fprintf(tw, "%s\t", humanize.Ratio(sd))
 			} else {
-				fmt.Fprint(tw, "-\t")
+				fmt.Fprint(tw, humanize.Dash+"\t")
 			}
 		}
 		fmt.Fprintln(tw)
@@ -207,14 +229,14 @@ func WriteMatrixText(w io.Writer, m *Matrix) error {
 		if i > 0 {
 			b.WriteString(" > ")
 		}
-		fmt.Fprintf(&b, "%s %.2fx", r.Load, r.Mean)
+		fmt.Fprintf(&b, "%s %s", r.Load, humanize.Ratio(r.Mean))
 	}
 	b.WriteString("\nsensitivity (geometric mean slowdown suffered):     ")
 	for i, r := range m.Sensitivity {
 		if i > 0 {
 			b.WriteString(" > ")
 		}
-		fmt.Fprintf(&b, "%s %.2fx", r.Load, r.Mean)
+		fmt.Fprintf(&b, "%s %s", r.Load, humanize.Ratio(r.Mean))
 	}
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())

@@ -34,6 +34,10 @@ type PolicyEnv struct {
 	Since func() time.Duration
 	// Record notes an action on the timeline.
 	Record func(Action)
+	// Contention notes what the policy's probes read (the worst probe
+	// latency over its quiet baseline, 1.0 = quiet) on the timeline; a
+	// policy without probes never calls it.
+	Contention func(Sample)
 	// TenantsRunning says the tenants started before the policy began (the
 	// scenario's policy_start): what the policy reads first is not a quiet
 	// host, so it must not take it as one.

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/crosstalk-project/crosstalk/internal/humanize"
 )
 
 // This file renders lab results as one self-contained HTML page: no scripts,
@@ -45,6 +47,8 @@ func WriteMatrixReport(w io.Writer, m *Matrix) error {
 // ---- the result page ----
 
 type reportPage struct {
+	Meta                        template.HTML
+	Repeated                    bool // some value has a spread over repetitions
 	Scenario, Description, Host string
 	Phase                       string
 	Repetitions                 int
@@ -59,17 +63,19 @@ type summaryRow struct {
 	First                           bool // first row of its policy
 	Policy, Tenant, Role, Metric    string
 	Solo, Colo, Slowdown, Throttled string
+	SoloSpread, ColoSpread          string // "min–max" over repetitions, or empty
 	Color                           heat
 }
 
 type policySection struct {
 	Name, Slowdown, FirstAction, Release string
 	Actions                              int
-	Chart                                template.HTML
+	Chart, Contention                    template.HTML
 }
 
 func newReportPage(r *Result) reportPage {
 	p := reportPage{
+		Meta:     metaHTML(r.Meta),
 		Scenario: r.Scenario, Description: r.Description, Host: r.Host,
 		Phase: fmtSeconds(r.Phase), Repetitions: r.Repetitions,
 		Victim: r.Victim, VictimMetric: victimAxisLabel(r.Solo[r.Victim]),
@@ -89,12 +95,14 @@ func newReportPage(r *Result) reportPage {
 				First: i == 0, Policy: pr.Policy, Tenant: n, Role: tr.Role, Metric: metric,
 				Solo: fmtValue(solo.Value), Colo: fmtValue(tr.Value), Slowdown: fmtRatio(tr.Slowdown),
 				Throttled: fmtSeconds(tr.ThrottledSeconds), Color: slowdownHeat(tr.Slowdown),
+				SoloSpread: spreadText(solo.Values), ColoSpread: spreadText(tr.Values),
 			})
+			p.Repeated = p.Repeated || p.Rows[len(p.Rows)-1].SoloSpread != "" || p.Rows[len(p.Rows)-1].ColoSpread != ""
 		}
 		p.Policies = append(p.Policies, policySection{
 			Name: pr.Policy, Slowdown: fmtRatio(pr.VictimSlowdown),
 			FirstAction: fmtOptSeconds(pr.FirstActionSeconds), Release: fmtOptSeconds(pr.ReleaseSeconds),
-			Actions: len(pr.Actions), Chart: timelineChart(r, pr),
+			Actions: len(pr.Actions), Chart: timelineChart(r, pr), Contention: contentionChart(r, pr),
 		})
 	}
 	p.SlowdownChart = slowdownChart(r)
@@ -102,9 +110,35 @@ func newReportPage(r *Result) reportPage {
 	return p
 }
 
+// spreadText is "min–max" of values repeated at least twice, else empty.
+func spreadText(v []float64) string {
+	s, ok := spreadOf(v)
+	if !ok {
+		return ""
+	}
+	return fmtRange(s, ok)
+}
+
+// metaHTML is a result's Meta as a definition table, escaped; empty without
+// one (a result saved before results carried it).
+func metaHTML(m *Meta) template.HTML {
+	ls := m.lines()
+	if len(ls) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(`<table class="run-meta">`)
+	for _, l := range ls {
+		fmt.Fprintf(&b, "<tr><th>%s</th><td>%s</td></tr>", esc(l[0]), esc(l[1]))
+	}
+	b.WriteString("</table>")
+	return template.HTML(b.String())
+}
+
 // ---- the matrix page ----
 
 type matrixPage struct {
+	Meta                        template.HTML
 	Phase                       string
 	Polluters                   []string
 	Rows                        []matrixRow
@@ -129,7 +163,7 @@ type rankRow struct {
 }
 
 func newMatrixPage(m *Matrix) matrixPage {
-	p := matrixPage{Phase: fmtSeconds(m.Phase), Polluters: m.Polluters, Scale: heatScaleSVG()}
+	p := matrixPage{Meta: metaHTML(m.Meta), Phase: fmtSeconds(m.Phase), Polluters: m.Polluters, Scale: heatScaleSVG()}
 	for _, v := range m.Victims {
 		row := matrixRow{Victim: v, Solo: "–"}
 		if s, ok := m.Solo[v]; ok {
@@ -190,21 +224,17 @@ func fmtRatio(v *float64) string {
 	if !okPtr(v) {
 		return "n/a"
 	}
-	return fmt.Sprintf("%.2f×", *v)
+	return humanize.Ratio(*v)
 }
 
-func fmtSeconds(s float64) string {
-	if !finite(s) {
-		return "–"
-	}
-	return strconv.FormatFloat(s, 'f', 1, 64) + "s"
-}
+func fmtSeconds(s float64) string { return humanize.Seconds(s, 1) }
 
+// fmtOptSeconds is empty for a missing time: the page leaves the clause out.
 func fmtOptSeconds(s *float64) string {
 	if !okPtr(s) {
 		return ""
 	}
-	return strconv.FormatFloat(*s, 'f', 2, 64) + "s"
+	return humanize.Seconds(*s, 2)
 }
 
 // victimAxisLabel is "ns_per_access (ns), lower is better".
@@ -224,15 +254,6 @@ func betterLabel(direction string) string {
 		return "higher is better"
 	}
 	return "lower is better"
-}
-
-// truncate shortens a label for display (the full text goes in a tooltip).
-func truncate(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
 }
 
 // ---- colours ----
@@ -270,15 +291,16 @@ func slowdownHeat(v *float64) heat {
 }
 
 const (
-	colorVictim    = "#1f77b4"
-	colorPolluter  = "#d62728"
-	colorBystander = "#9467bd"
-	colorAction    = "#ff7f0e"
-	colorRelease   = "#2ca02c"
-	colorSolo      = "#555555"
-	colorAxis      = "#333333"
-	colorGrid      = "#e5e5e5"
-	colorMuted     = "#888888"
+	colorVictim     = "#1f77b4"
+	colorPolluter   = "#d62728"
+	colorBystander  = "#9467bd"
+	colorAction     = "#ff7f0e"
+	colorRelease    = "#2ca02c"
+	colorSolo       = "#555555"
+	colorAxis       = "#333333"
+	colorGrid       = "#e5e5e5"
+	colorMuted      = "#888888"
+	colorContention = "#8c564b"
 )
 
 // tenantPalette colours tenants in the throttled-seconds chart.
@@ -514,7 +536,7 @@ type legendItem struct {
 func (s *svgDoc) legend(x, y float64, items []legendItem) {
 	cx, cy := x, y
 	for _, it := range items {
-		label := truncate(it.label, 40)
+		label := humanize.Truncate(it.label, 40)
 		w := 30 + 6.5*float64(len([]rune(label)))
 		if cx+w > s.w-10 && cx > x {
 			cx, cy = x, cy+18
@@ -585,7 +607,7 @@ func timelineChart(r *Result, pr PolicyResult) template.HTML {
 
 	s := newSVG(chartWidth, h, title)
 	s.text(a.left, 18, `font-weight="bold" font-size="14"`, title)
-	s.yAxis(a, y, yt, ystep, truncate(victimAxisLabel(solo), 60))
+	s.yAxis(a, y, yt, ystep, humanize.Truncate(victimAxisLabel(solo), 60))
 	s.xAxis(a, x, xt, xstep, "seconds since the co-located phase started")
 
 	legend := []legendItem{{label: r.Victim + " (victim)", color: colorVictim}}
@@ -611,6 +633,76 @@ func timelineChart(r *Result, pr PolicyResult) template.HTML {
 		for _, p := range pts {
 			s.circle(p[0], p[1], 2.5, `fill="`+colorVictim+`"`)
 		}
+	}
+	s.legend(a.left, h-22, legend)
+	return s.html()
+}
+
+// contentionChart plots what the crosstalk policy's probes read over its
+// phase, the worst probe latency against its quiet baseline, with the same
+// tenant events and policy actions as the victim's chart: it shows what the
+// agent saw when it acted. Policies without probes have no such timeline
+// (nil).
+func contentionChart(r *Result, pr PolicyResult) template.HTML {
+	var samples []Sample
+	for _, s := range pr.Timeline.Contention {
+		if finite(s.T) && finite(s.Value) {
+			samples = append(samples, s)
+		}
+	}
+	if len(samples) == 0 {
+		return ""
+	}
+	title := pr.Policy + ": probe contention over time"
+	tMax, vMax := r.Phase, 1.5
+	if !finite(tMax) {
+		tMax = 0
+	}
+	for _, s := range samples {
+		tMax, vMax = math.Max(tMax, s.T), math.Max(vMax, s.Value)
+	}
+	events := otherTenantEvents(pr.Timeline.Events)
+	for _, e := range events {
+		tMax = math.Max(tMax, e.T)
+	}
+	for _, a := range pr.Actions {
+		if finite(a.T) {
+			tMax = math.Max(tMax, a.T)
+		}
+	}
+	xt, xstep := niceTicks(0, tMax, 10)
+	yt, ystep := niceTicks(0, vMax, 5)
+
+	const h = 300
+	a := plotArea{left: 78, top: 62, right: chartWidth - 24, bottom: h - 92}
+	x := linearScale{xt[0], xt[len(xt)-1], a.left, a.right}
+	y := linearScale{yt[0], yt[len(yt)-1], a.bottom, a.top}
+
+	s := newSVG(chartWidth, h, title)
+	s.text(a.left, 18, `font-weight="bold" font-size="14"`, title)
+	s.yAxis(a, y, yt, ystep, "× quiet baseline")
+	s.xAxis(a, x, xt, xstep, "seconds since the co-located phase started")
+	quiet := y.at(1)
+	s.line(a.left, quiet, a.right, quiet, `stroke="`+colorSolo+`" stroke-width="1.5" stroke-dasharray="6 4"`)
+	s.text(a.right-4, quiet-5, `text-anchor="end" font-size="11" fill="`+colorSolo+`"`+halo, "1.0 = quiet")
+
+	legend := []legendItem{{label: "worst probe latency / baseline", color: colorContention}, {label: "quiet", color: colorSolo, dash: "6 4"}}
+	legend = append(legend, s.eventMarkers(a, x, events)...)
+	legend = append(legend, s.actionMarkers(a, x, pr.Actions)...)
+	pts := make([][2]float64, len(samples))
+	for i, p := range samples {
+		pts[i] = [2]float64{x.at(p.T), y.at(p.Value)}
+	}
+	if len(pts) > 1 {
+		s.polyline(pts, `stroke="`+colorContention+`" stroke-width="1.8" stroke-linejoin="round"`)
+	}
+	for i, p := range pts {
+		if len(pts) > 120 {
+			break
+		}
+		s.group(`class="probe"`, fmt.Sprintf("%s: %s", humanize.Seconds(samples[i].T, 2), humanize.Ratio(samples[i].Value)))
+		s.circle(p[0], p[1], 2.5, `fill="`+colorContention+`"`)
+		s.end()
 	}
 	s.legend(a.left, h-22, legend)
 	return s.html()
@@ -646,7 +738,7 @@ func (s *svgDoc) eventMarkers(a plotArea, x linearScale, events []TenantEvent) [
 		}
 		s.group(`class="event"`, fmt.Sprintf("%.2fs: %s %s (%s)", e.T, e.Tenant, verb, e.Role))
 		s.line(px, a.top-6, px, a.bottom, `stroke="`+color+`" stroke-width="1.5"`+dash)
-		s.text(px+3, a.top-10-float64(i%2)*13, `font-size="11" fill="`+color+`"`+halo, truncate(e.Tenant, 20)+" "+verb)
+		s.text(px+3, a.top-10-float64(i%2)*13, `font-size="11" fill="`+color+`"`+halo, humanize.Truncate(e.Tenant, 20)+" "+verb)
 		s.end()
 		key := e.Role + "/" + e.Kind
 		if !seen[key] {
@@ -727,7 +819,7 @@ func slowdownChart(r *Result) template.HTML {
 	s.line(a.left, a.bottom, a.right, a.bottom, `stroke="`+colorAxis+`"`)
 	for i, pr := range r.Results {
 		cx := a.left + band*(float64(i)+0.5)
-		s.text(cx, a.bottom+18, `text-anchor="middle"`, truncate(pr.Policy, 24))
+		s.text(cx, a.bottom+18, `text-anchor="middle"`, humanize.Truncate(pr.Policy, 24))
 		if !okPtr(pr.VictimSlowdown) {
 			s.text(cx, a.bottom-8, `text-anchor="middle" fill="`+colorMuted+`" font-style="italic"`, "n/a")
 			continue
@@ -774,7 +866,7 @@ func throttleChart(r *Result) template.HTML {
 	s.line(a.left, a.bottom, a.right, a.bottom, `stroke="`+colorAxis+`"`)
 	for i, pr := range r.Results {
 		cx := a.left + band*(float64(i)+0.5)
-		s.text(cx, a.bottom+18, `text-anchor="middle"`, truncate(pr.Policy, 24))
+		s.text(cx, a.bottom+18, `text-anchor="middle"`, humanize.Truncate(pr.Policy, 24))
 		x0 := cx - barW*float64(len(tenants))/2
 		for j, n := range tenants {
 			tr, ok := pr.Tenants[n]
@@ -856,6 +948,10 @@ tr.first td{border-top:2px solid #bbb}
 svg.chart{max-width:100%;height:auto;display:block;margin:6px 0}
 .role-polluter{color:#d62728}.role-bystander{color:#9467bd}.role-victim{color:#1f77b4;font-weight:bold}
 .bar{display:inline-block;height:10px;vertical-align:middle;border:1px solid #999}
+table.run-meta{font-size:12px;color:#444;margin:4px 0 10px}
+table.run-meta th{background:none;font-weight:normal;color:#777;padding:1px 12px 1px 0;border:0}
+table.run-meta td{padding:1px 0;border:0;font-family:ui-monospace,monospace}
+span.spread{display:block;font-size:11px;color:#777}
 footer{margin-top:32px;padding-top:8px;border-top:1px solid #ddd;color:#555;font-size:13px}
 `
 
@@ -867,6 +963,7 @@ const reportTemplates = `
 <style>{{css}}</style></head>
 <body>
 <h1>crosstalk lab: {{.Scenario}}</h1>
+{{.Meta}}
 {{with .Description}}<p class="meta">{{.}}</p>{{end}}
 <p class="meta">{{with .Host}}host <b>{{.}}</b> · {{end}}{{.Repetitions}} repetition(s) of {{.Phase}} phases · victim <b>{{.Victim}}</b>: {{.VictimMetric}}</p>
 
@@ -874,8 +971,9 @@ const reportTemplates = `
 {{if .Rows}}<table class="summary">
 <thead><tr><th>policy</th><th>tenant</th><th>role</th><th>metric</th><th class="num">solo</th><th class="num">co-located</th><th class="num">slowdown</th><th class="num">throttled</th></tr></thead>
 <tbody>{{range .Rows}}
-<tr{{if .First}} class="first"{{end}}><td>{{.Policy}}</td><td>{{.Tenant}}</td><td class="role-{{.Role}}">{{.Role}}</td><td>{{.Metric}}</td><td class="num">{{.Solo}}</td><td class="num">{{.Colo}}</td><td class="num" style="background:{{.Color.Bg}};color:{{.Color.Fg}}">{{.Slowdown}}</td><td class="num">{{.Throttled}}</td></tr>{{end}}
+<tr{{if .First}} class="first"{{end}}><td>{{.Policy}}</td><td>{{.Tenant}}</td><td class="role-{{.Role}}">{{.Role}}</td><td>{{.Metric}}</td><td class="num">{{.Solo}}{{with .SoloSpread}}<span class="spread">{{.}}</span>{{end}}</td><td class="num">{{.Colo}}{{with .ColoSpread}}<span class="spread">{{.}}</span>{{end}}</td><td class="num" style="background:{{.Color.Bg}};color:{{.Color.Fg}}">{{.Slowdown}}</td><td class="num">{{.Throttled}}</td></tr>{{end}}
 </tbody></table>
+{{if .Repeated}}<p class="meta">Solo and co-located values are medians over the repetitions; under each, its minimum–maximum.</p>{{end}}
 <ul>{{range .Policies}}
 <li><b>{{.Name}}</b>: victim slowdown {{.Slowdown}}{{with .FirstAction}}, first action {{.}} after the polluter started{{end}}{{with .Release}}, released {{.}} after it stopped{{end}}{{if .Actions}} · {{.Actions}} action(s){{end}}</li>{{end}}
 </ul>{{else}}<p>No policy results.</p>{{end}}
@@ -886,9 +984,10 @@ const reportTemplates = `
 {{.ThrottleChart}}
 
 <h2>Victim over time</h2>
-<p class="meta">The last repetition of each policy's co-located phase. Vertical lines: other tenants starting (solid) and stopping (dotted), and the policy's actions (triangles; hover for details). Dashed: the victim's solo value.</p>
+<p class="meta">The last repetition of each policy's co-located phase. Vertical lines: other tenants starting (solid) and stopping (dotted), and the policy's actions (triangles; hover for details). Dashed: the victim's solo value. Under a policy with probes (crosstalk), a second chart shows what its probes read each interval: the worst probe latency over its quiet baseline, the contention it acted on.</p>
 {{range .Policies}}<h3>{{.Name}}</h3>
 {{.Chart}}
+{{with .Contention}}{{.}}{{end}}
 {{else}}<p>No policy results.</p>{{end}}
 
 <footer>slowdown = co-located / solo, oriented so that &gt; 1 is worse (for a metric where higher is better it is solo / co-located). 1.0 means as fast as running alone. Generated by crosstalk lab.</footer>
@@ -902,6 +1001,7 @@ const reportTemplates = `
 <style>{{css}}</style></head>
 <body>
 <h1>crosstalk lab: interference matrix</h1>
+{{.Meta}}
 <p class="meta">Victim slowdown for every victim × polluter pair, {{.Phase}} phases. Rows: victims; columns: polluters.</p>
 {{if and .Rows .Polluters}}<table class="matrix">
 <thead><tr><th>victim \ polluter</th><th class="num">solo</th>{{range .Polluters}}<th class="num">{{.}}</th>{{end}}</tr></thead>

@@ -198,7 +198,7 @@ func TestWriteReport(t *testing.T) {
 		// the hostile tenant, escaped in the table and in the SVGs
 		"<td>&lt;b&gt;&amp;x</td>", "&lt;b&gt;&amp;x starts",
 		// timeline: axis, solo line, events, actions as tooltips
-		"ns_per_access (ns), lower is better", "seconds since the co-located phase started", "solo 20.00 ns",
+		"ns_per_access (ns), lower is better", "seconds since the co-located phase started", "solo 20 ns",
 		"<title>1.00s: polluter starts (polluter)</title>", "<title>4.00s: polluter stops (polluter)</title>",
 		"<title>1.50s: throttle polluter to 0.10 CPUs — bus locks</title>",
 		"<title>2.50s: cap &lt;b&gt;&amp;x to 0.50 CPUs</title>",
@@ -269,7 +269,7 @@ func TestWriteReportEdgeCases(t *testing.T) {
 	}{
 		{"one sample", one, []string{"<circle", "victim slowdown per policy"}},
 		{"zero ranges", flat, []string{"1.00×", "no data: no policy throttled any tenant", ">0.1</text>", ">8</text>"}},
-		{"all zero", zeros, []string{"ops, higher is better", "solo 0.00"}},
+		{"all zero", zeros, []string{"ops, higher is better", "solo 0 "}},
 		{"empty timelines, all slowdowns nil", empty, []string{
 			"no data: no victim samples in this policy&#39;s timeline",
 			"no data: no policy has a victim slowdown"}},

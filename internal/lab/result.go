@@ -7,10 +7,13 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/crosstalk-project/crosstalk/internal/humanize"
 )
 
 // Result is a lab run's outcome; its JSON form is what `lab run --json` prints.
 type Result struct {
+	Meta        *Meta           `json:"meta,omitempty"`
 	Scenario    string          `json:"scenario"`
 	Description string          `json:"description,omitempty"`
 	Host        string          `json:"host,omitempty"`
@@ -64,8 +67,11 @@ type TenantResult struct {
 
 // Timeline is the last repetition of a policy's phase, for the plots.
 type Timeline struct {
-	Victim []Sample      `json:"victim"` // the victim's metric over time
-	Events []TenantEvent `json:"events"`
+	Victim []Sample `json:"victim"` // the victim's metric over time
+	// Contention is what the crosstalk policy's probes read, once an
+	// interval: the worst probe latency over its quiet baseline.
+	Contention []Sample      `json:"contention,omitempty"`
+	Events     []TenantEvent `json:"events"`
 }
 
 // TenantEvent marks a tenant starting or stopping.
@@ -101,23 +107,27 @@ func median(v []float64) (float64, bool) {
 
 func ptr(v float64) *float64 { return &v }
 
-// WriteText prints the result as a table for a person.
+// WriteText prints the result as a table for a person: where it was made,
+// then per policy and tenant its metric solo and co-located (SI numbers, in
+// the metric's unit), the co-located spread over repetitions, its slowdown
+// and the time it was throttled.
 func WriteText(w io.Writer, r *Result) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "scenario %s: %d repetition(s) of %.1fs phases", r.Scenario, r.Repetitions, r.Phase)
+	writeMetaText(&b, r.Meta)
+	fmt.Fprintf(&b, "scenario %s: %d repetition(s) of %s phases", r.Scenario, r.Repetitions, humanize.Seconds(r.Phase, 1))
 	if r.Host != "" {
 		fmt.Fprintf(&b, " on %s", r.Host)
 	}
 	b.WriteString("\n\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POLICY\tTENANT\tROLE\tMETRIC\tSOLO\tCO-LOCATED\tSLOWDOWN\tTHROTTLED")
+	fmt.Fprintln(tw, "POLICY\tTENANT\tROLE\tMETRIC\tSOLO\tCO-LOCATED\tMIN–MAX\tSLOWDOWN\tTHROTTLED")
 	for _, pr := range r.Results {
 		names := tenantOrder(r, pr)
 		for _, n := range names {
 			tr := pr.Tenants[n]
 			solo := r.Solo[n]
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1fs\n", pr.Policy, n, tr.Role, metricLabel(solo),
-				fmtVal(solo.Value), fmtVal(tr.Value), fmtSlowdown(tr.Slowdown), tr.ThrottledSeconds)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", pr.Policy, n, tr.Role, metricWithUnit(solo),
+				fmtVal(solo.Value), fmtVal(tr.Value), fmtRange(spreadOf(tr.Values)), fmtSlowdown(tr.Slowdown), humanize.Seconds(tr.ThrottledSeconds, 1))
 		}
 	}
 	tw.Flush()
@@ -125,10 +135,10 @@ func WriteText(w io.Writer, r *Result) error {
 	for _, pr := range r.Results {
 		line := fmt.Sprintf("%-10s victim slowdown %s", pr.Policy, fmtSlowdown(pr.VictimSlowdown))
 		if pr.FirstActionSeconds != nil {
-			line += fmt.Sprintf(", first action %.2fs after the polluter started", *pr.FirstActionSeconds)
+			line += fmt.Sprintf(", first action %s after the polluter started", fmtOptSecs(pr.FirstActionSeconds))
 		}
 		if pr.ReleaseSeconds != nil {
-			line += fmt.Sprintf(", released %.2fs after it stopped", *pr.ReleaseSeconds)
+			line += fmt.Sprintf(", released %s after it stopped", fmtOptSecs(pr.ReleaseSeconds))
 		}
 		b.WriteString(line + "\n")
 		if len(pr.Actions) > 0 {
@@ -138,14 +148,44 @@ func WriteText(w io.Writer, r *Result) error {
 					acts = append(acts, fmt.Sprintf("… %d more", len(pr.Actions)-8))
 					break
 				}
-				acts = append(acts, fmt.Sprintf("%.2fs %s %s", a.T, a.Kind, a.Tenant))
+				acts = append(acts, fmt.Sprintf("%s %s %s", humanize.Seconds(a.T, 2), a.Kind, a.Tenant))
 			}
 			b.WriteString("           actions (last repetition): " + strings.Join(acts, ", ") + "\n")
 		}
 	}
-	b.WriteString("\nslowdown = co-located / solo, oriented so that > 1 is worse.\n")
+	b.WriteString("\nslowdown = co-located / solo, oriented so that > 1 is worse; min–max: the co-located values over repetitions.\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// Spread is the range of a value over repetitions.
+type Spread struct {
+	Min, Median, Max float64
+	N                int
+}
+
+// spreadOf is the spread of values; ok is false with fewer than two, where
+// there is no spread to show.
+func spreadOf(v []float64) (Spread, bool) {
+	var fin []float64
+	for _, x := range v {
+		if !math.IsNaN(x) && !math.IsInf(x, 0) {
+			fin = append(fin, x)
+		}
+	}
+	if len(fin) < 2 {
+		return Spread{}, false
+	}
+	med, _ := median(fin)
+	return Spread{Min: slices.Min(fin), Median: med, Max: slices.Max(fin), N: len(fin)}, true
+}
+
+// fmtRange writes a spread as "min–max"; a dash when there is none.
+func fmtRange(s Spread, ok bool) string {
+	if !ok {
+		return humanize.Dash
+	}
+	return humanize.SI(s.Min, "") + "–" + humanize.SI(s.Max, "")
 }
 
 // tenantOrder lists tenants victim first, then polluters, then bystanders.
@@ -176,25 +216,24 @@ func metricLabel(s Solo) string {
 	return s.Metric + " " + arrow
 }
 
-func fmtVal(v *float64) string {
-	if v == nil {
-		return "-"
+// metricWithUnit is metricLabel with the unit the column's numbers are in.
+func metricWithUnit(s Solo) string {
+	l := metricLabel(s)
+	if s.Unit != "" && s.Metric != "" {
+		l += " (" + s.Unit + ")"
 	}
-	switch a := math.Abs(*v); {
-	case a >= 1e6:
-		return fmt.Sprintf("%.3gM", *v/1e6)
-	case a >= 1e4:
-		return fmt.Sprintf("%.0f", *v)
-	case a >= 100:
-		return fmt.Sprintf("%.1f", *v)
-	default:
-		return fmt.Sprintf("%.2f", *v)
-	}
+	return l
 }
 
-func fmtSlowdown(v *float64) string {
-	if v == nil {
-		return "-"
-	}
-	return fmt.Sprintf("%.2fx", *v)
+// fmtVal writes a metric's value as an SI number: the unit is the metric's,
+// shown with its name, so every value of a column has the same form.
+func fmtVal(v *float64) string {
+	return humanize.Opt(v, func(x float64) string { return humanize.SI(x, "") })
+}
+
+func fmtSlowdown(v *float64) string { return humanize.Opt(v, humanize.Ratio) }
+
+// fmtOptSecs writes an optional time in seconds, to the hundredth.
+func fmtOptSecs(v *float64) string {
+	return humanize.Opt(v, func(x float64) string { return humanize.Seconds(x, 2) })
 }

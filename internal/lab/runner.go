@@ -44,6 +44,12 @@ type Options struct {
 	// hurt it (the rest is its other neighbours' share of the CPUs).
 	WithoutPolluter bool
 	Log             *slog.Logger
+	// Stamp is the caller's part of every result's Meta: the binary's
+	// version and commit and the command line.
+	Stamp Meta
+	// Progress, when set, is told of each phase that ends, with its planned
+	// length: the sum over a run is what Planned returns.
+	Progress func(phase time.Duration)
 }
 
 type runner struct {
@@ -152,11 +158,33 @@ func Sweep(h *host.Host, l cgroup.Layout) (int, error) {
 	return n, errors.Join(errs...)
 }
 
+// Planned is the measured time Run spends on the scenario with these
+// options: its solo phases, one co-located phase per policy and the phase
+// without the polluter, times its repetitions (setup and teardown between
+// phases come on top).
+func Planned(s *Scenario, opt Options) time.Duration {
+	var rep time.Duration
+	polluter := false
+	for _, t := range s.Tenants {
+		polluter = polluter || t.Role == RolePolluter
+		if opt.SoloVictimOnly && t.Role != RoleVictim {
+			continue
+		}
+		rep += t.RunLength(s.Phase)
+	}
+	rep += time.Duration(len(opt.Policies)) * s.Phase
+	if opt.WithoutPolluter && polluter {
+		rep += s.Phase
+	}
+	return time.Duration(max(s.Repetitions, 1)) * rep
+}
+
 func (r *runner) run(ctx context.Context) (*Result, error) {
 	s := r.s
 	res := &Result{
 		Scenario: s.Name, Description: strings.TrimSpace(s.Description), Phase: s.Phase.Seconds(),
 		Repetitions: s.Repetitions, Victim: s.Victim().Name, Solo: map[string]Solo{},
+		Meta: r.opt.stamp(KindRun),
 	}
 	res.Host, _ = r.opt.Host.ReadString("/proc/sys/kernel/hostname")
 	soloVals := map[string][]float64{}
@@ -242,7 +270,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	for _, pname := range r.opt.Policies {
 		out := last[pname]
 		pr := PolicyResult{Policy: pname, Tenants: map[string]TenantResult{}, Actions: out.actions,
-			Timeline: Timeline{Victim: out.victim, Events: out.events}, PolicyStartSeconds: out.policyStart.Seconds()}
+			Timeline: Timeline{Victim: out.victim, Contention: out.contention, Events: out.events}, PolicyStartSeconds: out.policyStart.Seconds()}
 		if pr.Actions == nil {
 			pr.Actions = []Action{}
 		}
@@ -319,11 +347,12 @@ func reactionTimes(s *Scenario, out phaseOut) (first, release *float64) {
 
 // phaseOut is what one phase measured.
 type phaseOut struct {
-	values  map[string]float64
-	stats   map[string][2]time.Duration // throttled, cpu
-	victim  []Sample
-	events  []TenantEvent
-	actions []Action
+	values     map[string]float64
+	stats      map[string][2]time.Duration // throttled, cpu
+	victim     []Sample
+	contention []Sample
+	events     []TenantEvent
+	actions    []Action
 	// policyStart is when the policy began, into the phase.
 	policyStart time.Duration
 }
@@ -337,6 +366,9 @@ func (r *runner) phase(ctx context.Context, name string, length, policyAt time.D
 		if rerr := cgroup.RemoveTree(r.opt.Host, r.layout, phaseCG, 5*time.Second); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("removing phase cgroups: %w", rerr))
 		}
+		if err == nil && r.opt.Progress != nil {
+			r.opt.Progress(length)
+		}
 	}()
 
 	var start atomic.Int64
@@ -344,7 +376,8 @@ func (r *runner) phase(ctx context.Context, name string, length, policyAt time.D
 	since := func() time.Duration { return time.Duration(time.Now().UnixNano() - start.Load()) }
 	var mu sync.Mutex
 	env := &PolicyEnv{Host: r.opt.Host, Layout: r.layout, Log: r.log.With("policy", pol.Name()), Since: since,
-		Record: func(a Action) { mu.Lock(); out.actions = append(out.actions, a); mu.Unlock() }}
+		Record:     func(a Action) { mu.Lock(); out.actions = append(out.actions, a); mu.Unlock() },
+		Contention: func(s Sample) { mu.Lock(); out.contention = append(out.contention, s); mu.Unlock() }}
 	groups := map[string]*cgroup.Group{}
 	for _, t := range tenants {
 		g, err := cgroup.Create(r.opt.Host, r.layout, path.Join(phaseCG, t.Name), t.cpus)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/humanize"
 )
 
 // SuiteCase is one scenario of a suite: generated (Gen set) or given.
@@ -77,6 +78,18 @@ func SuiteCases(p SuitePlan) ([]SuiteCase, error) {
 	return out, nil
 }
 
+// SuitePlanned is the measured time RunSuite spends on the cases with these
+// options.
+func SuitePlanned(cases []SuiteCase, repetitions int, opt Options) time.Duration {
+	opt.SoloVictimOnly = true
+	opt.WithoutPolluter = slices.Contains(opt.Policies, "none")
+	var d time.Duration
+	for _, c := range cases {
+		d += Planned(c.Scenario, opt)
+	}
+	return time.Duration(max(repetitions, 1)) * d
+}
+
 // RunSuite runs every case repetitions times, each run with only the
 // victim's solo phase, scores each run as it ends (report is called with
 // it) and returns the scores with their totals. A run that fails is scored
@@ -88,7 +101,7 @@ func RunSuite(ctx context.Context, cases []SuiteCase, repetitions int, opt Optio
 	repetitions = max(repetitions, 1)
 	opt.SoloVictimOnly = true
 	opt.WithoutPolluter = slices.Contains(opt.Policies, "none")
-	out := &SuiteResult{Policies: opt.Policies, Runs: []RunScore{}}
+	out := &SuiteResult{Meta: opt.stamp(KindSuite), Policies: opt.Policies, Runs: []RunScore{}}
 	if opt.Host != nil {
 		out.Host, _ = opt.Host.ReadString("/proc/sys/kernel/hostname")
 	}
@@ -169,7 +182,7 @@ func suiteRunLine(r RunScore) string {
 			line += " | harm " + fmtSlowdown(r.Harm)
 		}
 	}
-	line += fmt.Sprintf(" | innocents proof %d (%.2fs) convicted %d (%.2fs)", r.InnocentsProofCapped, r.InnocentProofCapSeconds, r.InnocentsConvicted, r.InnocentConvictedSeconds)
+	line += fmt.Sprintf(" | innocents proof %d (%s) convicted %d (%s)", r.InnocentsProofCapped, secs2(r.InnocentProofCapSeconds), r.InnocentsConvicted, secs2(r.InnocentConvictedSeconds))
 	var sds []string
 	for _, p := range slices.Sorted(maps.Keys(r.VictimSlowdown)) {
 		s := p + " " + fmtSlowdown(r.VictimSlowdown[p])
@@ -189,28 +202,22 @@ func firstLine(s string) string {
 	return first
 }
 
-func fmtOptSecs(v *float64) string {
-	if v == nil {
-		return "-"
-	}
-	return fmt.Sprintf("%.2fs", *v)
-}
-
 // WriteSuiteText prints a suite: a line a run, then the totals overall and
 // by class.
 func WriteSuiteText(w io.Writer, r *SuiteResult) error {
 	var b strings.Builder
+	writeMetaText(&b, r.Meta)
 	for _, s := range r.Runs {
 		b.WriteString(suiteRunLine(s) + "\n")
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUNS\tN\tRECALL\tFALSE CONV.\tINNOCENT PROOF CAP s/run\tFIRST CAP s\tCONVICTION s\tRELEASE s")
+	fmt.Fprintln(tw, "RUNS\tN\tRECALL\tFALSE CONV.\tINNOCENT PROOF CAP/RUN\tFIRST CAP\tCONVICTION\tRELEASE")
 	rows := r.classRows()
 	for _, row := range rows {
 		a := row.a
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.name, row.runs, fmtRate(a.Recall, a.PolluterRuns), fmtRate(a.FalseConvictionRate, a.Runs),
-			fmtDist(a.InnocentProofCapSeconds, "%.2f"), fmtDist(a.FirstCap, "%.2f"), fmtDist(a.Conviction, "%.2f"), fmtDist(a.Release, "%.2f"))
+			fmtDist(a.InnocentProofCapSeconds, secs2), fmtDist(a.FirstCap, secs2), fmtDist(a.Conviction, secs2), fmtDist(a.Release, secs2))
 	}
 	tw.Flush()
 	b.WriteString("\n")
@@ -218,7 +225,7 @@ func WriteSuiteText(w io.Writer, r *SuiteResult) error {
 	fmt.Fprintln(tw, "VICTIM SLOWDOWN\tPOLICY\tWHOLE PHASE\tAFTER FIRST ACTION")
 	for _, row := range rows {
 		for _, p := range r.Policies {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.name, p, fmtDist(row.a.VictimSlowdown[p], "%.2fx"), fmtDist(row.a.VictimSlowdownAfter[p], "%.2fx"))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.name, p, fmtDist(row.a.VictimSlowdown[p], humanize.Ratio), fmtDist(row.a.VictimSlowdownAfter[p], humanize.Ratio))
 		}
 	}
 	tw.Flush()
@@ -251,14 +258,17 @@ func (r *SuiteResult) classRows() []classRow {
 
 func fmtRate(v *float64, of int) string {
 	if v == nil {
-		return "-"
+		return humanize.Dash
 	}
-	return fmt.Sprintf("%.0f%% of %d", *v*100, of)
+	return fmt.Sprintf("%s of %d", humanize.Percent(*v), of)
 }
 
-func fmtDist(d Dist, format string) string {
-	if d.Median == nil {
-		return "-"
+// fmtDist writes a distribution as "median / p95", each in format.
+func fmtDist(d Dist, format func(float64) string) string {
+	if d.Median == nil || d.P95 == nil {
+		return humanize.Dash
 	}
-	return fmt.Sprintf(format+" / "+format, *d.Median, *d.P95)
+	return format(*d.Median) + " / " + format(*d.P95)
 }
+
+func secs2(s float64) string { return humanize.Seconds(s, 2) }

@@ -5,6 +5,8 @@ import (
 	"html/template"
 	"io"
 	"strings"
+
+	"github.com/crosstalk-project/crosstalk/internal/humanize"
 )
 
 // WriteSuiteReport writes a suite as one self-contained HTML page in the lab
@@ -18,6 +20,7 @@ func WriteSuiteReport(w io.Writer, r *SuiteResult) error {
 }
 
 type suitePage struct {
+	Meta           template.HTML
 	HarmThreshold  float64
 	Seed           int64
 	Host           string
@@ -52,16 +55,16 @@ type suiteRunRow struct {
 }
 
 func newSuitePage(r *SuiteResult) suitePage {
-	p := suitePage{HarmThreshold: HarmThreshold, Seed: r.Seed, Host: r.Host, Policies: strings.Join(r.Policies, ", "), Runs: len(r.Runs), PolicyHeadings: r.Policies}
+	p := suitePage{Meta: metaHTML(r.Meta), HarmThreshold: HarmThreshold, Seed: r.Seed, Host: r.Host, Policies: strings.Join(r.Policies, ", "), Runs: len(r.Runs), PolicyHeadings: r.Policies}
 	for _, c := range r.classRows() {
 		a := c.a
 		p.Totals = append(p.Totals, suiteTotalRow{Class: c.name, Runs: c.runs, Recall: fmtRate(a.Recall, a.PolluterRuns),
-			FalseConviction: fmtRate(a.FalseConvictionRate, a.Runs), ProofCap: fmtDist(a.InnocentProofCapSeconds, "%.2fs"),
-			FirstCap: fmtDist(a.FirstCap, "%.2fs"), Conviction: fmtDist(a.Conviction, "%.2fs"), Release: fmtDist(a.Release, "%.2fs")})
+			FalseConviction: fmtRate(a.FalseConvictionRate, a.Runs), ProofCap: fmtDist(a.InnocentProofCapSeconds, secs2),
+			FirstCap: fmtDist(a.FirstCap, secs2), Conviction: fmtDist(a.Conviction, secs2), Release: fmtDist(a.Release, secs2)})
 		for i, pol := range r.Policies {
 			whole, after := a.VictimSlowdown[pol], a.VictimSlowdownAfter[pol]
 			p.Slowdowns = append(p.Slowdowns, suiteSlowdownRow{First: i == 0, Class: c.name, Policy: pol,
-				Whole: fmtDist(whole, "%.2f×"), After: fmtDist(after, "%.2f×"), WholeHeat: slowdownHeat(whole.Median), AfterHeat: slowdownHeat(after.Median)})
+				Whole: fmtDist(whole, humanize.Ratio), After: fmtDist(after, humanize.Ratio), WholeHeat: slowdownHeat(whole.Median), AfterHeat: slowdownHeat(after.Median)})
 		}
 	}
 	for _, s := range r.Runs {
@@ -84,8 +87,8 @@ func newSuitePage(r *SuiteResult) suitePage {
 					}
 				}
 			}
-			row.Proof = fmt.Sprintf("%d (%.2fs)", s.InnocentsProofCapped, s.InnocentProofCapSeconds)
-			row.Convicted = fmt.Sprintf("%d (%.2fs)", s.InnocentsConvicted, s.InnocentConvictedSeconds)
+			row.Proof = fmt.Sprintf("%d (%s)", s.InnocentsProofCapped, secs2(s.InnocentProofCapSeconds))
+			row.Convicted = fmt.Sprintf("%d (%s)", s.InnocentsConvicted, secs2(s.InnocentConvictedSeconds))
 		}
 		for _, pol := range r.Policies {
 			v := s.VictimSlowdown[pol]
@@ -109,6 +112,7 @@ var suiteTmpl = template.Must(template.New("suite").Funcs(template.FuncMap{
 <style>{{css}}</style></head>
 <body>
 <h1>crosstalk lab suite</h1>
+{{.Meta}}
 <p class="meta">{{with .Host}}host <b>{{.}}</b> · {{end}}{{.Runs}} run(s) · first seed {{.Seed}} · policies {{.Policies}}</p>
 
 <h2>Attribution</h2>

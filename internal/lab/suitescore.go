@@ -422,6 +422,7 @@ func Summarize(runs []RunScore) Aggregate {
 // SuiteResult is a whole suite: every run's score and the totals, overall
 // and by run class.
 type SuiteResult struct {
+	Meta     *Meta                `json:"meta,omitempty"`
 	Seed     int64                `json:"seed"`
 	Policies []string             `json:"policies"`
 	Host     string               `json:"host,omitempty"`

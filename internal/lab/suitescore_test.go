@@ -280,14 +280,14 @@ func TestSuiteTextAndJSON(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"gen-7      splitlock before-agent alone vs chase-4MiB",
-		"caught", "cap 0.80s convict 1.20s release - (already running)",
+		"caught", "cap 0.80s convict 1.20s release – (already running)",
 		"innocents proof 1 (0.25s) convicted 0 (0.00s)",
-		"victim crosstalk 1.50x (after 1.10x), none 6.00x (after 7.00x)",
+		"victim crosstalk 1.50× (after 1.10×), none 6.00× (after 7.00×)",
 		"gen-8      control whole vs server", "false-conviction",
 		"gen-9#2", "error: phase r1-none: tenant victim failed",
 		"all       2 (+1 errors)  100% of 1", "50% of 2",
 		"polluter  1 (+1 errors)",
-		"polluter         crosstalk  1.50x / 1.50x  1.10x / 1.10x",
+		"polluter         crosstalk  1.50× / 1.50×  1.10× / 1.10×",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q:\n%s", want, out)

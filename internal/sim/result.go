@@ -37,6 +37,8 @@ type PolicyResult struct {
 	// LeftThrottled lists tenants still under a lever after the policy ended
 	// (must be empty).
 	LeftThrottled []string `json:"left_throttled"`
+	// Tree is the simulated host tree this policy ran on, when it was kept.
+	Tree string `json:"tree,omitempty"`
 }
 
 // TenantResult is one tenant's outcome under a policy.

@@ -41,12 +41,29 @@ type Options struct {
 	// system's); KeepTree leaves it there.
 	TempDir  string
 	KeepTree bool
+	// Progress, when set, is told of each second of virtual time simulated
+	// (the whole run is len(Policies) × the duration).
+	Progress func(simulated time.Duration)
 	// Agent, when set, edits the agent configuration before it is built.
 	Agent func(*agent.Config)
 }
 
 // Epoch is virtual time zero: the simulated clock's wall time at the start.
 var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Planned is the virtual time Run simulates with these options: the
+// duration once per policy.
+func Planned(sc *Scenario, o Options) time.Duration {
+	d := sc.Duration
+	if o.Duration > 0 {
+		d = o.Duration
+	}
+	n := len(o.Policies)
+	if n == 0 {
+		n = len(PolicyNames)
+	}
+	return time.Duration(n) * d
+}
 
 // Run simulates the scenario under each policy.
 func Run(ctx context.Context, sc *Scenario, o Options) (*Result, error) {
@@ -107,6 +124,12 @@ type run struct {
 }
 
 func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*PolicyResult, error) {
+	if o.KeepTree && o.TempDir != "" {
+		// A directory asked for by name is made, as for any output.
+		if err := os.MkdirAll(o.TempDir, 0o755); err != nil {
+			return nil, fmt.Errorf("the directory for kept trees: %w", err)
+		}
+	}
 	dir, err := os.MkdirTemp(tempDir(o.TempDir), "crosstalk-sim-"+sc.Name+"-"+policy+"-")
 	if err != nil {
 		return nil, err
@@ -189,12 +212,17 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 	}
 
 	var next time.Time
+	var reported time.Duration // virtual time told to o.Progress
 	step := sc.Step
 	dt := step.Seconds()
 	for s.now = 0; s.now < sc.Duration; s.now += step {
 		if s.now%(time.Second) == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, err
+			}
+			if o.Progress != nil && s.now > 0 {
+				o.Progress(time.Second)
+				reported += time.Second
 			}
 		}
 		if err := s.step(step); err != nil {
@@ -221,7 +249,13 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 			next = nn
 		}
 	}
+	if o.Progress != nil && sc.Duration > reported {
+		o.Progress(sc.Duration - reported)
+	}
 	pr := &PolicyResult{Policy: policy, LeftThrottled: []string{}}
+	if o.KeepTree {
+		pr.Tree = dir
+	}
 	switch policy {
 	case PolicyCrosstalk:
 		s.now = sc.Duration
