@@ -139,3 +139,33 @@ tenants:
 		t.Errorf("unknown scenario: %v", err)
 	}
 }
+
+// --keep-tree makes its directory, however deep, and says where each
+// policy's tree went; the tree is there afterwards.
+func TestSimRunKeepTree(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "mine.yaml")
+	os.WriteFile(f, []byte(`name: mine
+duration: 3s
+machine: {cpu: zen3, sockets: 1, cores_per_socket: 4}
+tenants:
+  - {name: v, role: victim, cpus: "0", phases: [{from: 0s, memory_bound: 0.5}]}
+`), 0o644)
+	keep := filepath.Join(t.TempDir(), "not", "yet")
+	_, stderr, err := run(t, "sim", "run", f, "--policy", "none,static", "--keep-tree", keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, policy := range []string{"none", "static"} {
+		m := regexp.MustCompile(`kept the host tree of policy ` + policy + ` in (\S+)`).FindStringSubmatch(stderr)
+		if m == nil {
+			t.Errorf("no line says where %s's tree went:\n%s", policy, stderr)
+			continue
+		}
+		if !strings.HasPrefix(m[1], keep+string(filepath.Separator)) || filepath.Base(m[1]) != "root" {
+			t.Errorf("%s's tree %s is not a root under %s", policy, m[1], keep)
+		}
+		if _, err := os.Stat(filepath.Join(m[1], "proc", "cpuinfo")); err != nil {
+			t.Errorf("%s's tree was not kept: %v", policy, err)
+		}
+	}
+}

@@ -37,7 +37,9 @@ type PolicyResult struct {
 	// LeftThrottled lists tenants still under a lever after the policy ended
 	// (must be empty).
 	LeftThrottled []string `json:"left_throttled"`
-	// Tree is the simulated host tree this policy ran on, when it was kept.
+	// Tree is the root of the simulated host tree this policy ran on, when
+	// it was kept (what 'crosstalk doctor --root' reads); the agent's state
+	// directory is beside it.
 	Tree string `json:"tree,omitempty"`
 }
 

@@ -254,7 +254,7 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 	}
 	pr := &PolicyResult{Policy: policy, LeftThrottled: []string{}}
 	if o.KeepTree {
-		pr.Tree = dir
+		pr.Tree = s.root
 	}
 	switch policy {
 	case PolicyCrosstalk:
