@@ -19,6 +19,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/humanize"
 	"github.com/crosstalk-project/crosstalk/internal/lab"
 )
 
@@ -350,8 +351,11 @@ removed afterwards.`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(o)
 			}
-			_, err = fmt.Fprintf(g.out, "agent watching %d idle tenants (it saw %d) at a %.1fs interval, measured over %.0fs:\n  CPU    %.3f%% of one core (%.3fs of CPU)\n  memory %.1f MiB RSS (peak %.1f MiB)\n",
-				o.Tenants, o.Seen, o.Interval, o.Seconds, o.CorePercent, o.CPUSeconds, o.RSSMiB, o.PeakRSSMiB)
+			// The agent's CPU share is a small fraction of a percent: it
+			// keeps three decimals where humanize.Percent would round to one.
+			_, err = fmt.Fprintf(g.out, "agent watching %d idle tenants (it saw %d) at a %s interval, measured over %s:\n  CPU    %.3f%% of one core (%s of CPU)\n  memory %s RSS (peak %s)\n",
+				o.Tenants, o.Seen, humanize.Duration(o.Interval), humanize.Duration(o.Seconds), o.CorePercent, humanize.Duration(o.CPUSeconds),
+				humanize.Bytes(o.RSSMiB*(1<<20)), humanize.Bytes(o.PeakRSSMiB*(1<<20)))
 			return err
 		},
 	}

@@ -50,8 +50,8 @@ func TestTopOnce(t *testing.T) {
 		// The state's time is long past: the header says so in words.
 		"crosstalk  STALE: ",
 		"node-7  2026-03-14 09:26:53 UTC  interval 1s  PMU no",
-		"contention YES  ratio 1.80x",
-		"       0  lock     0    900ns     500ns  1.80x  SLOW",
+		"contention YES  ratio 1.80×",
+		"       0  lock     0    900ns     500ns  1.80×  SLOW",
 		"BUSLOCK/s",
 		"  noisy  vm",
 		"THROTTLED",

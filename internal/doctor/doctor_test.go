@@ -593,7 +593,7 @@ func TestDoctorLscpuEpyc7451(t *testing.T) {
 	for _, want := range []string{
 		"96 CPUs (0-95), 2 package(s), 48 cores, 2 thread(s)/core, 8 NUMA node(s)",
 		"node0: 0-5,48-53", "node7: 42-47,90-95",
-		"L3 #0: CPUs 0-2,48-50, 8 MiB, 16-way", "L3 #15: CPUs 45-47,93-95, 8 MiB, 16-way",
+		"L3 #0: CPUs 0-2,48-50, 8MiB, 16-way", "L3 #15: CPUs 45-47,93-95, 8MiB, 16-way",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text output lacks %q", want)
@@ -622,7 +622,7 @@ func TestWriteTextL3WithoutID(t *testing.T) {
 	if err := WriteText(&buf, Run(openHost(t, writeTree(t, files)), Options{}), 80); err != nil {
 		t.Fatal(err)
 	}
-	if out := buf.String(); !strings.Contains(out, "L3: CPUs 0-1, 18 MiB, 24-way") || strings.Contains(out, "#-1") {
+	if out := buf.String(); !strings.Contains(out, "L3: CPUs 0-1, 18MiB, 24-way") || strings.Contains(out, "#-1") {
 		t.Errorf("L3 line without a cache id:\n%s", out)
 	}
 }

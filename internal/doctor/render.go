@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/crosstalk-project/crosstalk/internal/humanize"
 )
 
 // WriteText prints the report for a person, wrapped to width columns (80
@@ -231,7 +233,7 @@ func capabilityLines(c Capabilities) [][2]string {
 			if l3.ID >= 0 {
 				id = fmt.Sprintf("L3 #%d", l3.ID)
 			}
-			add("", fmt.Sprintf("%s: CPUs %s, %s, %d-way", id, l3.CPUs, bytesIEC(l3.SizeBytes), l3.Ways))
+			add("", fmt.Sprintf("%s: CPUs %s, %s, %d-way", id, l3.CPUs, humanize.Bytes(float64(l3.SizeBytes)), l3.Ways))
 		}
 		for _, w := range t.Warnings {
 			add("", "warning: "+w)
@@ -383,16 +385,4 @@ func orUnknown(s string) string {
 		return "unknown"
 	}
 	return s
-}
-
-func bytesIEC(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
 }
