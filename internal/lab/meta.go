@@ -102,12 +102,14 @@ func (m *Meta) lines() [][2]string {
 	add("command", m.Command)
 	add("host", m.Hostname)
 	add("kernel", m.Kernel)
-	cpu := m.CPUModel
-	if m.CPUs > 0 {
-		cpu = strings.TrimSpace(fmt.Sprintf("%s, %d CPUs", cpu, m.CPUs))
-		cpu = strings.TrimPrefix(cpu, ", ")
+	cpu := []string{}
+	if m.CPUModel != "" {
+		cpu = append(cpu, m.CPUModel)
 	}
-	add("cpu", cpu)
+	if m.CPUs > 0 {
+		cpu = append(cpu, fmt.Sprintf("%d CPUs", m.CPUs))
+	}
+	add("cpu", strings.Join(cpu, ", "))
 	return out
 }
 

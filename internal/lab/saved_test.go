@@ -253,3 +253,27 @@ func TestReportContentionAndSpread(t *testing.T) {
 		t.Errorf("spreads shown where a value was not repeated: %d", strings.Count(page, `class="spread"`))
 	}
 }
+
+func TestMetaLines(t *testing.T) {
+	tests := []struct {
+		name string
+		m    *Meta
+		want string
+	}{
+		{"none", nil, ""},
+		{"all", testMeta(KindRun), "crosstalk  v1.2.3 (commit 0123abc)\ndate       2026-03-14 09:26:53 UTC\ncommand    crosstalk lab run buslock --duration=2s\n" +
+			"host       lab-host-01\nkernel     6.1.0-18-amd64\ncpu        AMD EPYC 7B13, 2 CPUs\n\n"},
+		{"a count without a model", &Meta{Kind: KindRun, CPUs: 4}, "cpu        4 CPUs\n\n"},
+		{"a model without a count", &Meta{Kind: KindRun, CPUModel: "ARMv8"}, "cpu        ARMv8\n\n"},
+		{"a commit without a version", &Meta{Kind: KindRun, Commit: "0123abc"}, "crosstalk  (commit 0123abc)\n\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			writeMetaText(&b, tt.m)
+			if b.String() != tt.want {
+				t.Errorf("got\n%q\nwant\n%q", b.String(), tt.want)
+			}
+		})
+	}
+}
