@@ -300,9 +300,9 @@ func ExampleWriteText() {
 	// machine: m
 	//
 	// POLICY  TENANT  ROLE    SLOWDOWN  STEADY  THROTTLED  NAMED  PROOFS
-	// none    v       victim  2.00x     2.50x   0.0s              0
+	// none    v       victim  2.00×     2.50×   0.0s              0
 	//
-	// none       worst victim slowdown -
+	// none       worst victim slowdown –
 }
 
 func perfTestsWanted() bool { return os.Getenv("CROSSTALK_SIM_PERF") == "1" }
