@@ -1,29 +1,15 @@
 package agent
 
-// The hardware-assisted policies (Alita SC20, Kyoto Middleware 2016), next
-// to the probe policy that works everywhere:
-//
-//   - buslocks: Alita's bus-lock budget, from each tenant's bus-lock count
-//     (PMU, cgroup mode): a tenant over its share of the host budget is
-//     duty-cycled through clock modulation where it owns its cores, else
-//     its CPU quota;
-//   - permits: Kyoto's pollution permits, from each tenant's llc_cap_act
-//     (LLC misses × nominal kHz / unhalted cycles): a tenant whose credit
-//     runs out is OVER and capped through its CPU quota until it is UNDER;
-//   - power: Alita's socket power budget, from RAPL attributed to tenants:
-//     on a socket over budget the "noise" tenants step down through
-//     cpufreq or clock modulation where they own their CPUs, else quota;
-//   - llc and mba: Alita's bias isolation, from resctrl monitoring: only
-//     the abuser of a busy, unfair L3 gets a small class of ways, and an
-//     over-share tenant of a saturated domain has its bandwidth halved.
-//
-// Each policy is a judge module fed by a sensor; the first three act
-// through the agent's holds (the tightest claim per lever wins), the
-// resctrl ones through resctrl classes. Sensing runs outside the agent's
-// lock, judging and acting inside it. Every policy is off where the host
-// lacks what it needs, and says why (State.Hardware.Off).
+// The hardware-assisted policies (Alita SC20, Kyoto Middleware 2016) run
+// next to the probe policy that works everywhere, one file each
+// (policy_*.go). Hardware holds their sensors and the per-CPU and resctrl
+// actuators the host has; sensing runs outside the agent's lock, judging
+// inside it, and the arbiter applies what the policies decide. Every
+// policy is off where the host lacks what it needs, and says why
+// (State.Hardware.Off).
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -61,37 +47,27 @@ type HardwareOptions struct {
 	Files *host.Rereader
 }
 
-// Hardware is the set of hardware-assisted policies that this host can run.
+// Hardware is the set of hardware-assisted policies that this host can
+// run, with their sensors and actuators.
 type Hardware struct {
-	log  *slog.Logger
-	topo *topology.Topology
-	now  func() time.Time
+	log *slog.Logger
+	now func() time.Time
 
 	clockmod *act.ClockModulation
 	cpufreq  *act.CPUFreq
-	// levers are the per-CPU actuators the holds write through (the two
-	// above where they are on).
+	// levers are the per-CPU actuators the arbiter's holds write through
+	// (the two above where they are on).
 	levers map[judge.Lever]CPULever
 	lh     judge.LeverHost
 	domsAt time.Time
 
-	busLocks      *judge.BusLockBudget
-	busLockLevers []judge.Lever
-	permits       *judge.Permits
-	nominalKHz    float64
-	power         *sense.PowerSensor
-	powerBudget   *judge.PowerBudget
-	powerLevers   []judge.Lever
+	// policies run in this order each interval.
+	policies   []policy
+	nominalKHz float64
+	power      *sense.PowerSensor
 
 	resmon  *sense.ResctrlMonitor
 	classes *act.ResctrlClasses
-	bias    *judge.BiasIsolation
-	mba     *judge.MemBWThrottle
-	l3      map[int]l3Domain
-	// classed are the tenants with a resctrl class, per policy: the L3
-	// domains they are restricted in, with the fraction (of the ways, of
-	// the bandwidth) left to them there.
-	classed map[api.Policy]map[string]map[int]float64
 
 	// monUse is each tenant's smoothed CPU use, for the monitoring order;
 	// monOrder the order last ranked, monAge intervals since.
@@ -102,29 +78,22 @@ type Hardware struct {
 	// many intervals (about once a second), resctrlTick counts them.
 	resctrlEvery, resctrlTick int
 
-	off     map[string]string
-	last    time.Time
-	status  api.HardwareState
-	warned  map[string]bool
-	classOK bool
-}
-
-type l3Domain struct {
-	size uint64
-	ways int
-	cpus cpuset.Set
+	off    map[string]string
+	last   time.Time
+	status api.HardwareState
+	warn   *tenantWarnings
 }
 
 // NewHardware builds the policies the configuration wants and the host
 // allows. It never fails: a policy that cannot run is off, with the reason
 // in Off (and the log).
 func NewHardware(cfg Config, o HardwareOptions) *Hardware {
-	hw := &Hardware{log: o.Log, topo: o.Topology, now: o.Now, off: map[string]string{}, warned: map[string]bool{}, monUse: map[string]float64{},
-		levers:  map[judge.Lever]CPULever{},
-		classed: map[api.Policy]map[string]map[int]float64{}}
+	hw := &Hardware{log: o.Log, now: o.Now, off: map[string]string{}, monUse: map[string]float64{},
+		levers: map[judge.Lever]CPULever{}}
 	if hw.log == nil {
 		hw.log = slog.New(slog.DiscardHandler)
 	}
+	hw.warn = newTenantWarnings(hw.log)
 	if hw.now == nil {
 		hw.now = time.Now
 	}
@@ -166,8 +135,8 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 	case !has(sense.EventBusLocks):
 		hw.off[string(api.PolicyBusLocks)] = "the PMU does not count bus locks here (no hardware PMU, or no verified bus-lock event for this CPU model: see crosstalk doctor)"
 	default:
-		hw.busLocks = judge.NewBusLockBudget(cfg.BusLocks)
-		hw.busLockLevers, _ = judge.ParseLevers("buslocks.levers", cfg.BusLocks.Levers)
+		levers, _ := judge.ParseLevers("buslocks.levers", cfg.BusLocks.Levers)
+		hw.policies = append(hw.policies, &busLockPolicy{budget: judge.NewBusLockBudget(cfg.BusLocks), levers: levers, topo: o.Topology})
 	}
 
 	// Pollution permits.
@@ -183,7 +152,7 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 			break
 		}
 		hw.nominalKHz = float64(khz)
-		hw.permits = judge.NewPermits(cfg.Permits)
+		hw.policies = append(hw.policies, &permitsPolicy{permits: judge.NewPermits(cfg.Permits), nominalKHz: hw.nominalKHz})
 		hw.log.Info("pollution permits on", "nominal_khz", khz, "frequency_source", src)
 	}
 
@@ -198,8 +167,8 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 			break
 		}
 		hw.power = ps
-		hw.powerBudget = judge.NewPowerBudget(cfg.Power)
-		hw.powerLevers, _ = judge.ParseLevers("power.levers", cfg.Power.Levers)
+		levers, _ := judge.ParseLevers("power.levers", cfg.Power.Levers)
+		hw.policies = append(hw.policies, &powerPolicy{budget: judge.NewPowerBudget(cfg.Power), levers: levers})
 	}
 
 	// resctrl monitoring, LLC isolation, MBA.
@@ -230,10 +199,10 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 	hw.resctrlEvery = max(1, int(time.Second/cfg.Interval))
 	info := mon.Info()
 	hw.classes = &act.ResctrlClasses{Host: h, Info: info, State: o.State, Log: o.Log, Now: hw.now}
-	hw.l3 = map[int]l3Domain{}
+	l3 := map[int]l3Domain{}
 	if o.Topology != nil {
 		for _, c := range o.Topology.CacheLevel(3) {
-			hw.l3[c.ID] = l3Domain{size: uint64(max(c.SizeBytes, 0)), cpus: c.CPUs}
+			l3[c.ID] = l3Domain{size: uint64(max(c.SizeBytes, 0)), cpus: c.CPUs}
 		}
 	}
 	switch l := rc.LLCIsolation; {
@@ -241,15 +210,17 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 		hw.off[string(api.PolicyLLC)] = "disabled in the configuration (resctrl.llc_isolation.enabled: false)"
 	case info.L3 == nil:
 		hw.off[string(api.PolicyLLC)] = fmt.Sprintf("resctrl at %s has no L3 cache allocation (CAT)", info.Mount)
-	case len(hw.l3) == 0:
+	case len(l3) == 0:
 		hw.off[string(api.PolicyLLC)] = "no L3 in the CPU topology"
 	default:
-		for id, d := range hw.l3 {
+		withWays := make(map[int]l3Domain, len(l3))
+		for id, d := range l3 {
 			d.ways = info.L3.Ways
-			hw.l3[id] = d
+			withWays[id] = d
 		}
-		hw.bias = judge.NewBiasIsolation(judge.BiasConfig{ThrottleBC: l.ThrottleBC, RelaxBC: l.RelaxBC, BusyFraction: l.BusyFraction,
-			RelaxPeriod: l.RelaxPeriod, ReplacePeriod: l.ReplacePeriod})
+		hw.policies = append(hw.policies, &llcPolicy{l3: withWays, log: hw.log,
+			bias: judge.NewBiasIsolation(judge.BiasConfig{ThrottleBC: l.ThrottleBC, RelaxBC: l.RelaxBC, BusyFraction: l.BusyFraction,
+				RelaxPeriod: l.RelaxPeriod, ReplacePeriod: l.ReplacePeriod})})
 	}
 	switch m := rc.MBA; {
 	case !m.Enabled:
@@ -266,7 +237,7 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 				mc.Quantum = float64(info.MB.Granularity) / float64(info.MB.Max)
 			}
 		}
-		hw.mba = judge.NewMemBWThrottle(mc)
+		hw.policies = append(hw.policies, &mbaPolicy{mba: judge.NewMemBWThrottle(mc), l3: l3})
 	}
 	return hw
 }
@@ -280,11 +251,9 @@ func (hw *Hardware) Off() map[string]string {
 	return out
 }
 
-func (hw *Hardware) lever(l judge.Lever) CPULever { return hw.levers[l] }
-
 // active reports whether any policy runs (nothing to do otherwise).
 func (hw *Hardware) active() bool {
-	return hw.busLocks != nil || hw.permits != nil || hw.powerBudget != nil || hw.resmon != nil
+	return len(hw.policies) > 0 || hw.resmon != nil
 }
 
 // hwObservation is what the sense half read for the act half.
@@ -300,10 +269,10 @@ type hwObservation struct {
 	// resctrl policies step only then).
 	resctrlRead bool
 	protects    map[string]bool
+	// levers are the levers this host has, for the policies' choice.
+	levers judge.LeverHost
 }
 
-// sense reads the hardware sensors for this interval (outside the agent's
-// lock: it does I/O).
 // tenant is the tenant of this observation with that ID, and true; or
 // one known by its ID alone, and false (gone since: its release still
 // needs a name).
@@ -314,6 +283,8 @@ func (o *hwObservation) tenant(id string) (sense.Tenant, bool) {
 	return sense.Tenant{ID: id, Name: id}, false
 }
 
+// sense reads the hardware sensors for this interval (outside the agent's
+// lock: it does I/O).
 func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.Tenant) bool, health *sensorHealth) *hwObservation {
 	if !hw.active() {
 		return nil
@@ -449,15 +420,6 @@ func (hw *Hardware) monitorOrder(samples []sample) []sense.Tenant {
 // monitorRerank is how many intervals the monitoring order stands.
 const monitorRerank = 10
 
-func (hw *Hardware) warnOnce(key, what string, err error) {
-	if hw.warned[key] {
-		hw.log.Debug(what, "err", err)
-		return
-	}
-	hw.warned[key] = true
-	hw.log.Warn(what+" (further errors at debug level)", "err", err)
-}
-
 // refreshLeverHost re-reads the cpufreq policies now and then (CPUs go
 // online and offline).
 func (hw *Hardware) refreshLeverHost(now time.Time) {
@@ -467,7 +429,7 @@ func (hw *Hardware) refreshLeverHost(now time.Time) {
 	hw.domsAt = now
 	doms, err := hw.cpufreq.Domains()
 	if err != nil {
-		hw.warnOnce("cpufreq-domains", "cpufreq policies", err)
+		hw.warn.once("", "cpufreq-domains", "cpufreq policies", err)
 		return
 	}
 	hw.lh.FreqDomains = hw.lh.FreqDomains[:0]
@@ -476,73 +438,37 @@ func (hw *Hardware) refreshLeverHost(now time.Time) {
 	}
 }
 
-// actLocked judges the interval and acts, under the agent's lock.
-func (hw *Hardware) actLocked(a *Agent, o *hwObservation) {
-	if o == nil {
-		return
-	}
+// decide runs every policy on the observation, in order, and returns
+// their decisions for the arbiter (under the agent's lock).
+func (hw *Hardware) decide(o *hwObservation) []decision {
 	hw.refreshLeverHost(o.now)
-	lt := make([]judge.LeverTenant, 0, len(o.samples))
-	for _, s := range o.samples {
-		lt = append(lt, judge.LeverTenant{ID: s.t.ID, CPUs: s.t.CPUs})
+	o.levers = hw.lh
+	if o.resctrlRead {
+		hw.status.Resctrl = o.resctrl
+		for _, u := range hw.resmon.Unmonitored() {
+			hw.warn.once(u.ID, "unmon", "tenant not monitored by resctrl: "+u.ID, errors.New(u.Reason))
+		}
 	}
-	if hw.busLocks != nil {
-		hw.busLocksLocked(a, o, hw.choose(lt, hw.busLockLevers))
-	}
-	if hw.permits != nil {
-		hw.permitsLocked(a, o)
-	}
-	if hw.powerBudget != nil && o.powerOK {
-		hw.powerLocked(a, o, hw.choose(lt, hw.powerLevers))
-	}
-	if hw.resmon != nil && o.resctrlRead {
-		hw.resctrlLocked(a, o)
-	}
-}
-
-func (hw *Hardware) choose(ts []judge.LeverTenant, prefer []judge.Lever) map[string]judge.LeverChoice {
-	out := make(map[string]judge.LeverChoice, len(ts))
-	for _, c := range judge.ChooseLevers(ts, hw.lh, prefer) {
-		out[c.Tenant] = c
+	var out []decision
+	for _, p := range hw.policies {
+		ds := p.observe(o, &hw.status)
+		if len(ds) > 0 {
+			hw.log.Debug("policy decided", "policy", p.name(), "decisions", len(ds))
+		}
+		out = append(out, ds...)
 	}
 	return out
 }
 
-// cores counts the physical cores a cpuset covers.
-func (hw *Hardware) cores(cpus cpuset.Set) int {
-	if hw.topo == nil {
-		return cpus.Len()
-	}
-	seen := map[[2]int]bool{}
-	for _, id := range cpus.List() {
-		if c, ok := hw.topo.CPU(id); ok {
-			seen[[2]int{c.Package, c.Core}] = true
-		}
-	}
-	return max(1, len(seen))
-}
+// prune forgets the warnings about tenants no longer present.
+func (hw *Hardware) prune(present func(id string) bool) { hw.warn.prune(present) }
 
-// stop releases what only the hardware policies hold (resctrl classes and
-// monitoring groups); the holds release the rest.
-func (hw *Hardware) stop(a *Agent) {
-	if hw.classes != nil && !a.cfg.DryRun {
-		if n, err := hw.classes.RestoreAll(); err != nil || n > 0 {
-			a.log.Info("released resctrl classes", "released", n, "err", err)
-		}
-	}
-	for p, m := range hw.classed {
-		lever := api.LeverCAT
-		if p == api.PolicyMBA {
-			lever = api.LeverMBA
-		}
-		for id := range m {
-			a.recordPolicyLocked(a.d.Now(), sense.Tenant{ID: id, Name: id}, p, api.KindRelease, lever, 1, "agent stopping")
-		}
-	}
-	hw.classed = map[api.Policy]map[string]map[int]float64{}
+// stop removes the resctrl monitoring groups; the arbiter releases what
+// the policies hold.
+func (hw *Hardware) stop() {
 	if hw.resmon != nil {
 		if err := hw.resmon.Close(); err != nil {
-			a.log.Warn("removing resctrl monitoring groups", "err", err)
+			hw.log.Warn("removing resctrl monitoring groups", "err", err)
 		}
 	}
 }

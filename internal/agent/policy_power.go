@@ -1,0 +1,64 @@
+package agent
+
+import (
+	"github.com/crosstalk-project/crosstalk/internal/api"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+)
+
+// powerPolicy is Alita's socket power budget: from RAPL attributed to
+// tenants, on a socket over budget the "noise" tenants step down through
+// cpufreq or clock modulation where they own their CPUs, else CPU quota.
+// A per-CPU lever claims per socket (api.PowerSocketPolicy); quota cannot
+// act per socket, so a quota claim is the tenant's lowest step on any.
+type powerPolicy struct {
+	budget *judge.PowerBudget
+	levers []judge.Lever // preferred, in order
+}
+
+func (p *powerPolicy) name() api.Policy { return api.PolicyPower }
+
+func (p *powerPolicy) observe(o *hwObservation, st *api.HardwareState) []decision {
+	if !o.powerOK {
+		return nil
+	}
+	levers := o.choose(p.levers)
+	r := o.power
+	in := judge.PowerSample{At: o.now, Duration: o.dt, CPUBusy: r.CPUBusy}
+	for _, pk := range r.Packages {
+		in.Sockets = append(in.Sockets, judge.PowerSocket{ID: pk.Package, Watts: pk.Watts, CPUs: pk.CPUs,
+			AvgTemp: pk.AvgTemp, HasTemp: pk.HasTemp, PerCoreTemps: pk.PerCoreTemps})
+	}
+	watts := map[string]float64{}
+	for _, tp := range r.Tenants {
+		s, ok := o.byID[tp.ID]
+		if !ok {
+			continue
+		}
+		watts[tp.ID] += tp.Watts
+		l := levers[tp.ID]
+		in.Tenants = append(in.Tenants, judge.PowerTenant{ID: tp.ID, Name: s.t.Name, Socket: tp.Package, CPUs: tp.CPUs,
+			Watts: tp.Watts, Temp: tp.Temp, HasTemp: tp.HasTemp, Protected: o.protects[tp.ID], Lever: l.Lever, Steps: l.Steps})
+	}
+	st.TenantWatts = watts
+	st.Packages = r.Packages
+	var out []decision
+	for _, d := range p.budget.Observe(in) {
+		release := d.Action == judge.PowerRelease
+		s, ok := o.byID[d.Tenant]
+		switch {
+		case !ok: // gone: both kinds of claim go
+			out = append(out,
+				decision{policy: api.PolicyPower, tenant: d.Tenant, lever: api.Lever(d.Lever), release: true, reason: d.Reason},
+				decision{policy: api.PowerSocketPolicy(d.Socket), tenant: d.Tenant, lever: api.Lever(d.Lever), release: true, reason: d.Reason})
+		case d.Lever == judge.LeverCPUQuota:
+			step, steps, held := p.budget.TenantStep(d.Tenant)
+			out = append(out, decision{policy: api.PolicyPower, tenant: d.Tenant, lever: api.Lever(d.Lever), release: release && !held,
+				step: step, steps: steps, cpus: s.t.CPUs, reason: d.Reason})
+		default:
+			out = append(out, decision{policy: api.PowerSocketPolicy(d.Socket), tenant: d.Tenant, lever: api.Lever(d.Lever), release: release,
+				step: d.Step, steps: d.Steps, cpus: d.CPUs, reason: d.Reason})
+		}
+	}
+	st.Power = p.budget.Sockets()
+	return out
+}
