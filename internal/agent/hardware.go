@@ -10,7 +10,6 @@ package agent
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -24,7 +23,6 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/host"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/pmu"
-	"github.com/crosstalk-project/crosstalk/internal/resctrl"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 	"github.com/crosstalk-project/crosstalk/internal/topology"
 )
@@ -64,7 +62,6 @@ type Hardware struct {
 	// policies run in this order each interval.
 	policies   []policy
 	nominalKHz float64
-	power      *sense.PowerSensor
 
 	resmon  *sense.ResctrlMonitor
 	classes *act.ResctrlClasses
@@ -128,55 +125,41 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 		}
 	}
 
-	// Bus-lock budget.
-	switch {
-	case !*cfg.BusLocks.Enabled:
-		hw.off[string(api.PolicyBusLocks)] = "disabled in the configuration (buslocks.enabled: false)"
-	case !has(sense.EventBusLocks):
-		hw.off[string(api.PolicyBusLocks)] = "the PMU does not count bus locks here (no hardware PMU, or no verified bus-lock event for this CPU model: see crosstalk doctor)"
-	default:
-		levers, _ := judge.ParseLevers("buslocks.levers", cfg.BusLocks.Levers)
-		hw.policies = append(hw.policies, &busLockPolicy{budget: judge.NewBusLockBudget(cfg.BusLocks), levers: levers, topo: o.Topology})
-	}
-
-	// Pollution permits.
-	switch {
-	case !cfg.Permits.Active():
-		hw.off[string(api.PolicyPermits)] = "no llc_cap booked (permits.default, permits.classes, permits.tenants)"
-	case !has(sense.EventLLCMisses) || !has(sense.EventCycles):
-		hw.off[string(api.PolicyPermits)] = "the PMU does not count LLC misses and cycles per tenant here, so pollution (llc_cap_act) cannot be measured"
-	default:
-		khz, src, err := sense.NominalFreq(h)
-		if err != nil || khz <= 0 {
-			hw.off[string(api.PolicyPermits)] = fmt.Sprintf("no nominal CPU frequency for llc_cap_act (%v)", err)
-			break
+	env := policyEnv{cfg: cfg, host: h, topo: o.Topology, has: has, log: hw.log}
+	hw.startResctrl(cfg, o, &env)
+	// The policies, in the order they run each interval: one line each.
+	for _, p := range []struct {
+		name  api.Policy
+		build func(policyEnv) (policy, string)
+	}{
+		{api.PolicyBusLocks, newBusLockPolicy},
+		{api.PolicyPermits, newPermitsPolicy},
+		{api.PolicyPower, newPowerPolicy},
+		{api.PolicyLLC, newLLCPolicy},
+		{api.PolicyMBA, newMBAPolicy},
+	} {
+		pol, off := p.build(env)
+		if pol == nil {
+			hw.off[string(p.name)] = off
+			continue
 		}
-		hw.nominalKHz = float64(khz)
-		hw.policies = append(hw.policies, &permitsPolicy{permits: judge.NewPermits(cfg.Permits), nominalKHz: hw.nominalKHz})
-		hw.log.Info("pollution permits on", "nominal_khz", khz, "frequency_source", src)
-	}
-
-	// Power budget.
-	switch {
-	case !cfg.Power.Enabled:
-		hw.off[string(api.PolicyPower)] = "disabled (power.enabled: false): a socket budget is a property of the SKU and the rack, set it to turn the policy on"
-	default:
-		ps, err := sense.NewPowerSensor(h, o.Topology)
-		if err != nil {
-			hw.off[string(api.PolicyPower)] = err.Error()
-			break
+		hw.policies = append(hw.policies, pol)
+		if pp, ok := pol.(*permitsPolicy); ok {
+			// The state shows every tenant's pollution while permits run.
+			hw.nominalKHz = pp.nominalKHz
 		}
-		hw.power = ps
-		levers, _ := judge.ParseLevers("power.levers", cfg.Power.Levers)
-		hw.policies = append(hw.policies, &powerPolicy{budget: judge.NewPowerBudget(cfg.Power), levers: levers})
 	}
+	return hw
+}
 
-	// resctrl monitoring, LLC isolation, MBA.
+// startResctrl starts resctrl monitoring where the configuration wants it
+// and the host has it, for the LLC and MBA policies (env.resctrl), or says
+// why not (env.resctrlOff).
+func (hw *Hardware) startResctrl(cfg Config, o HardwareOptions, env *policyEnv) {
 	rc := cfg.Resctrl
 	if !*rc.Enabled {
-		hw.off[string(api.PolicyLLC)] = "disabled in the configuration (resctrl.enabled: false)"
-		hw.off[string(api.PolicyMBA)] = hw.off[string(api.PolicyLLC)]
-		return hw
+		env.resctrlOff = "disabled in the configuration (resctrl.enabled: false)"
+		return
 	}
 	// Counters are read only in the L3 domains a tenant's cpuset covers,
 	// and only the events the policies use (each read is a cross-CPU call).
@@ -186,60 +169,25 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 			domCPUs[c.ID] = c.CPUs
 		}
 	}
-	mon, err := sense.NewResctrlMonitor(h, o.Identity.HasFlag, o.Identity.IsAMD(), sense.ResctrlMonitorOptions{
+	mon, err := sense.NewResctrlMonitor(o.Host, o.Identity.HasFlag, o.Identity.IsAMD(), sense.ResctrlMonitorOptions{
 		MaxGroups: rc.MaxMonitoringGroups, Now: hw.now, DomainCPUs: domCPUs, SkipLocal: true, MaxNewPerSync: 8, Files: o.Files})
 	if err != nil {
-		hw.off[string(api.PolicyLLC)] = err.Error()
-		hw.off[string(api.PolicyMBA)] = err.Error()
-		return hw
+		env.resctrlOff = err.Error()
+		return
 	}
 	hw.resmon = mon
 	// LLC and bandwidth move slowly, and their judges smooth over several
 	// readings: once a second is enough, and each read is a cross-CPU call.
 	hw.resctrlEvery = max(1, int(time.Second/cfg.Interval))
 	info := mon.Info()
-	hw.classes = &act.ResctrlClasses{Host: h, Info: info, State: o.State, Log: o.Log, Now: hw.now}
-	l3 := map[int]l3Domain{}
+	hw.classes = &act.ResctrlClasses{Host: o.Host, Info: info, State: o.State, Log: o.Log, Now: hw.now}
+	env.resctrl = &info
+	env.l3 = map[int]l3Domain{}
 	if o.Topology != nil {
 		for _, c := range o.Topology.CacheLevel(3) {
-			l3[c.ID] = l3Domain{size: uint64(max(c.SizeBytes, 0)), cpus: c.CPUs}
+			env.l3[c.ID] = l3Domain{size: uint64(max(c.SizeBytes, 0)), cpus: c.CPUs}
 		}
 	}
-	switch l := rc.LLCIsolation; {
-	case !*l.Enabled:
-		hw.off[string(api.PolicyLLC)] = "disabled in the configuration (resctrl.llc_isolation.enabled: false)"
-	case info.L3 == nil:
-		hw.off[string(api.PolicyLLC)] = fmt.Sprintf("resctrl at %s has no L3 cache allocation (CAT)", info.Mount)
-	case len(l3) == 0:
-		hw.off[string(api.PolicyLLC)] = "no L3 in the CPU topology"
-	default:
-		withWays := make(map[int]l3Domain, len(l3))
-		for id, d := range l3 {
-			d.ways = info.L3.Ways
-			withWays[id] = d
-		}
-		hw.policies = append(hw.policies, &llcPolicy{l3: withWays, log: hw.log,
-			bias: judge.NewBiasIsolation(judge.BiasConfig{ThrottleBC: l.ThrottleBC, RelaxBC: l.RelaxBC, BusyFraction: l.BusyFraction,
-				RelaxPeriod: l.RelaxPeriod, ReplacePeriod: l.ReplacePeriod})})
-	}
-	switch m := rc.MBA; {
-	case !m.Enabled:
-		hw.off[string(api.PolicyMBA)] = "disabled (resctrl.mba.enabled: false): its threshold is the traffic this platform's L3 domain carries before it hurts, set it to turn the policy on"
-	case info.MB == nil:
-		hw.off[string(api.PolicyMBA)] = fmt.Sprintf("resctrl at %s has no memory-bandwidth allocation (MBA)", info.Mount)
-	case info.Mon == nil || !info.Mon.Has(resctrl.MBMTotalBytes):
-		hw.off[string(api.PolicyMBA)] = fmt.Sprintf("resctrl at %s has no mbm_total_bytes monitoring", info.Mount)
-	default:
-		mc := judge.MBAConfig{ThresholdBytesPerSec: m.ThresholdBytesPerSec, RelaxGuardBytesPerSec: m.RelaxGuardBytesPerSec, Floor: m.Floor}
-		if info.MB.Max > 0 {
-			mc.HardwareMin = float64(info.MB.MinBandwidth) / float64(info.MB.Max)
-			if info.MB.Units == "percent" && info.MB.Granularity > 0 {
-				mc.Quantum = float64(info.MB.Granularity) / float64(info.MB.Max)
-			}
-		}
-		hw.policies = append(hw.policies, &mbaPolicy{mba: judge.NewMemBWThrottle(mc), l3: l3})
-	}
-	return hw
 }
 
 // Off says, per policy and lever, why it is not running here.
@@ -300,15 +248,10 @@ func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.
 			o.protects[s.t.ID] = true
 		}
 	}
-	if hw.power != nil {
-		in := make([]sense.PowerTenantInput, 0, len(samples))
-		for _, s := range samples {
-			in = append(in, sense.PowerTenantInput{ID: s.t.ID, CPUs: s.t.CPUs, Usage: s.usage})
+	for _, p := range hw.policies {
+		if sp, ok := p.(sensingPolicy); ok {
+			sp.sense(o, health)
 		}
-		start := time.Now()
-		r, ok, err := hw.power.Read(now, in)
-		health.record(sensorPower, time.Since(start), err)
-		o.power, o.powerOK = r, ok
 	}
 	if hw.resmon != nil {
 		// Groups are synced on one interval of each period and read on the

@@ -1,9 +1,13 @@
 package agent
 
 import (
+	"log/slog"
+
 	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/host"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/resctrl"
 	"github.com/crosstalk-project/crosstalk/internal/topology"
 )
 
@@ -14,10 +18,35 @@ import (
 // st. A policy that needs a sensor the observation did not read this
 // interval decides nothing.
 //
-// Adding a policy is a file with its type and one line in NewHardware.
+// Adding a policy is a file with its type and constructor, and one line
+// in NewHardware's list.
 type policy interface {
 	name() api.Policy
 	observe(o *hwObservation, st *api.HardwareState) []decision
+}
+
+// sensingPolicy is a policy with a sensor of its own, read each interval
+// outside the agent's lock (it does I/O) into the observation, before any
+// policy judges it.
+type sensingPolicy interface {
+	policy
+	sense(o *hwObservation, health *sensorHealth)
+}
+
+// policyEnv is what a policy's constructor may look at to decide whether
+// it runs here. A constructor returns its policy, or nil and why it is off.
+type policyEnv struct {
+	cfg  Config
+	host *host.Host
+	topo *topology.Topology
+	// has reports whether the PMU counts a perf event per tenant here.
+	has func(event string) bool
+	log *slog.Logger
+	// resctrl is the resctrl filesystem where monitoring runs, with the
+	// host's L3 domains; resctrlOff says why it does not otherwise.
+	resctrl    *resctrl.Info
+	resctrlOff string
+	l3         map[int]l3Domain
 }
 
 // choose picks each observed tenant's lever among prefer, on the levers

@@ -16,6 +16,18 @@ type busLockPolicy struct {
 	topo   *topology.Topology
 }
 
+func newBusLockPolicy(env policyEnv) (policy, string) {
+	switch {
+	case !*env.cfg.BusLocks.Enabled:
+		return nil, "disabled in the configuration (buslocks.enabled: false)"
+	case !env.has(sense.EventBusLocks):
+		return nil, "the PMU does not count bus locks here (no hardware PMU, or no verified bus-lock event for this CPU model: see crosstalk doctor)"
+	}
+	// Validate checked the names: the error cannot happen here.
+	levers, _ := judge.ParseLevers("buslocks.levers", env.cfg.BusLocks.Levers)
+	return &busLockPolicy{budget: judge.NewBusLockBudget(env.cfg.BusLocks), levers: levers, topo: env.topo}, ""
+}
+
 func (p *busLockPolicy) name() api.Policy { return api.PolicyBusLocks }
 
 func (p *busLockPolicy) observe(o *hwObservation, st *api.HardwareState) []decision {

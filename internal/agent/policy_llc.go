@@ -29,6 +29,28 @@ type llcPolicy struct {
 	log  *slog.Logger
 }
 
+func newLLCPolicy(env policyEnv) (policy, string) {
+	l := env.cfg.Resctrl.LLCIsolation
+	switch {
+	case env.resctrl == nil:
+		return nil, env.resctrlOff
+	case !*l.Enabled:
+		return nil, "disabled in the configuration (resctrl.llc_isolation.enabled: false)"
+	case env.resctrl.L3 == nil:
+		return nil, fmt.Sprintf("resctrl at %s has no L3 cache allocation (CAT)", env.resctrl.Mount)
+	case len(env.l3) == 0:
+		return nil, "no L3 in the CPU topology"
+	}
+	l3 := make(map[int]l3Domain, len(env.l3))
+	for id, d := range env.l3 {
+		d.ways = env.resctrl.L3.Ways
+		l3[id] = d
+	}
+	return &llcPolicy{l3: l3, log: env.log,
+		bias: judge.NewBiasIsolation(judge.BiasConfig{ThrottleBC: l.ThrottleBC, RelaxBC: l.RelaxBC, BusyFraction: l.BusyFraction,
+			RelaxPeriod: l.RelaxPeriod, ReplacePeriod: l.ReplacePeriod})}, ""
+}
+
 func (p *llcPolicy) name() api.Policy { return api.PolicyLLC }
 
 func (p *llcPolicy) observe(o *hwObservation, st *api.HardwareState) []decision {

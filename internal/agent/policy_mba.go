@@ -7,6 +7,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/resctrl"
 )
 
 // mbaPolicy is Alita's memory-bandwidth throttle, from resctrl
@@ -16,6 +17,28 @@ import (
 type mbaPolicy struct {
 	mba *judge.MemBWThrottle
 	l3  map[int]l3Domain
+}
+
+func newMBAPolicy(env policyEnv) (policy, string) {
+	m, info := env.cfg.Resctrl.MBA, env.resctrl
+	switch {
+	case info == nil:
+		return nil, env.resctrlOff
+	case !m.Enabled:
+		return nil, "disabled (resctrl.mba.enabled: false): its threshold is the traffic this platform's L3 domain carries before it hurts, set it to turn the policy on"
+	case info.MB == nil:
+		return nil, fmt.Sprintf("resctrl at %s has no memory-bandwidth allocation (MBA)", info.Mount)
+	case info.Mon == nil || !info.Mon.Has(resctrl.MBMTotalBytes):
+		return nil, fmt.Sprintf("resctrl at %s has no mbm_total_bytes monitoring", info.Mount)
+	}
+	mc := judge.MBAConfig{ThresholdBytesPerSec: m.ThresholdBytesPerSec, RelaxGuardBytesPerSec: m.RelaxGuardBytesPerSec, Floor: m.Floor}
+	if info.MB.Max > 0 {
+		mc.HardwareMin = float64(info.MB.MinBandwidth) / float64(info.MB.Max)
+		if info.MB.Units == "percent" && info.MB.Granularity > 0 {
+			mc.Quantum = float64(info.MB.Granularity) / float64(info.MB.Max)
+		}
+	}
+	return &mbaPolicy{mba: judge.NewMemBWThrottle(mc), l3: env.l3}, ""
 }
 
 func (p *mbaPolicy) name() api.Policy { return api.PolicyMBA }

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+
 	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
@@ -13,6 +15,21 @@ import (
 type permitsPolicy struct {
 	permits    *judge.Permits
 	nominalKHz float64
+}
+
+func newPermitsPolicy(env policyEnv) (policy, string) {
+	switch {
+	case !env.cfg.Permits.Active():
+		return nil, "no llc_cap booked (permits.default, permits.classes, permits.tenants)"
+	case !env.has(sense.EventLLCMisses) || !env.has(sense.EventCycles):
+		return nil, "the PMU does not count LLC misses and cycles per tenant here, so pollution (llc_cap_act) cannot be measured"
+	}
+	khz, src, err := sense.NominalFreq(env.host)
+	if err != nil || khz <= 0 {
+		return nil, fmt.Sprintf("no nominal CPU frequency for llc_cap_act (%v)", err)
+	}
+	env.log.Info("pollution permits on", "nominal_khz", khz, "frequency_source", src)
+	return &permitsPolicy{permits: judge.NewPermits(env.cfg.Permits), nominalKHz: float64(khz)}, ""
 }
 
 func (p *permitsPolicy) name() api.Policy { return api.PolicyPermits }

@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"time"
+
 	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
 // powerPolicy is Alita's socket power budget: from RAPL attributed to
@@ -11,11 +14,37 @@ import (
 // A per-CPU lever claims per socket (api.PowerSocketPolicy); quota cannot
 // act per socket, so a quota claim is the tenant's lowest step on any.
 type powerPolicy struct {
+	sensor *sense.PowerSensor
 	budget *judge.PowerBudget
 	levers []judge.Lever // preferred, in order
 }
 
+func newPowerPolicy(env policyEnv) (policy, string) {
+	if !env.cfg.Power.Enabled {
+		return nil, "disabled (power.enabled: false): a socket budget is a property of the SKU and the rack, set it to turn the policy on"
+	}
+	ps, err := sense.NewPowerSensor(env.host, env.topo)
+	if err != nil {
+		return nil, err.Error()
+	}
+	// Validate checked the names: the error cannot happen here.
+	levers, _ := judge.ParseLevers("power.levers", env.cfg.Power.Levers)
+	return &powerPolicy{sensor: ps, budget: judge.NewPowerBudget(env.cfg.Power), levers: levers}, ""
+}
+
 func (p *powerPolicy) name() api.Policy { return api.PolicyPower }
+
+// sense reads RAPL and attributes it to the tenants by their CPU use.
+func (p *powerPolicy) sense(o *hwObservation, health *sensorHealth) {
+	in := make([]sense.PowerTenantInput, 0, len(o.samples))
+	for _, s := range o.samples {
+		in = append(in, sense.PowerTenantInput{ID: s.t.ID, CPUs: s.t.CPUs, Usage: s.usage})
+	}
+	start := time.Now()
+	r, ok, err := p.sensor.Read(o.now, in)
+	health.record(sensorPower, time.Since(start), err)
+	o.power, o.powerOK = r, ok
+}
 
 func (p *powerPolicy) observe(o *hwObservation, st *api.HardwareState) []decision {
 	if !o.powerOK {
