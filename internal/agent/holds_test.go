@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +17,10 @@ import (
 
 // recQuota records what the holds write through the quota actuator.
 type recQuota struct {
-	now  map[string]cgroup.Quota // cgroup → quota written (absent: original)
-	log  []string
-	fail error // Apply fails with it when set
+	now         map[string]cgroup.Quota // cgroup → quota written (absent: original)
+	log         []string
+	fail        error // Apply fails with it when set
+	failRestore error // Restore fails with it when set
 }
 
 func (r *recQuota) Apply(cg, _ string, q cgroup.Quota) error {
@@ -30,6 +32,9 @@ func (r *recQuota) Apply(cg, _ string, q cgroup.Quota) error {
 	return nil
 }
 func (r *recQuota) Restore(cg string) error {
+	if r.failRestore != nil {
+		return r.failRestore
+	}
 	delete(r.now, cg)
 	r.log = append(r.log, "restore "+cg)
 	return nil
@@ -38,9 +43,10 @@ func (r *recQuota) RestoreAll() (int, error) { return 0, nil }
 
 // recLever records a per-CPU lever's writes.
 type recLever struct {
-	steps int
-	cpu   map[int]int // step written per CPU (absent: full speed)
-	calls []string
+	steps       int
+	cpu         map[int]int // step written per CPU (absent: full speed)
+	calls       []string
+	failRestore error // Restore fails with it when set
 }
 
 func (l *recLever) Apply(tenant string, cpus cpuset.Set, step int) error {
@@ -55,6 +61,9 @@ func (l *recLever) Apply(tenant string, cpus cpuset.Set, step int) error {
 	return nil
 }
 func (l *recLever) Restore(cpus cpuset.Set) error {
+	if l.failRestore != nil {
+		return l.failRestore
+	}
 	l.calls = append(l.calls, "restore "+cpus.String())
 	for _, c := range cpus.List() {
 		delete(l.cpu, c)
@@ -89,7 +98,7 @@ func holdsAgent(t *testing.T, dryRun bool) (*Agent, *recQuota, *recLever) {
 	cfg := testConfig(t.TempDir())
 	cfg.DryRun = dryRun
 	a, err := New(cfg, Deps{Discoverer: nopDiscoverer{}, Stats: nopStats{}, Probe: nopProbe{}, Quota: q,
-		Hardware: &Hardware{levers: map[judge.Lever]CPULever{judge.LeverClockModulation: cm}}})
+		Hardware: &Hardware{levers: map[judge.Lever]CPULever{judge.LeverClockModulation: cm}, warn: newTenantWarnings(slog.New(slog.DiscardHandler))}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,22 +72,29 @@ func (p *powerPolicy) observe(o *hwObservation, st *api.HardwareState) []decisio
 	st.Packages = r.Packages
 	var out []decision
 	for _, d := range p.budget.Observe(in) {
-		release := d.Action == judge.PowerRelease
-		s, ok := o.byID[d.Tenant]
-		switch {
-		case !ok: // gone: both kinds of claim go
-			out = append(out,
-				decision{policy: api.PolicyPower, tenant: d.Tenant, lever: api.Lever(d.Lever), release: true, reason: d.Reason},
-				decision{policy: api.PowerSocketPolicy(d.Socket), tenant: d.Tenant, lever: api.Lever(d.Lever), release: true, reason: d.Reason})
-		case d.Lever == judge.LeverCPUQuota:
-			step, steps, held := p.budget.TenantStep(d.Tenant)
-			out = append(out, decision{policy: api.PolicyPower, tenant: d.Tenant, lever: api.Lever(d.Lever), release: release && !held,
-				step: step, steps: steps, cpus: s.t.CPUs, reason: d.Reason})
-		default:
-			out = append(out, decision{policy: api.PowerSocketPolicy(d.Socket), tenant: d.Tenant, lever: api.Lever(d.Lever), release: release,
-				step: d.Step, steps: d.Steps, cpus: d.CPUs, reason: d.Reason})
-		}
+		out = append(out, p.decisionsFor(o, d)...)
 	}
 	st.Power = p.budget.Sockets()
 	return out
+}
+
+// decisionsFor turns one of the budget's decisions into claims: a per-CPU
+// lever's on its socket, CPU quota's on the whole tenant at its lowest
+// step on any socket; a vanished tenant loses both.
+func (p *powerPolicy) decisionsFor(o *hwObservation, d judge.PowerDecision) []decision {
+	release := d.Action == judge.PowerRelease
+	s, ok := o.byID[d.Tenant]
+	switch {
+	case !ok:
+		return []decision{
+			{policy: api.PolicyPower, tenant: d.Tenant, lever: api.Lever(d.Lever), release: true, reason: d.Reason},
+			{policy: api.PowerSocketPolicy(d.Socket), tenant: d.Tenant, lever: api.Lever(d.Lever), release: true, reason: d.Reason},
+		}
+	case d.Lever == judge.LeverCPUQuota:
+		step, steps, held := p.budget.TenantStep(d.Tenant)
+		return []decision{{policy: api.PolicyPower, tenant: d.Tenant, lever: api.Lever(d.Lever), release: release && !held,
+			step: step, steps: steps, cpus: s.t.CPUs, reason: d.Reason}}
+	}
+	return []decision{{policy: api.PowerSocketPolicy(d.Socket), tenant: d.Tenant, lever: api.Lever(d.Lever), release: release,
+		step: d.Step, steps: d.Steps, cpus: d.CPUs, reason: d.Reason}}
 }
