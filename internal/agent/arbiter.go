@@ -44,6 +44,17 @@ type decision struct {
 	reason         string
 }
 
+// classWriter writes tenants' resctrl classes (act.ResctrlClasses).
+type classWriter interface {
+	SetCacheWays(t act.ClassTenant, domain, ways, slot int) error
+	ReleaseCache(tenantID string, domain int) error
+	SetBandwidth(t act.ClassTenant, domain int, fraction, referenceBytesPerSec float64) error
+	ReleaseBandwidth(tenantID string, domain int) error
+	SyncThreads(t act.ClassTenant) error
+	Classed() []string
+	RestoreAll() (restored int, err error)
+}
+
 // classLever reports whether a lever is a resctrl class rather than a hold.
 func classLever(l api.Lever) bool { return l == api.LeverCAT || l == api.LeverMBA }
 
@@ -61,16 +72,16 @@ type arbiterSink interface {
 // resctrl classes, every actuator that writes them, dry run, and the
 // action records and journal entries of what it did.
 type arbiter struct {
-	log    *slog.Logger
-	sink   arbiterSink
-	dryRun bool
+	log  *slog.Logger
+	sink arbiterSink
 	// period and steps are the CPU-quota grid (Sparsify.Period, .Steps).
 	period time.Duration
 	steps  int
 
+	// The actuators: in dry run, ones that write nothing (dryrun.go).
 	quota   QuotaActuator
 	levers  map[judge.Lever]CPULever
-	classes *act.ResctrlClasses // nil without resctrl
+	classes classWriter // nil without resctrl
 
 	holds map[string]*tenantHolds // by tenant
 	// classed are the tenants with a resctrl class, per policy: the L3
@@ -82,14 +93,24 @@ type arbiter struct {
 
 func newArbiter(cfg Config, d Deps, log *slog.Logger, sink arbiterSink) *arbiter {
 	sp := cfg.Sparsify()
-	ar := &arbiter{log: log, sink: sink, dryRun: cfg.DryRun, period: sp.Period, steps: sp.Steps, quota: d.Quota,
+	ar := &arbiter{log: log, sink: sink, period: sp.Period, steps: sp.Steps, quota: d.Quota,
 		levers: map[judge.Lever]CPULever{}, holds: map[string]*tenantHolds{},
 		classed: map[api.Policy]map[string]map[int]float64{}, warn: newTenantWarnings(log)}
 	if hw := d.Hardware; hw != nil {
 		for l, cl := range hw.levers {
 			ar.levers[l] = cl
 		}
-		ar.classes = hw.classes
+		if hw.classes != nil {
+			ar.classes = hw.classes
+		}
+	}
+	if cfg.DryRun {
+		// The one place dry run is checked: the holds and classes still
+		// say what would be done, and the records say it was not.
+		ar.quota, ar.classes = dryQuota{}, dryClasses{}
+		for l, cl := range ar.levers {
+			ar.levers[l] = dryLever{steps: cl.Steps()}
+		}
 	}
 	return ar
 }
@@ -210,7 +231,7 @@ func claimDuty(c claim, t sense.Tenant) float64 {
 // release recorded): the class outlives its cgroup.
 func (ar *arbiter) applyClass(now time.Time, t sense.Tenant, present bool, d decision) {
 	if d.release {
-		if !ar.dryRun && ar.classes != nil {
+		if ar.classes != nil {
 			var err error
 			if d.lever == api.LeverMBA {
 				err = ar.classes.ReleaseBandwidth(d.tenant, d.domain)
@@ -228,32 +249,30 @@ func (ar *arbiter) applyClass(now time.Time, t sense.Tenant, present bool, d dec
 	if !present {
 		return
 	}
-	if !ar.dryRun {
-		if ar.classes == nil {
-			ar.warn.once(t.ID, "noclasses", "no resctrl classes for "+string(d.lever), errors.New(d.reason))
-			return
-		}
-		ct := act.ClassTenant{ID: t.ID, Name: t.Name, Threads: t.Threads}
-		var err error
-		if d.lever == api.LeverMBA {
-			err = ar.classes.SetBandwidth(ct, d.domain, d.fraction, d.refBytesPerSec)
-		} else {
-			err = ar.classes.SetCacheWays(ct, d.domain, d.ways, d.slot)
-		}
-		var full *act.ClassExhaustedError
-		switch {
-		case errors.As(err, &full):
-			// No class of service left: the lever is unavailable for this
-			// tenant until another class is released. Say so; do not
-			// throttle it some other way on cache evidence alone.
-			ar.warn.once(t.ID, "closid", "no resctrl class for "+t.ID, err)
-			ar.sink.journal(act.Event{Kind: "error", Policy: string(d.policy), Lever: string(d.lever), Tenant: t.ID, Name: t.Name, Detail: err.Error()})
-			return
-		case err != nil:
-			ar.log.Error("resctrl class", "policy", d.policy, "lever", d.lever, "tenant", t.ID, "err", err)
-			ar.sink.journal(act.Event{Kind: "error", Policy: string(d.policy), Lever: string(d.lever), Tenant: t.ID, Name: t.Name, Detail: err.Error()})
-			return
-		}
+	if ar.classes == nil {
+		ar.warn.once(t.ID, "noclasses", "no resctrl classes for "+string(d.lever), errors.New(d.reason))
+		return
+	}
+	ct := act.ClassTenant{ID: t.ID, Name: t.Name, Threads: t.Threads}
+	var err error
+	if d.lever == api.LeverMBA {
+		err = ar.classes.SetBandwidth(ct, d.domain, d.fraction, d.refBytesPerSec)
+	} else {
+		err = ar.classes.SetCacheWays(ct, d.domain, d.ways, d.slot)
+	}
+	var full *act.ClassExhaustedError
+	switch {
+	case errors.As(err, &full):
+		// No class of service left: the lever is unavailable for this
+		// tenant until another class is released. Say so; do not
+		// throttle it some other way on cache evidence alone.
+		ar.warn.once(t.ID, "closid", "no resctrl class for "+t.ID, err)
+		ar.sink.journal(act.Event{Kind: "error", Policy: string(d.policy), Lever: string(d.lever), Tenant: t.ID, Name: t.Name, Detail: err.Error()})
+		return
+	case err != nil:
+		ar.log.Error("resctrl class", "policy", d.policy, "lever", d.lever, "tenant", t.ID, "err", err)
+		ar.sink.journal(act.Event{Kind: "error", Policy: string(d.policy), Lever: string(d.lever), Tenant: t.ID, Name: t.Name, Detail: err.Error()})
+		return
 	}
 	old, classed := ar.classed[d.policy][d.tenant][d.domain]
 	kind := actionKind(classed, old, d.fraction)
@@ -270,7 +289,7 @@ func (ar *arbiter) applyClass(now time.Time, t sense.Tenant, present bool, d dec
 
 // syncClasses moves a classed tenant's new threads into its class.
 func (ar *arbiter) syncClasses(o *hwObservation) {
-	if ar.dryRun || ar.classes == nil {
+	if ar.classes == nil {
 		return
 	}
 	for _, id := range ar.classes.Classed() {
@@ -393,7 +412,7 @@ func (ar *arbiter) stop(now time.Time) {
 			ar.record(now, h.tenant, p, api.KindRelease, api.Lever(claims[p].lever), 1, "agent stopping")
 		}
 	}
-	if ar.classes != nil && !ar.dryRun {
+	if ar.classes != nil {
 		if n, err := ar.classes.RestoreAll(); err != nil || n > 0 {
 			ar.log.Info("released resctrl classes", "released", n, "err", err)
 		}

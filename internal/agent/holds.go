@@ -144,8 +144,8 @@ func (ar *arbiter) held(id string, policy api.Policy) bool {
 // enforce writes what the claims of h add up to on every lever: the
 // tightest CPU quota (restored when no claim is left), and per CPU the
 // lowest step of each per-CPU lever (restored where no claim covers it).
-// In dry-run nothing is written. Errors are joined; what could be written
-// is.
+// In dry run the arbiter's actuators write nothing (dryrun.go). Errors
+// are joined; what could be written is.
 func (ar *arbiter) enforce(h *tenantHolds) error {
 	var errs []error
 	// CPU quota: the fewest CPUs wins; ties keep the earlier policy's
@@ -164,8 +164,6 @@ func (ar *arbiter) enforce(h *tenantHolds) error {
 	}
 	switch {
 	case want == h.quota:
-	case ar.dryRun:
-		h.quota = want
 	case want.Period == 0:
 		if err := ar.quota.Restore(h.tenant.Cgroup); err != nil {
 			errs = append(errs, fmt.Errorf("restore quota of %s: %w", h.tenant.ID, err))
@@ -223,14 +221,6 @@ func (ar *arbiter) enforceCPULever(h *tenantHolds, lever judge.Lever, policies [
 		if _, ok := want[cpu]; !ok {
 			freed = append(freed, cpu)
 		}
-	}
-	if ar.dryRun {
-		if len(want) == 0 {
-			delete(h.perCPU, lever)
-		} else {
-			h.perCPU[lever] = want
-		}
-		return nil
 	}
 	var errs []error
 	if len(freed) > 0 {
