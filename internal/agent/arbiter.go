@@ -67,10 +67,11 @@ type arbiterSink interface {
 	handleWriteErr(t sense.Tenant, err error)
 }
 
-// arbiter applies every policy's decisions, the probe policy's included:
-// it owns the holds (the tightest claim per tenant and lever), the
-// resctrl classes, every actuator that writes them, dry run, and the
-// action records and journal entries of what it did.
+// arbiter applies every policy's claims and releases, the probe policy's
+// included: it owns the holds (the tightest claim per tenant and lever),
+// the resctrl classes, every actuator that writes them, and dry run. It
+// records the hardware policies' actions and journals what failed; the
+// probe policy records its own (they speak of proofs and duty steps).
 type arbiter struct {
 	log  *slog.Logger
 	sink arbiterSink
@@ -124,10 +125,11 @@ func (ar *arbiter) apply(o *hwObservation, ds []decision) {
 		case classLever(d.lever):
 			ar.applyClass(o.now, t, present, d)
 		case !present:
-			// Its cgroup is gone: only the claim is left to drop (a
-			// vanished tenant's holds are released without a record).
-			if err := ar.releaseHold(d.tenant, d.policy); err != nil {
-				ar.log.Debug("release of a vanished tenant", "policy", d.policy, "tenant", d.tenant, "err", err)
+			// Its cgroup is gone: only the claim is left to drop, without
+			// a record; what the release must still undo (the clock of
+			// the CPUs it ran on) may fail like any release.
+			if err := ar.releaseHold(d.tenant, d.policy); err != nil && !errors.Is(err, act.ErrGone) {
+				ar.releaseFailed(t, d.policy, d.lever, err)
 			}
 		default:
 			ar.applyHold(o.now, t, d)
