@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
@@ -17,8 +19,16 @@ import (
 // cap or a proven polluter's duty); the tenant gets the tightest claim of
 // all policies. In dry-run nothing is written.
 func (a *Agent) apply(t sense.Tenant, q cgroup.Quota, reason string, now time.Time) error {
-	return a.holdQuotaLocked(t, api.PolicyProbe, q, reason, now)
+	return a.arb.hold(t, api.PolicyProbe, claim{lever: judge.LeverCPUQuota, quota: q, reason: reason, since: now})
 }
+
+// heldLocked reports whether policy holds tenant id (any policy when
+// policy is "").
+func (a *Agent) heldLocked(id string, policy api.Policy) bool { return a.arb.held(id, policy) }
+
+// forgetHoldsLocked drops a vanished tenant's holds, restoring the CPUs it
+// was held on.
+func (a *Agent) forgetHoldsLocked(id string) { a.arb.forgetHolds(id) }
 
 // releaseLocked drops the probe policy's claim on a tenant: it gets its
 // original quota back unless another policy still holds it.
@@ -31,9 +41,39 @@ func (a *Agent) releaseLocked(t sense.Tenant, why string) {
 // cap, a survey's, a polluter's duty); a failed restore is logged and
 // journalled.
 func (a *Agent) dropProbeHoldLocked(t sense.Tenant) {
-	if err := a.releaseHoldLocked(t.ID, api.PolicyProbe); err != nil {
-		a.log.Error("restore quota", "tenant", t.ID, "err", err)
-		a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: "restore failed: " + err.Error()})
+	if err := a.arb.releaseHold(t.ID, api.PolicyProbe); err != nil {
+		a.arb.releaseFailed(t, api.PolicyProbe, api.LeverCPUQuota, err)
+	}
+}
+
+// hardwareLocked has the hardware policies judge this interval's
+// observation (nil: none runs) and the arbiter apply their decisions.
+// When discovery succeeded, it then forgets what is kept per tenant for
+// the tenants it no longer found: holds, resctrl classes, warnings and
+// backoffs. (Not on a failed discovery: every tenant would look gone.)
+func (a *Agent) hardwareLocked(now time.Time, o *hwObservation, tenants []sense.Tenant, discovered bool) {
+	if a.d.Hardware != nil && o != nil {
+		a.arb.apply(o, a.d.Hardware.decide(o))
+		if o.resctrlRead {
+			a.arb.syncClasses(o)
+		}
+	}
+	if !discovered {
+		return
+	}
+	known := make(map[string]bool, len(tenants))
+	for _, t := range tenants {
+		known[t.ID] = true
+	}
+	present := func(id string) bool { return known[id] }
+	a.arb.prune(now, present)
+	if a.d.Hardware != nil {
+		a.d.Hardware.prune(present)
+	}
+	for k := range a.backoff {
+		if !present(strings.TrimPrefix(k, signalWait+":")) {
+			delete(a.backoff, k)
+		}
 	}
 }
 
@@ -68,15 +108,6 @@ func (a *Agent) recordLocked(now time.Time, t sense.Tenant, kind api.ActionKind,
 // (a proof switches a dozen times).
 func (a *Agent) recordSlotLocked(now time.Time, t sense.Tenant, kind api.ActionKind, quota float64, reason string) {
 	a.recordActionLocked(api.ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: api.PolicyProbe, Lever: api.LeverCPUQuota, Quota: quota, Duty: 1, Reason: reason})
-}
-
-// recordPolicyLocked notes an action of another policy.
-func (a *Agent) recordPolicyLocked(now time.Time, t sense.Tenant, policy api.Policy, kind api.ActionKind, lever api.Lever, duty float64, reason string) {
-	var quota float64
-	if h := a.holds[t.ID]; h != nil && h.quota.Period > 0 {
-		quota = h.quota.CPUs()
-	}
-	a.recordActionLocked(api.ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policy, Lever: lever, Quota: quota, Duty: duty, Reason: reason})
 }
 
 // recordActionLocked notes an action for the state, the journal and the hook.

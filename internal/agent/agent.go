@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"path"
 	"path/filepath"
 	"slices"
@@ -100,9 +99,11 @@ type Agent struct {
 	marks     map[string]delayMark
 	throttled map[string]*throttled
 	backoff   map[string]backoff
-	holds     map[string]*tenantHolds // what each policy holds each tenant to
-	proof     *proof
-	pending   map[int]*probeRun // per CPU: a probe that outlived its timeout
+	// arb applies every policy's claims and releases (arbiter.go): the
+	// holds, the resctrl classes, and the actuators behind them.
+	arb     *arbiter
+	proof   *proof
+	pending map[int]*probeRun // per CPU: a probe that outlived its timeout
 	// capTime is each tenant's proof cap time in the last minute, for the
 	// budget that bounds what proofs may cost an innocent.
 	capTime map[string][]capSlot
@@ -174,11 +175,12 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		cont: judge.NewContention(cfg.Thresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
 		wait: judge.NewCPUWait(cfg.WaitThresholds()), waitSusp: judge.NewSuspects(cfg.Judge.Window),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]delayMark{}, throttled: map[string]*throttled{},
-		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{}, holds: map[string]*tenantHolds{},
+		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{},
 		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{}, carry: map[string]carried{}, convicts: map[string]convict{}, survey: surveyRounds,
 		hotKind: map[string]time.Time{}, beats: make(chan struct{}, 1), reloads: make(chan reloadRequest),
 		health: newSensorHealth(d.Log),
 	}
+	a.arb = newArbiter(cfg, d, d.Log, a)
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
 	}
@@ -325,15 +327,9 @@ func (a *Agent) shutdown() {
 		a.proof = nil
 		a.recordLocked(a.d.Now(), p.tenant, api.KindRelease, 0, 1, "agent stopping during a proof")
 	}
-	for id, h := range a.holds {
-		claims := h.claims
-		a.forgetHoldsLocked(id)
-		for _, p := range slices.Sorted(maps.Keys(claims)) {
-			a.recordPolicyLocked(a.d.Now(), h.tenant, p, api.KindRelease, api.Lever(claims[p].lever), 1, "agent stopping")
-		}
-	}
+	a.arb.stop(a.d.Now())
 	if a.d.Hardware != nil {
-		a.d.Hardware.stop(a)
+		a.d.Hardware.stop()
 	}
 	// What the holds could not undo, and anything recorded outside them.
 	if n, err := a.d.Quota.RestoreAll(); err != nil || n > 0 {
@@ -365,6 +361,7 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	start := time.Now()
 	tenants, err := a.d.Discoverer.Discover()
 	a.health.record(sensorDiscovery, time.Since(start), err)
+	discovered := err == nil
 	if lh, ok := a.d.Discoverer.(libvirtHealth); ok {
 		took, err := lh.LibvirtHealth()
 		a.health.record(sensorLibvirt, took, err)
@@ -449,9 +446,7 @@ func (a *Agent) step(now time.Time) (quick bool) {
 		present := presentOf(samples)
 		a.judgeWaitLocked(samples, views)
 		a.controlLocked(now, judge.Verdict{Ratio: a.lastRatio}, present, false)
-		if a.d.Hardware != nil {
-			a.d.Hardware.actLocked(a, hw)
-		}
+		a.hardwareLocked(now, hw, tenants, discovered)
 		var ranked []judge.Suspect
 		if a.proof == nil {
 			ranked = a.maybeProveWaitLocked(now, views, present)
@@ -504,9 +499,7 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	present := presentOf(samples)
 	a.judgeWaitLocked(samples, views)
 	idle := a.controlLocked(now, v, present, true)
-	if a.d.Hardware != nil {
-		a.d.Hardware.actLocked(a, hw)
-	}
+	a.hardwareLocked(now, hw, tenants, discovered)
 
 	var ranked []judge.Suspect
 	if v.Contended && a.proof == nil {

@@ -3,6 +3,27 @@
 // is contended and who is suspected, proves a suspect by perturbation, and
 // has the actuators throttle only a proven polluter — restoring everything
 // on exit, and on start whatever a killed predecessor left.
+//
+// Deciding and writing are apart: policy → arbiter → actuator.
+//
+//   - A policy judges and asks. The probe policy (a proof's caps, a proven
+//     polluter's duty) runs in the agent itself; each hardware-assisted
+//     policy (bus-lock budget, pollution permits, power budget, LLC and
+//     MBA isolation) is a type in its own file (policy_*.go) holding only
+//     its judge and configuration: each interval it reads the observation
+//     the sensors made and returns decisions — a claim on a lever for a
+//     tenant (a CPU-quota cap, a clock-modulation or cpufreq step on some
+//     CPUs, a resctrl class of ways or bandwidth), or a release, each with
+//     its reason. It writes nothing.
+//   - The arbiter (arbiter.go) applies every decision. Several policies may
+//     hold one tenant: it keeps each one's claim and gives the tenant the
+//     tightest per lever, so no policy's release undoes another's throttle.
+//     Dry run stops every write there, in one place. It records each
+//     hardware policy's action (state, journal, hook), journals a failed
+//     release the same way for every lever, and forgets a tenant that
+//     discovery no longer finds.
+//   - The actuators (internal/act: CPU quota, clock modulation, cpufreq,
+//     resctrl classes) write what the arbiter asks, and nothing else does.
 package agent
 
 import (

@@ -1,30 +1,15 @@
 package agent
 
-// The hardware-assisted policies (Alita SC20, Kyoto Middleware 2016), next
-// to the probe policy that works everywhere:
-//
-//   - buslocks: Alita's bus-lock budget, from each tenant's bus-lock count
-//     (PMU, cgroup mode): a tenant over its share of the host budget is
-//     duty-cycled through clock modulation where it owns its cores, else
-//     its CPU quota;
-//   - permits: Kyoto's pollution permits, from each tenant's llc_cap_act
-//     (LLC misses × nominal kHz / unhalted cycles): a tenant whose credit
-//     runs out is OVER and capped through its CPU quota until it is UNDER;
-//   - power: Alita's socket power budget, from RAPL attributed to tenants:
-//     on a socket over budget the "noise" tenants step down through
-//     cpufreq or clock modulation where they own their CPUs, else quota;
-//   - llc and mba: Alita's bias isolation, from resctrl monitoring: only
-//     the abuser of a busy, unfair L3 gets a small class of ways, and an
-//     over-share tenant of a saturated domain has its bandwidth halved.
-//
-// Each policy is a judge module fed by a sensor; the first three act
-// through the agent's holds (the tightest claim per lever wins), the
-// resctrl ones through resctrl classes. Sensing runs outside the agent's
-// lock, judging and acting inside it. Every policy is off where the host
-// lacks what it needs, and says why (State.Hardware.Off).
+// The hardware-assisted policies (Alita SC20, Kyoto Middleware 2016) run
+// next to the probe policy that works everywhere, one file each
+// (policy_*.go). Hardware holds their sensors and the per-CPU and resctrl
+// actuators the host has; sensing runs outside the agent's lock, judging
+// inside it, and the arbiter applies what the policies decide. Every
+// policy is off where the host lacks what it needs, and says why
+// (State.Hardware.Off).
 
 import (
-	"fmt"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -38,7 +23,6 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/host"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/pmu"
-	"github.com/crosstalk-project/crosstalk/internal/resctrl"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 	"github.com/crosstalk-project/crosstalk/internal/topology"
 )
@@ -61,37 +45,26 @@ type HardwareOptions struct {
 	Files *host.Rereader
 }
 
-// Hardware is the set of hardware-assisted policies that this host can run.
+// Hardware is the set of hardware-assisted policies that this host can
+// run, with their sensors and actuators.
 type Hardware struct {
-	log  *slog.Logger
-	topo *topology.Topology
-	now  func() time.Time
+	log *slog.Logger
+	now func() time.Time
 
 	clockmod *act.ClockModulation
 	cpufreq  *act.CPUFreq
-	// levers are the per-CPU actuators the holds write through (the two
-	// above where they are on).
+	// levers are the per-CPU actuators the arbiter's holds write through
+	// (the two above where they are on).
 	levers map[judge.Lever]CPULever
 	lh     judge.LeverHost
 	domsAt time.Time
 
-	busLocks      *judge.BusLockBudget
-	busLockLevers []judge.Lever
-	permits       *judge.Permits
-	nominalKHz    float64
-	power         *sense.PowerSensor
-	powerBudget   *judge.PowerBudget
-	powerLevers   []judge.Lever
+	// policies run in this order each interval.
+	policies   []policy
+	nominalKHz float64
 
 	resmon  *sense.ResctrlMonitor
 	classes *act.ResctrlClasses
-	bias    *judge.BiasIsolation
-	mba     *judge.MemBWThrottle
-	l3      map[int]l3Domain
-	// classed are the tenants with a resctrl class, per policy: the L3
-	// domains they are restricted in, with the fraction (of the ways, of
-	// the bandwidth) left to them there.
-	classed map[api.Policy]map[string]map[int]float64
 
 	// monUse is each tenant's smoothed CPU use, for the monitoring order;
 	// monOrder the order last ranked, monAge intervals since.
@@ -102,29 +75,22 @@ type Hardware struct {
 	// many intervals (about once a second), resctrlTick counts them.
 	resctrlEvery, resctrlTick int
 
-	off     map[string]string
-	last    time.Time
-	status  api.HardwareState
-	warned  map[string]bool
-	classOK bool
-}
-
-type l3Domain struct {
-	size uint64
-	ways int
-	cpus cpuset.Set
+	off    map[string]string
+	last   time.Time
+	status api.HardwareState
+	warn   *tenantWarnings
 }
 
 // NewHardware builds the policies the configuration wants and the host
 // allows. It never fails: a policy that cannot run is off, with the reason
 // in Off (and the log).
 func NewHardware(cfg Config, o HardwareOptions) *Hardware {
-	hw := &Hardware{log: o.Log, topo: o.Topology, now: o.Now, off: map[string]string{}, warned: map[string]bool{}, monUse: map[string]float64{},
-		levers:  map[judge.Lever]CPULever{},
-		classed: map[api.Policy]map[string]map[int]float64{}}
+	hw := &Hardware{log: o.Log, now: o.Now, off: map[string]string{}, monUse: map[string]float64{},
+		levers: map[judge.Lever]CPULever{}}
 	if hw.log == nil {
 		hw.log = slog.New(slog.DiscardHandler)
 	}
+	hw.warn = newTenantWarnings(hw.log)
 	if hw.now == nil {
 		hw.now = time.Now
 	}
@@ -159,55 +125,41 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 		}
 	}
 
-	// Bus-lock budget.
-	switch {
-	case !*cfg.BusLocks.Enabled:
-		hw.off[string(api.PolicyBusLocks)] = "disabled in the configuration (buslocks.enabled: false)"
-	case !has(sense.EventBusLocks):
-		hw.off[string(api.PolicyBusLocks)] = "the PMU does not count bus locks here (no hardware PMU, or no verified bus-lock event for this CPU model: see crosstalk doctor)"
-	default:
-		hw.busLocks = judge.NewBusLockBudget(cfg.BusLocks)
-		hw.busLockLevers, _ = judge.ParseLevers("buslocks.levers", cfg.BusLocks.Levers)
-	}
-
-	// Pollution permits.
-	switch {
-	case !cfg.Permits.Active():
-		hw.off[string(api.PolicyPermits)] = "no llc_cap booked (permits.default, permits.classes, permits.tenants)"
-	case !has(sense.EventLLCMisses) || !has(sense.EventCycles):
-		hw.off[string(api.PolicyPermits)] = "the PMU does not count LLC misses and cycles per tenant here, so pollution (llc_cap_act) cannot be measured"
-	default:
-		khz, src, err := sense.NominalFreq(h)
-		if err != nil || khz <= 0 {
-			hw.off[string(api.PolicyPermits)] = fmt.Sprintf("no nominal CPU frequency for llc_cap_act (%v)", err)
-			break
+	env := policyEnv{cfg: cfg, host: h, topo: o.Topology, has: has, log: hw.log}
+	hw.startResctrl(cfg, o, &env)
+	// The policies, in the order they run each interval: one line each.
+	for _, p := range []struct {
+		name  api.Policy
+		build func(policyEnv) (policy, string)
+	}{
+		{api.PolicyBusLocks, newBusLockPolicy},
+		{api.PolicyPermits, newPermitsPolicy},
+		{api.PolicyPower, newPowerPolicy},
+		{api.PolicyLLC, newLLCPolicy},
+		{api.PolicyMBA, newMBAPolicy},
+	} {
+		pol, off := p.build(env)
+		if pol == nil {
+			hw.off[string(p.name)] = off
+			continue
 		}
-		hw.nominalKHz = float64(khz)
-		hw.permits = judge.NewPermits(cfg.Permits)
-		hw.log.Info("pollution permits on", "nominal_khz", khz, "frequency_source", src)
-	}
-
-	// Power budget.
-	switch {
-	case !cfg.Power.Enabled:
-		hw.off[string(api.PolicyPower)] = "disabled (power.enabled: false): a socket budget is a property of the SKU and the rack, set it to turn the policy on"
-	default:
-		ps, err := sense.NewPowerSensor(h, o.Topology)
-		if err != nil {
-			hw.off[string(api.PolicyPower)] = err.Error()
-			break
+		hw.policies = append(hw.policies, pol)
+		if pp, ok := pol.(*permitsPolicy); ok {
+			// The state shows every tenant's pollution while permits run.
+			hw.nominalKHz = pp.nominalKHz
 		}
-		hw.power = ps
-		hw.powerBudget = judge.NewPowerBudget(cfg.Power)
-		hw.powerLevers, _ = judge.ParseLevers("power.levers", cfg.Power.Levers)
 	}
+	return hw
+}
 
-	// resctrl monitoring, LLC isolation, MBA.
+// startResctrl starts resctrl monitoring where the configuration wants it
+// and the host has it, for the LLC and MBA policies (env.resctrl), or says
+// why not (env.resctrlOff).
+func (hw *Hardware) startResctrl(cfg Config, o HardwareOptions, env *policyEnv) {
 	rc := cfg.Resctrl
 	if !*rc.Enabled {
-		hw.off[string(api.PolicyLLC)] = "disabled in the configuration (resctrl.enabled: false)"
-		hw.off[string(api.PolicyMBA)] = hw.off[string(api.PolicyLLC)]
-		return hw
+		env.resctrlOff = "disabled in the configuration (resctrl.enabled: false)"
+		return
 	}
 	// Counters are read only in the L3 domains a tenant's cpuset covers,
 	// and only the events the policies use (each read is a cross-CPU call).
@@ -217,58 +169,25 @@ func NewHardware(cfg Config, o HardwareOptions) *Hardware {
 			domCPUs[c.ID] = c.CPUs
 		}
 	}
-	mon, err := sense.NewResctrlMonitor(h, o.Identity.HasFlag, o.Identity.IsAMD(), sense.ResctrlMonitorOptions{
+	mon, err := sense.NewResctrlMonitor(o.Host, o.Identity.HasFlag, o.Identity.IsAMD(), sense.ResctrlMonitorOptions{
 		MaxGroups: rc.MaxMonitoringGroups, Now: hw.now, DomainCPUs: domCPUs, SkipLocal: true, MaxNewPerSync: 8, Files: o.Files})
 	if err != nil {
-		hw.off[string(api.PolicyLLC)] = err.Error()
-		hw.off[string(api.PolicyMBA)] = err.Error()
-		return hw
+		env.resctrlOff = err.Error()
+		return
 	}
 	hw.resmon = mon
 	// LLC and bandwidth move slowly, and their judges smooth over several
 	// readings: once a second is enough, and each read is a cross-CPU call.
 	hw.resctrlEvery = max(1, int(time.Second/cfg.Interval))
 	info := mon.Info()
-	hw.classes = &act.ResctrlClasses{Host: h, Info: info, State: o.State, Log: o.Log, Now: hw.now}
-	hw.l3 = map[int]l3Domain{}
+	hw.classes = &act.ResctrlClasses{Host: o.Host, Info: info, State: o.State, Log: o.Log, Now: hw.now}
+	env.resctrl = &info
+	env.l3 = map[int]l3Domain{}
 	if o.Topology != nil {
 		for _, c := range o.Topology.CacheLevel(3) {
-			hw.l3[c.ID] = l3Domain{size: uint64(max(c.SizeBytes, 0)), cpus: c.CPUs}
+			env.l3[c.ID] = l3Domain{size: uint64(max(c.SizeBytes, 0)), cpus: c.CPUs}
 		}
 	}
-	switch l := rc.LLCIsolation; {
-	case !*l.Enabled:
-		hw.off[string(api.PolicyLLC)] = "disabled in the configuration (resctrl.llc_isolation.enabled: false)"
-	case info.L3 == nil:
-		hw.off[string(api.PolicyLLC)] = fmt.Sprintf("resctrl at %s has no L3 cache allocation (CAT)", info.Mount)
-	case len(hw.l3) == 0:
-		hw.off[string(api.PolicyLLC)] = "no L3 in the CPU topology"
-	default:
-		for id, d := range hw.l3 {
-			d.ways = info.L3.Ways
-			hw.l3[id] = d
-		}
-		hw.bias = judge.NewBiasIsolation(judge.BiasConfig{ThrottleBC: l.ThrottleBC, RelaxBC: l.RelaxBC, BusyFraction: l.BusyFraction,
-			RelaxPeriod: l.RelaxPeriod, ReplacePeriod: l.ReplacePeriod})
-	}
-	switch m := rc.MBA; {
-	case !m.Enabled:
-		hw.off[string(api.PolicyMBA)] = "disabled (resctrl.mba.enabled: false): its threshold is the traffic this platform's L3 domain carries before it hurts, set it to turn the policy on"
-	case info.MB == nil:
-		hw.off[string(api.PolicyMBA)] = fmt.Sprintf("resctrl at %s has no memory-bandwidth allocation (MBA)", info.Mount)
-	case info.Mon == nil || !info.Mon.Has(resctrl.MBMTotalBytes):
-		hw.off[string(api.PolicyMBA)] = fmt.Sprintf("resctrl at %s has no mbm_total_bytes monitoring", info.Mount)
-	default:
-		mc := judge.MBAConfig{ThresholdBytesPerSec: m.ThresholdBytesPerSec, RelaxGuardBytesPerSec: m.RelaxGuardBytesPerSec, Floor: m.Floor}
-		if info.MB.Max > 0 {
-			mc.HardwareMin = float64(info.MB.MinBandwidth) / float64(info.MB.Max)
-			if info.MB.Units == "percent" && info.MB.Granularity > 0 {
-				mc.Quantum = float64(info.MB.Granularity) / float64(info.MB.Max)
-			}
-		}
-		hw.mba = judge.NewMemBWThrottle(mc)
-	}
-	return hw
 }
 
 // Off says, per policy and lever, why it is not running here.
@@ -280,11 +199,9 @@ func (hw *Hardware) Off() map[string]string {
 	return out
 }
 
-func (hw *Hardware) lever(l judge.Lever) CPULever { return hw.levers[l] }
-
 // active reports whether any policy runs (nothing to do otherwise).
 func (hw *Hardware) active() bool {
-	return hw.busLocks != nil || hw.permits != nil || hw.powerBudget != nil || hw.resmon != nil
+	return len(hw.policies) > 0 || hw.resmon != nil
 }
 
 // hwObservation is what the sense half read for the act half.
@@ -300,10 +217,10 @@ type hwObservation struct {
 	// resctrl policies step only then).
 	resctrlRead bool
 	protects    map[string]bool
+	// levers are the levers this host has, for the policies' choice.
+	levers judge.LeverHost
 }
 
-// sense reads the hardware sensors for this interval (outside the agent's
-// lock: it does I/O).
 // tenant is the tenant of this observation with that ID, and true; or
 // one known by its ID alone, and false (gone since: its release still
 // needs a name).
@@ -314,6 +231,8 @@ func (o *hwObservation) tenant(id string) (sense.Tenant, bool) {
 	return sense.Tenant{ID: id, Name: id}, false
 }
 
+// sense reads the hardware sensors for this interval (outside the agent's
+// lock: it does I/O).
 func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.Tenant) bool, health *sensorHealth) *hwObservation {
 	if !hw.active() {
 		return nil
@@ -329,15 +248,10 @@ func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.
 			o.protects[s.t.ID] = true
 		}
 	}
-	if hw.power != nil {
-		in := make([]sense.PowerTenantInput, 0, len(samples))
-		for _, s := range samples {
-			in = append(in, sense.PowerTenantInput{ID: s.t.ID, CPUs: s.t.CPUs, Usage: s.usage})
+	for _, p := range hw.policies {
+		if sp, ok := p.(sensingPolicy); ok {
+			sp.sense(o, health)
 		}
-		start := time.Now()
-		r, ok, err := hw.power.Read(now, in)
-		health.record(sensorPower, time.Since(start), err)
-		o.power, o.powerOK = r, ok
 	}
 	if hw.resmon != nil {
 		// Groups are synced on one interval of each period and read on the
@@ -449,15 +363,6 @@ func (hw *Hardware) monitorOrder(samples []sample) []sense.Tenant {
 // monitorRerank is how many intervals the monitoring order stands.
 const monitorRerank = 10
 
-func (hw *Hardware) warnOnce(key, what string, err error) {
-	if hw.warned[key] {
-		hw.log.Debug(what, "err", err)
-		return
-	}
-	hw.warned[key] = true
-	hw.log.Warn(what+" (further errors at debug level)", "err", err)
-}
-
 // refreshLeverHost re-reads the cpufreq policies now and then (CPUs go
 // online and offline).
 func (hw *Hardware) refreshLeverHost(now time.Time) {
@@ -467,7 +372,7 @@ func (hw *Hardware) refreshLeverHost(now time.Time) {
 	hw.domsAt = now
 	doms, err := hw.cpufreq.Domains()
 	if err != nil {
-		hw.warnOnce("cpufreq-domains", "cpufreq policies", err)
+		hw.warn.once("", "cpufreq-domains", "cpufreq policies", err)
 		return
 	}
 	hw.lh.FreqDomains = hw.lh.FreqDomains[:0]
@@ -476,73 +381,37 @@ func (hw *Hardware) refreshLeverHost(now time.Time) {
 	}
 }
 
-// actLocked judges the interval and acts, under the agent's lock.
-func (hw *Hardware) actLocked(a *Agent, o *hwObservation) {
-	if o == nil {
-		return
-	}
+// decide runs every policy on the observation, in order, and returns
+// their decisions for the arbiter (under the agent's lock).
+func (hw *Hardware) decide(o *hwObservation) []decision {
 	hw.refreshLeverHost(o.now)
-	lt := make([]judge.LeverTenant, 0, len(o.samples))
-	for _, s := range o.samples {
-		lt = append(lt, judge.LeverTenant{ID: s.t.ID, CPUs: s.t.CPUs})
+	o.levers = hw.lh
+	if o.resctrlRead {
+		hw.status.Resctrl = o.resctrl
+		for _, u := range hw.resmon.Unmonitored() {
+			hw.warn.once(u.ID, "unmon", "tenant not monitored by resctrl: "+u.ID, errors.New(u.Reason))
+		}
 	}
-	if hw.busLocks != nil {
-		hw.busLocksLocked(a, o, hw.choose(lt, hw.busLockLevers))
-	}
-	if hw.permits != nil {
-		hw.permitsLocked(a, o)
-	}
-	if hw.powerBudget != nil && o.powerOK {
-		hw.powerLocked(a, o, hw.choose(lt, hw.powerLevers))
-	}
-	if hw.resmon != nil && o.resctrlRead {
-		hw.resctrlLocked(a, o)
-	}
-}
-
-func (hw *Hardware) choose(ts []judge.LeverTenant, prefer []judge.Lever) map[string]judge.LeverChoice {
-	out := make(map[string]judge.LeverChoice, len(ts))
-	for _, c := range judge.ChooseLevers(ts, hw.lh, prefer) {
-		out[c.Tenant] = c
+	var out []decision
+	for _, p := range hw.policies {
+		ds := p.observe(o, &hw.status)
+		if len(ds) > 0 {
+			hw.log.Debug("policy decided", "policy", p.name(), "decisions", len(ds))
+		}
+		out = append(out, ds...)
 	}
 	return out
 }
 
-// cores counts the physical cores a cpuset covers.
-func (hw *Hardware) cores(cpus cpuset.Set) int {
-	if hw.topo == nil {
-		return cpus.Len()
-	}
-	seen := map[[2]int]bool{}
-	for _, id := range cpus.List() {
-		if c, ok := hw.topo.CPU(id); ok {
-			seen[[2]int{c.Package, c.Core}] = true
-		}
-	}
-	return max(1, len(seen))
-}
+// prune forgets the warnings about tenants no longer present.
+func (hw *Hardware) prune(present func(id string) bool) { hw.warn.prune(present) }
 
-// stop releases what only the hardware policies hold (resctrl classes and
-// monitoring groups); the holds release the rest.
-func (hw *Hardware) stop(a *Agent) {
-	if hw.classes != nil && !a.cfg.DryRun {
-		if n, err := hw.classes.RestoreAll(); err != nil || n > 0 {
-			a.log.Info("released resctrl classes", "released", n, "err", err)
-		}
-	}
-	for p, m := range hw.classed {
-		lever := api.LeverCAT
-		if p == api.PolicyMBA {
-			lever = api.LeverMBA
-		}
-		for id := range m {
-			a.recordPolicyLocked(a.d.Now(), sense.Tenant{ID: id, Name: id}, p, api.KindRelease, lever, 1, "agent stopping")
-		}
-	}
-	hw.classed = map[api.Policy]map[string]map[int]float64{}
+// stop removes the resctrl monitoring groups; the arbiter releases what
+// the policies hold.
+func (hw *Hardware) stop() {
 	if hw.resmon != nil {
 		if err := hw.resmon.Close(); err != nil {
-			a.log.Warn("removing resctrl monitoring groups", "err", err)
+			hw.log.Warn("removing resctrl monitoring groups", "err", err)
 		}
 	}
 }

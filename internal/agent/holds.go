@@ -63,20 +63,14 @@ type CPULever interface {
 	Steps() int
 }
 
-// holdQuotaLocked states policy's CPU-quota claim on t and enforces the
-// tightest claim.
-func (a *Agent) holdQuotaLocked(t sense.Tenant, policy api.Policy, q cgroup.Quota, reason string, now time.Time) error {
-	return a.holdLocked(t, policy, claim{lever: judge.LeverCPUQuota, quota: q, reason: reason, since: now})
-}
-
-// holdLocked states a claim; a policy has one claim per tenant, so a claim
+// hold states a claim; a policy has one claim per tenant, so a claim
 // through another lever replaces its previous one (the lever chooser
 // moved the tenant to another lever: its CPUs changed).
-func (a *Agent) holdLocked(t sense.Tenant, policy api.Policy, c claim) error {
-	h := a.holds[t.ID]
+func (ar *arbiter) hold(t sense.Tenant, policy api.Policy, c claim) error {
+	h := ar.holds[t.ID]
 	if h == nil {
 		h = &tenantHolds{tenant: t, claims: map[api.Policy]claim{}, perCPU: map[judge.Lever]map[int]int{}, created: c.since}
-		a.holds[t.ID] = h
+		ar.holds[t.ID] = h
 	}
 	h.tenant = t
 	old, had := h.claims[policy]
@@ -84,7 +78,7 @@ func (a *Agent) holdLocked(t sense.Tenant, policy api.Policy, c claim) error {
 		c.since = old.since
 	}
 	h.claims[policy] = c
-	if err := a.enforceLocked(h); err != nil {
+	if err := ar.enforce(h); err != nil {
 		// What failed to be written is not held: take the claim back, so
 		// a tenant is never counted as held (and skipped) by a throttle
 		// that is not there. A later claim or release writes again.
@@ -94,17 +88,17 @@ func (a *Agent) holdLocked(t sense.Tenant, policy api.Policy, c claim) error {
 			delete(h.claims, policy)
 		}
 		if len(h.claims) == 0 && h.quota.Period == 0 && len(h.perCPU) == 0 {
-			delete(a.holds, t.ID)
+			delete(ar.holds, t.ID)
 		}
 		return err
 	}
 	return nil
 }
 
-// releaseHoldLocked drops policy's claim on tenant id; the tenant keeps
+// releaseHold drops policy's claim on tenant id; the tenant keeps
 // the other policies' claims, or is restored when none is left.
-func (a *Agent) releaseHoldLocked(id string, policy api.Policy) error {
-	h := a.holds[id]
+func (ar *arbiter) releaseHold(id string, policy api.Policy) error {
+	h := ar.holds[id]
 	if h == nil {
 		return nil
 	}
@@ -112,31 +106,31 @@ func (a *Agent) releaseHoldLocked(id string, policy api.Policy) error {
 		return nil
 	}
 	delete(h.claims, policy)
-	err := a.enforceLocked(h)
+	err := ar.enforce(h)
 	if len(h.claims) == 0 && h.quota.Period == 0 && len(h.perCPU) == 0 {
-		delete(a.holds, id)
+		delete(ar.holds, id)
 	}
 	return err
 }
 
-// forgetHoldsLocked drops a vanished tenant's holds: its cgroup is gone,
+// forgetHolds drops a vanished tenant's holds: its cgroup is gone,
 // but CPUs it was modulated on must get their clock back.
-func (a *Agent) forgetHoldsLocked(id string) {
-	h := a.holds[id]
+func (ar *arbiter) forgetHolds(id string) {
+	h := ar.holds[id]
 	if h == nil {
 		return
 	}
 	h.claims = map[api.Policy]claim{}
-	if err := a.enforceLocked(h); err != nil {
-		a.log.Warn("restoring a vanished tenant's levers", "tenant", id, "err", err)
+	if err := ar.enforce(h); err != nil {
+		ar.log.Warn("restoring a vanished tenant's levers", "tenant", id, "err", err)
 	}
-	delete(a.holds, id)
+	delete(ar.holds, id)
 }
 
-// heldLocked reports whether policy holds tenant id (any policy when
+// held reports whether policy holds tenant id (any policy when
 // policy is "").
-func (a *Agent) heldLocked(id string, policy api.Policy) bool {
-	h := a.holds[id]
+func (ar *arbiter) held(id string, policy api.Policy) bool {
+	h := ar.holds[id]
 	if h == nil {
 		return false
 	}
@@ -147,27 +141,12 @@ func (a *Agent) heldLocked(id string, policy api.Policy) bool {
 	return ok
 }
 
-// heldByOthersLocked reports whether a policy other than policy holds
-// tenant id.
-func (a *Agent) heldByOthersLocked(id string, policy api.Policy) bool {
-	h := a.holds[id]
-	if h == nil {
-		return false
-	}
-	for p := range h.claims {
-		if p != policy {
-			return true
-		}
-	}
-	return false
-}
-
-// enforceLocked writes what the claims of h add up to on every lever: the
+// enforce writes what the claims of h add up to on every lever: the
 // tightest CPU quota (restored when no claim is left), and per CPU the
 // lowest step of each per-CPU lever (restored where no claim covers it).
-// In dry-run nothing is written. Errors are joined; what could be written
-// is.
-func (a *Agent) enforceLocked(h *tenantHolds) error {
+// In dry run the arbiter's actuators write nothing (dryrun.go). Errors
+// are joined; what could be written is.
+func (ar *arbiter) enforce(h *tenantHolds) error {
 	var errs []error
 	// CPU quota: the fewest CPUs wins; ties keep the earlier policy's
 	// (sorted by name) so the choice is stable.
@@ -185,31 +164,29 @@ func (a *Agent) enforceLocked(h *tenantHolds) error {
 	}
 	switch {
 	case want == h.quota:
-	case a.cfg.DryRun:
-		h.quota = want
 	case want.Period == 0:
-		if err := a.d.Quota.Restore(h.tenant.Cgroup); err != nil {
+		if err := ar.quota.Restore(h.tenant.Cgroup); err != nil {
 			errs = append(errs, fmt.Errorf("restore quota of %s: %w", h.tenant.ID, err))
 		} else {
 			h.quota = cgroup.Quota{}
 		}
 	default:
-		if err := a.d.Quota.Apply(h.tenant.Cgroup, h.tenant.Name, want); err != nil {
+		if err := ar.quota.Apply(h.tenant.Cgroup, h.tenant.Name, want); err != nil {
 			errs = append(errs, err)
 		} else {
 			h.quota = want
 		}
 	}
 	for _, lever := range []judge.Lever{judge.LeverClockModulation, judge.LeverCPUFreq} {
-		if err := a.enforceCPULeverLocked(h, lever, policies); err != nil {
+		if err := ar.enforceCPULever(h, lever, policies); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (a *Agent) enforceCPULeverLocked(h *tenantHolds, lever judge.Lever, policies []api.Policy) error {
-	act := a.cpuLever(lever)
+func (ar *arbiter) enforceCPULever(h *tenantHolds, lever judge.Lever, policies []api.Policy) error {
+	act := ar.levers[lever]
 	want := map[int]int{}
 	for _, p := range policies {
 		c := h.claims[p]
@@ -245,14 +222,6 @@ func (a *Agent) enforceCPULeverLocked(h *tenantHolds, lever judge.Lever, policie
 			freed = append(freed, cpu)
 		}
 	}
-	if a.cfg.DryRun {
-		if len(want) == 0 {
-			delete(h.perCPU, lever)
-		} else {
-			h.perCPU[lever] = want
-		}
-		return nil
-	}
 	var errs []error
 	if len(freed) > 0 {
 		if err := act.Restore(cpuset.Of(freed...)); err != nil {
@@ -287,14 +256,6 @@ func (a *Agent) enforceCPULeverLocked(h *tenantHolds, lever judge.Lever, policie
 		h.perCPU[lever] = have
 	}
 	return errors.Join(errs...)
-}
-
-// cpuLever returns the per-CPU actuator of a lever, nil when it is off.
-func (a *Agent) cpuLever(l judge.Lever) CPULever {
-	if a.d.Hardware == nil {
-		return nil
-	}
-	return a.d.Hardware.lever(l)
 }
 
 // duty is the lowest fraction of its CPU time or clock any claim leaves
@@ -337,7 +298,7 @@ func (h *tenantHolds) describe() []api.HoldState {
 // baselines must not learn the held state as quiet.
 func (a *Agent) heldDomainsLocked() []int {
 	set := map[int]bool{}
-	for _, h := range a.holds {
+	for _, h := range a.arb.holds {
 		if len(h.claims) == 0 {
 			continue
 		}
@@ -345,10 +306,8 @@ func (a *Agent) heldDomainsLocked() []int {
 			set[d] = true
 		}
 	}
-	if a.d.Hardware != nil {
-		for _, d := range a.d.Hardware.classedDomains() {
-			set[d] = true
-		}
+	for _, d := range a.arb.classedDomains() {
+		set[d] = true
 	}
 	out := make([]int, 0, len(set))
 	for d := range set {

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +17,10 @@ import (
 
 // recQuota records what the holds write through the quota actuator.
 type recQuota struct {
-	now  map[string]cgroup.Quota // cgroup → quota written (absent: original)
-	log  []string
-	fail error // Apply fails with it when set
+	now         map[string]cgroup.Quota // cgroup → quota written (absent: original)
+	log         []string
+	fail        error // Apply fails with it when set
+	failRestore error // Restore fails with it when set
 }
 
 func (r *recQuota) Apply(cg, _ string, q cgroup.Quota) error {
@@ -30,6 +32,9 @@ func (r *recQuota) Apply(cg, _ string, q cgroup.Quota) error {
 	return nil
 }
 func (r *recQuota) Restore(cg string) error {
+	if r.failRestore != nil {
+		return r.failRestore
+	}
 	delete(r.now, cg)
 	r.log = append(r.log, "restore "+cg)
 	return nil
@@ -38,9 +43,10 @@ func (r *recQuota) RestoreAll() (int, error) { return 0, nil }
 
 // recLever records a per-CPU lever's writes.
 type recLever struct {
-	steps int
-	cpu   map[int]int // step written per CPU (absent: full speed)
-	calls []string
+	steps       int
+	cpu         map[int]int // step written per CPU (absent: full speed)
+	calls       []string
+	failRestore error // Restore fails with it when set
 }
 
 func (l *recLever) Apply(tenant string, cpus cpuset.Set, step int) error {
@@ -55,6 +61,9 @@ func (l *recLever) Apply(tenant string, cpus cpuset.Set, step int) error {
 	return nil
 }
 func (l *recLever) Restore(cpus cpuset.Set) error {
+	if l.failRestore != nil {
+		return l.failRestore
+	}
 	l.calls = append(l.calls, "restore "+cpus.String())
 	for _, c := range cpus.List() {
 		delete(l.cpu, c)
@@ -89,7 +98,7 @@ func holdsAgent(t *testing.T, dryRun bool) (*Agent, *recQuota, *recLever) {
 	cfg := testConfig(t.TempDir())
 	cfg.DryRun = dryRun
 	a, err := New(cfg, Deps{Discoverer: nopDiscoverer{}, Stats: nopStats{}, Probe: nopProbe{}, Quota: q,
-		Hardware: &Hardware{levers: map[judge.Lever]CPULever{judge.LeverClockModulation: cm}}})
+		Hardware: &Hardware{levers: map[judge.Lever]CPULever{judge.LeverClockModulation: cm}, warn: newTenantWarnings(slog.New(slog.DiscardHandler))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,16 +115,16 @@ func TestHoldsTightestClaimWins(t *testing.T) {
 	a, q, _ := holdsAgent(t, false)
 	tn := sense.Tenant{ID: "/vm", Name: "vm", Cgroup: "/vm", CPUs: cpuset.Range(0, 3)}
 	now := time.Unix(0, 0)
-	if err := a.holdQuotaLocked(tn, api.PolicyPermits, quotaOf(0.25), "OVER", now); err != nil {
+	if err := a.arb.hold(tn, api.PolicyPermits, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.25), reason: "OVER", since: now}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.holdQuotaLocked(tn, api.PolicyProbe, quotaOf(1), "duty", now); err != nil {
+	if err := a.arb.hold(tn, api.PolicyProbe, claim{lever: judge.LeverCPUQuota, quota: quotaOf(1), reason: "duty", since: now}); err != nil {
 		t.Fatal(err)
 	}
 	if got := q.now["/vm"].CPUs(); got != 0.25 {
 		t.Fatalf("quota %.3f, want the permits' 0.25 (tightest)", got)
 	}
-	if err := a.releaseHoldLocked(tn.ID, api.PolicyPermits); err != nil {
+	if err := a.arb.releaseHold(tn.ID, api.PolicyPermits); err != nil {
 		t.Fatal(err)
 	}
 	if got := q.now["/vm"].CPUs(); got != 1 {
@@ -124,16 +133,16 @@ func TestHoldsTightestClaimWins(t *testing.T) {
 	if !a.heldLocked(tn.ID, api.PolicyProbe) || a.heldLocked(tn.ID, api.PolicyPermits) {
 		t.Error("held-by bookkeeping wrong")
 	}
-	if err := a.releaseHoldLocked(tn.ID, api.PolicyProbe); err != nil {
+	if err := a.arb.releaseHold(tn.ID, api.PolicyProbe); err != nil {
 		t.Fatal(err)
 	}
-	if _, held := q.now["/vm"]; held || a.holds[tn.ID] != nil {
+	if _, held := q.now["/vm"]; held || a.arb.holds[tn.ID] != nil {
 		t.Errorf("after the last release: still held (%v) or not forgotten", q.now)
 	}
 	// Re-stating the same claim writes nothing.
-	a.holdQuotaLocked(tn, api.PolicyProbe, quotaOf(0.5), "duty", now)
+	a.arb.hold(tn, api.PolicyProbe, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.5), reason: "duty", since: now})
 	n := len(q.log)
-	a.holdQuotaLocked(tn, api.PolicyProbe, quotaOf(0.5), "duty", now)
+	a.arb.hold(tn, api.PolicyProbe, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.5), reason: "duty", since: now})
 	if len(q.log) != n {
 		t.Errorf("an unchanged claim wrote again: %v", q.log[n:])
 	}
@@ -145,18 +154,18 @@ func TestHoldsFailedWriteIsNotHeld(t *testing.T) {
 	a, q, _ := holdsAgent(t, false)
 	tn := sense.Tenant{ID: "/c", Name: "c", Cgroup: "/c", CPUs: cpuset.Range(0, 1)}
 	q.fail = errors.New("EACCES")
-	if err := a.holdQuotaLocked(tn, api.PolicyBusLocks, quotaOf(0.1), "over budget", time.Unix(0, 0)); err == nil {
+	if err := a.arb.hold(tn, api.PolicyBusLocks, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.1), reason: "over budget", since: time.Unix(0, 0)}); err == nil {
 		t.Fatal("no error from a failed write")
 	}
-	if a.heldLocked(tn.ID, "") || a.holds[tn.ID] != nil {
+	if a.heldLocked(tn.ID, "") || a.arb.holds[tn.ID] != nil {
 		t.Error("a claim that was never written is counted as held")
 	}
 	// A tighten that fails keeps the claim that was written before.
 	q.fail = nil
-	a.holdQuotaLocked(tn, api.PolicyBusLocks, quotaOf(0.5), "", time.Unix(0, 0))
+	a.arb.hold(tn, api.PolicyBusLocks, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.5), reason: "", since: time.Unix(0, 0)})
 	q.fail = errors.New("EIO")
-	a.holdQuotaLocked(tn, api.PolicyBusLocks, quotaOf(0.1), "", time.Unix(1, 0))
-	if c := a.holds[tn.ID].claims[api.PolicyBusLocks]; c.quota.CPUs() != 0.5 {
+	a.arb.hold(tn, api.PolicyBusLocks, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.1), reason: "", since: time.Unix(1, 0)})
+	if c := a.arb.holds[tn.ID].claims[api.PolicyBusLocks]; c.quota.CPUs() != 0.5 {
 		t.Errorf("failed tighten replaced the claim: %.3f CPUs", c.quota.CPUs())
 	}
 }
@@ -170,12 +179,12 @@ func TestHoldsPerCPULevers(t *testing.T) {
 	now := time.Unix(0, 0)
 	// The bus-lock budget holds all four CPUs at 2/16; the power budget
 	// holds socket 0's two of them at 8/16.
-	must(t, a.holdLocked(tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3), since: now}))
-	must(t, a.holdLocked(tn, api.PowerSocketPolicy(0), claim{lever: judge.LeverClockModulation, step: 8, steps: 16, cpus: cpuset.Range(0, 1), since: now}))
+	must(t, a.arb.hold(tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3), since: now}))
+	must(t, a.arb.hold(tn, api.PowerSocketPolicy(0), claim{lever: judge.LeverClockModulation, step: 8, steps: 16, cpus: cpuset.Range(0, 1), since: now}))
 	if fmt.Sprint(cm.cpu) != "map[0:2 1:2 2:2 3:2]" {
 		t.Fatalf("steps %v, want 2/16 everywhere (the tightest)", cm.cpu)
 	}
-	must(t, a.releaseHoldLocked(tn.ID, api.PolicyBusLocks))
+	must(t, a.arb.releaseHold(tn.ID, api.PolicyBusLocks))
 	if fmt.Sprint(cm.cpu) != "map[0:8 1:8]" {
 		t.Fatalf("after the bus-lock release: %v, want CPUs 0-1 at 8/16 and 2-3 restored", cm.cpu)
 	}
@@ -183,11 +192,11 @@ func TestHoldsPerCPULevers(t *testing.T) {
 		t.Errorf("CPUs 2-3 not restored: %v", cm.calls)
 	}
 	a.forgetHoldsLocked(tn.ID)
-	if len(cm.cpu) != 0 || a.holds[tn.ID] != nil {
+	if len(cm.cpu) != 0 || a.arb.holds[tn.ID] != nil {
 		t.Errorf("vanished tenant: CPUs %v still modulated", cm.cpu)
 	}
 	// A claim on a lever that is off fails and is not held.
-	if err := a.holdLocked(tn, api.PolicyPower, claim{lever: judge.LeverCPUFreq, step: 4, steps: 16, cpus: cpuset.Range(0, 3), since: now}); err == nil || a.heldLocked(tn.ID, "") {
+	if err := a.arb.hold(tn, api.PolicyPower, claim{lever: judge.LeverCPUFreq, step: 4, steps: 16, cpus: cpuset.Range(0, 3), since: now}); err == nil || a.heldLocked(tn.ID, "") {
 		t.Errorf("claim on an absent lever: err %v, held %v", err, a.heldLocked(tn.ID, ""))
 	}
 }
@@ -197,17 +206,17 @@ func TestHoldsPerCPULevers(t *testing.T) {
 func TestHoldsDryRun(t *testing.T) {
 	a, q, cm := holdsAgent(t, true)
 	tn := sense.Tenant{ID: "/vm", Name: "vm", Cgroup: "/vm", CPUs: cpuset.Range(0, 3)}
-	must(t, a.holdQuotaLocked(tn, api.PolicyPermits, quotaOf(0.25), "OVER", time.Unix(0, 0)))
-	must(t, a.holdLocked(tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3)}))
+	must(t, a.arb.hold(tn, api.PolicyPermits, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.25), reason: "OVER", since: time.Unix(0, 0)}))
+	must(t, a.arb.hold(tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3)}))
 	if len(q.log) != 0 || len(cm.calls) != 0 {
 		t.Errorf("dry run wrote: %v %v", q.log, cm.calls)
 	}
-	if !a.heldLocked(tn.ID, api.PolicyPermits) || a.holds[tn.ID].duty() != 0.0625 {
-		t.Errorf("dry run holds not kept: %+v", a.holds[tn.ID])
+	if !a.heldLocked(tn.ID, api.PolicyPermits) || a.arb.holds[tn.ID].duty() != 0.0625 {
+		t.Errorf("dry run holds not kept: %+v", a.arb.holds[tn.ID])
 	}
 	a.shutdown()
-	if len(q.log) != 0 || len(cm.calls) != 0 || len(a.holds) != 0 {
-		t.Errorf("dry-run shutdown wrote or kept holds: %v %v %v", q.log, cm.calls, a.holds)
+	if len(q.log) != 0 || len(cm.calls) != 0 || len(a.arb.holds) != 0 {
+		t.Errorf("dry-run shutdown wrote or kept holds: %v %v %v", q.log, cm.calls, a.arb.holds)
 	}
 }
 
@@ -221,8 +230,8 @@ func TestHoldsShutdownReleasesAll(t *testing.T) {
 		}
 	}
 	tn := sense.Tenant{ID: "/vm", Name: "vm", Cgroup: "/vm", CPUs: cpuset.Range(0, 3)}
-	must(t, a.holdQuotaLocked(tn, api.PolicyPermits, quotaOf(0.25), "OVER", time.Unix(0, 0)))
-	must(t, a.holdLocked(tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3)}))
+	must(t, a.arb.hold(tn, api.PolicyPermits, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.25), reason: "OVER", since: time.Unix(0, 0)}))
+	must(t, a.arb.hold(tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3)}))
 	a.shutdown()
 	if len(q.now) != 0 || len(cm.cpu) != 0 {
 		t.Errorf("left held after shutdown: quota %v, clock %v", q.now, cm.cpu)
@@ -245,7 +254,6 @@ func must(t *testing.T, err error) {
 // action, rather than a "throttle" whose reason speaks of a change.
 func TestPolicyActionKindFollowsTheDuty(t *testing.T) {
 	a, _, _ := holdsAgent(t, false)
-	hw := a.d.Hardware
 	tn := sense.Tenant{ID: "/vm", Name: "vm", Cgroup: "/vm", CPUs: cpuset.Range(0, 3)}
 	now := time.Unix(0, 0)
 	steps := []struct {
@@ -261,7 +269,7 @@ func TestPolicyActionKindFollowsTheDuty(t *testing.T) {
 	}
 	for _, s := range steps {
 		n := len(a.actions)
-		hw.applyStep(a, now, tn, api.PolicyPower, judge.LeverClockModulation, false, s.step, 16, tn.CPUs, s.reason)
+		a.arb.applyHold(now, tn, decision{policy: api.PolicyPower, tenant: tn.ID, lever: api.LeverClockModulation, step: s.step, steps: 16, cpus: tn.CPUs, reason: s.reason})
 		var got api.ActionKind
 		if len(a.actions) > n {
 			got = a.actions[len(a.actions)-1].Kind

@@ -39,16 +39,16 @@ func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, 
 		ts := api.TenantState{ID: s.t.ID, Kind: s.t.Kind, Name: s.t.Name, UUID: s.t.UUID, Cgroup: s.t.Cgroup, CPUs: s.t.CPUs.String(),
 			CPU: s.usage, ThrottledRatio: s.thrRatio, RunDelay: s.delay, PSI: s.psi, Counters: s.counters,
 			Duty: 1, Protected: a.protected(s.t), Score: scores[s.t.ID]}
-		if h := a.holds[s.t.ID]; h != nil && len(h.claims) > 0 {
+		if h := a.arb.holds[s.t.ID]; h != nil && len(h.claims) > 0 {
 			ts.Throttled, ts.Duty, ts.Holds = true, h.duty(), h.describe()
 			if h.quota.Period > 0 {
 				ts.Quota = h.quota.CPUs()
 			}
 		}
+		if cl := a.arb.tenantClasses(s.t.ID); len(cl) > 0 {
+			ts.Throttled, ts.Holds = true, append(ts.Holds, cl...)
+		}
 		if hw := a.d.Hardware; hw != nil {
-			if cl := hw.tenantClasses(s.t.ID); len(cl) > 0 {
-				ts.Throttled, ts.Holds = true, append(ts.Holds, cl...)
-			}
 			if khz := hw.nominalKHz; khz > 0 {
 				ts.Pollution, _ = sense.TenantPollution(s.counters, khz)
 			}
