@@ -122,6 +122,11 @@ type Agent struct {
 	// hotKind is when each probe kind last read contended: a proof reads
 	// the DRAM probe if it did lately (see proofCPU).
 	hotKind map[string]time.Time
+	// hotCPU is each CPU's last contended reading of each kind: the LLC
+	// walk reads one CPU a domain an interval, so the CPU a proof should
+	// read on may have shown the contention an interval ago, not in this
+	// one (see proofCPU).
+	hotCPU map[cpuKind]hotReading
 	// survey is how many start-up surveys of the quiet probe level are
 	// left (see surveyQuiet); none once baselines were calibrated or
 	// restored.
@@ -177,7 +182,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]delayMark{}, throttled: map[string]*throttled{},
 		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{},
 		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{}, carry: map[string]carried{}, convicts: map[string]convict{}, survey: surveyRounds,
-		hotKind: map[string]time.Time{}, beats: make(chan struct{}, 1), reloads: make(chan reloadRequest),
+		hotKind: map[string]time.Time{}, hotCPU: map[cpuKind]hotReading{}, beats: make(chan struct{}, 1), reloads: make(chan reloadRequest),
 		health: newSensorHealth(d.Log),
 	}
 	a.arb = newArbiter(cfg, d, d.Log, a)
@@ -476,6 +481,7 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	for _, r := range a.cont.Rate(readings) {
 		if a.cont.Above(r) {
 			a.hotKind[r.Kind] = now
+			a.hotCPU[cpuKind{r.CPU, r.Kind}] = hotReading{at: now, domain: r.Domain, ratio: a.cont.Worst([]judge.RatedReading{r}, nil)}
 		}
 	}
 	v := a.cont.Update(readings)

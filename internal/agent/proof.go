@@ -80,6 +80,23 @@ func (a *Agent) maybeProveLocked(now time.Time, v judge.Verdict, ranked []judge.
 	}
 }
 
+// hotWindow is how many intervals a contended reading stays recent enough
+// to choose what and where a proof reads.
+const hotWindow = 4
+
+// cpuKind is one probe kind on one CPU.
+type cpuKind struct {
+	cpu  int
+	kind string
+}
+
+// hotReading is a CPU's last contended reading of a kind.
+type hotReading struct {
+	at     time.Time
+	domain int
+	ratio  float64
+}
+
 // maxProveTries is how many suspects, best first, the agent looks at for
 // one it can prove.
 const maxProveTries = 3
@@ -98,9 +115,10 @@ const maxProveTries = 3
 // capping a tenant frees its CPU, and the probe there reads its absence —
 // its own cache footprint, the CPU time it no longer takes — as relief (a
 // real effect of the cap, which the proof would convict). When the CPUs
-// away from it read no contention (on a small host the other CPU may be the
-// polluter's own, where the probe reads quiet because it displaces the
-// polluter) the tenant is not provable now. A tenant that may run on every
+// away from it read no contention, now nor in the last hotWindow intervals
+// (on a small host the other CPU may be the polluter's own, where the probe
+// reads quiet because it displaces the polluter), the tenant is not
+// provable now. A tenant that may run on every
 // CPU of the contended domains is read where the contention is worst.
 //
 // The ratio: the worst of that kind on the contended domains now, at least
@@ -115,7 +133,7 @@ func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDo
 			}
 		}
 	}
-	if at, ok := a.hotKind[sense.ProbeDRAM]; ok && now.Sub(at) <= 4*a.cfg.Interval {
+	if at, ok := a.hotKind[sense.ProbeDRAM]; ok && now.Sub(at) <= hotWindow*a.cfg.Interval {
 		kind = sense.ProbeDRAM
 	}
 	awayExists := false
@@ -138,6 +156,21 @@ func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDo
 		}
 		if !found || x > bestRatio {
 			best, bestRatio, found = CPUDomain{r.Domain, r.CPU}, x, true
+		}
+	}
+	if !found && awayExists {
+		// None away from it reads the contention in this interval's
+		// readings; one that did lately is as good a place to read: the
+		// LLC walk takes one CPU a domain an interval, in turn, so on a
+		// small host the CPU away from the suspect may have read the
+		// contention an interval ago while this one read the suspect's.
+		for ck, h := range a.hotCPU {
+			if ck.kind != kind || cpus.Contains(ck.cpu) || !slices.Contains(v.Domains, h.domain) || now.Sub(h.at) > hotWindow*a.cfg.Interval {
+				continue
+			}
+			if !found || h.ratio > bestRatio {
+				best, bestRatio, found = CPUDomain{h.domain, ck.cpu}, h.ratio, true
+			}
 		}
 	}
 	if !found && !awayExists {

@@ -1,0 +1,57 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+func rated(cpu int, kind string, ratio float64) judge.RatedReading {
+	return judge.RatedReading{ProbeReading: sense.ProbeReading{Domain: 0, CPU: cpu, Kind: kind, Ns: 10 * ratio}, Baseline: 10, Ratio: ratio}
+}
+
+// On a two-CPU host the LLC walk reads one CPU an interval: the interval
+// that confirms contention may have read it only on the suspect's CPU.
+// The CPU away from it that read the contention an interval before is
+// where the proof reads; with no such reading lately, the suspect is not
+// provable now.
+func TestProofCPUUsesTheRecentReadingAwayFromTheSuspect(t *testing.T) {
+	now := time.Unix(1000, 0)
+	suspect := cpuset.MustParse("0")
+	v := judge.Verdict{Contended: true, Domains: []int{0}, Ratio: 6.7, Readings: []judge.RatedReading{
+		rated(0, sense.ProbeLLC, 6.7), rated(0, sense.ProbeDRAM, 1.0), rated(1, sense.ProbeDRAM, 1.0)}}
+	newAgent := func() *Agent {
+		return &Agent{cfg: Config{Interval: 250 * time.Millisecond}, cont: judge.NewContention(judge.Thresholds{}),
+			domain: map[int]cpuset.Set{0: cpuset.MustParse("0-1")}, hotKind: map[string]time.Time{}, hotCPU: map[cpuKind]hotReading{}}
+	}
+
+	a := newAgent()
+	if _, _, _, ok := a.proofCPU(now, v, suspect); ok {
+		t.Fatal("provable with no reading away from the suspect")
+	}
+
+	a.hotCPU[cpuKind{1, sense.ProbeLLC}] = hotReading{at: now.Add(-250 * time.Millisecond), domain: 0, ratio: 4.8}
+	got, kind, before, ok := a.proofCPU(now, v, suspect)
+	if !ok || got.CPU != 1 || kind != sense.ProbeLLC {
+		t.Fatalf("proof reads %+v %s (ok %v), want the LLC probe on CPU 1", got, kind, ok)
+	}
+	if want := a.cont.Worst(v.Readings[:1], nil); before != want {
+		t.Errorf("before %.2f, want the contention now (%.2f on the common scale)", before, want)
+	}
+
+	// Too old to stand for the contention now.
+	a.hotCPU[cpuKind{1, sense.ProbeLLC}] = hotReading{at: now.Add(-hotWindow*250*time.Millisecond - time.Millisecond), domain: 0, ratio: 4.8}
+	if got, _, _, ok := a.proofCPU(now, v, suspect); ok {
+		t.Fatalf("provable on %+v from a stale reading", got)
+	}
+
+	// Never on the suspect's own CPU, however recent.
+	b := newAgent()
+	b.hotCPU[cpuKind{0, sense.ProbeLLC}] = hotReading{at: now, domain: 0, ratio: 9}
+	if got, _, _, ok := b.proofCPU(now, v, suspect); ok {
+		t.Fatalf("provable on its own CPU %+v", got)
+	}
+}
