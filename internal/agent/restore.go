@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -348,11 +349,7 @@ func onlyUnsaved(err error) bool {
 }
 
 func (r RestoreReport) summary() string {
-	kinds := make([]string, 0, len(r.Restored))
-	for k := range r.Restored {
-		kinds = append(kinds, k)
-	}
-	slices.Sort(kinds)
+	kinds := slices.Sorted(maps.Keys(r.Restored))
 	parts := make([]string, 0, len(kinds))
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%s %d", k, r.Restored[k]))
