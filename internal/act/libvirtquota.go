@@ -116,8 +116,11 @@ type LibvirtQuota struct {
 	// call deadline applies too).
 	Timeout time.Duration
 
-	mu      sync.Mutex
-	notOurs map[string]bool // VM cgroups no domain of this libvirt matches (logged once)
+	mu sync.Mutex
+	// notOurs holds the VM cgroups no domain of this libvirt matches, so
+	// each is logged once; an entry goes when its cgroup does (see
+	// pruneNotOursLocked), so VM churn under another daemon does not grow it.
+	notOurs map[string]bool
 }
 
 // callCtx bounds one libvirt operation by Timeout under the caller's ctx.
@@ -199,6 +202,7 @@ func (a *LibvirtQuota) Apply(ctx context.Context, cgroupPath, tenant string, q c
 					a.notOurs = map[string]bool{}
 				}
 				if !a.notOurs[cgroupPath] {
+					a.pruneNotOursLocked()
 					a.notOurs[cgroupPath] = true
 					a.log().Info("VM cgroup matches no domain of this libvirt; throttling it through its cgroup files", "cgroup", cgroupPath)
 				}
@@ -254,12 +258,25 @@ func (a *LibvirtQuota) libvirtErr(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// pruneNotOursLocked forgets the not-ours VM cgroups that are gone: their
+// domains were destroyed, and a new one under the same name is logged anew.
+func (a *LibvirtQuota) pruneNotOursLocked() {
+	for cg := range a.notOurs {
+		if _, err := cgroup.Open(a.Cgroups.Host, a.Cgroups.Layout, cg).CPUQuota(); errors.Is(err, fs.ErrNotExist) {
+			delete(a.notOurs, cg)
+		}
+	}
+}
+
 // Restore lifts a tenant's throttle the way it was put on.
 func (a *LibvirtQuota) Restore(ctx context.Context, cgroupPath string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	rec, has := a.record(cgroupPath)
 	if !has {
+		if a.notOurs[cgroupPath] {
+			a.pruneNotOursLocked()
+		}
 		return a.Cgroups.Restore(cgroupPath)
 	}
 	_, err := a.restoreLocked(ctx, rec)

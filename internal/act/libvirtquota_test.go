@@ -494,3 +494,67 @@ func TestLibvirtQuotaCallerContext(t *testing.T) {
 		})
 	}
 }
+
+// A VM cgroup no domain of this libvirt matches is throttled through its
+// files and logged once; when its domain is destroyed (the cgroup goes) it
+// is forgotten, so a new VM under the same name is logged again and VM
+// churn under another daemon does not grow the set.
+func TestLibvirtQuotaNotOursPrunedWhenTheDomainGoes(t *testing.T) {
+	w := newVMWorld(t)
+	logged := func() int { return strings.Count(w.logs.String(), "matches no domain of this libvirt") }
+	for range 2 {
+		if err := w.a.Apply(t.Context(), vmOther, "other", throttle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := logged(); n != 1 {
+		t.Fatalf("logged %d times for two throttles, want once", n)
+	}
+	if err := w.a.Restore(t.Context(), vmOther); err != nil {
+		t.Fatal(err)
+	}
+	if !w.a.notOurs[vmOther] {
+		t.Fatal("a lifted throttle of a VM still running forgot it (it would be logged again)")
+	}
+
+	w.lv.vanish(t, w.root, vmOther)
+	if err := w.a.Restore(t.Context(), vmOther); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.a.notOurs) != 0 {
+		t.Errorf("not-ours set %v after its VM's cgroup went, want empty", w.a.notOurs)
+	}
+
+	// A new VM of the other daemon under the same name.
+	dir := filepath.Join(w.root, "cg/cpu", vmOther)
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte("100000\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte("-1\n"), 0o644)
+	if err := w.a.Apply(t.Context(), vmOther, "other", throttle); err != nil {
+		t.Fatal(err)
+	}
+	if n := logged(); n != 2 {
+		t.Errorf("the new VM was logged %d times in all, want it logged anew", n)
+	}
+}
+
+// Entries whose cgroup went without a Restore (the agent saw the tenant
+// vanish while it was not throttled) go when the next VM is added.
+func TestLibvirtQuotaNotOursPrunedOnTheNextVM(t *testing.T) {
+	w := newVMWorld(t)
+	third := "/machine/qemu-2-third.libvirt-qemu"
+	dir := filepath.Join(w.root, "cg/cpu", third)
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte("100000\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte("-1\n"), 0o644)
+	if err := w.a.Apply(t.Context(), vmOther, "other", throttle); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(w.root, "cg/cpu", vmOther))
+	if err := w.a.Apply(t.Context(), third, "third", throttle); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.a.notOurs) != 1 || !w.a.notOurs[third] {
+		t.Errorf("not-ours set %v, want only %s", w.a.notOurs, third)
+	}
+}
