@@ -21,12 +21,16 @@ func AgentPolicy(base agent.Config) PolicyFactory {
 }
 
 type agentPolicy struct {
-	base   agent.Config
-	agent  *agent.Agent
+	base agent.Config
+	// While the agent runs: cancel stops it, done yields Run's result,
+	// close releases what agent.Build opened, dir is its state directory.
 	cancel context.CancelFunc
 	done   chan error
 	dir    string
 	close  func()
+	// stopWait bounds how long End waits for the agent to stop besides
+	// its context (default 10s).
+	stopWait time.Duration
 }
 
 func (*agentPolicy) Name() string { return "crosstalk" }
@@ -54,7 +58,7 @@ func (p *agentPolicy) Begin(ctx context.Context, env *PolicyEnv) error {
 		os.RemoveAll(dir)
 		return fmt.Errorf("crosstalk agent: %w", err)
 	}
-	p.agent, p.close = a, closeFn
+	p.close = closeFn
 	// Before the tenants start, what the probes read is a quiet host: a
 	// baseline worth calibrating on. Among tenants already running (a
 	// polluter among them, perhaps) it is not; the agent then starts as it
@@ -66,26 +70,55 @@ func (p *agentPolicy) Begin(ctx context.Context, env *PolicyEnv) error {
 			return fmt.Errorf("crosstalk agent: calibrating probes: %w", err)
 		}
 	}
-	actx, cancel := context.WithCancel(context.Background())
-	p.cancel, p.done = cancel, make(chan error, 1)
-	go func() { p.done <- a.Run(actx) }()
+	p.start(a.Run)
 	return nil
 }
 
+// start runs the agent's loop until End. Its context is not the phase's:
+// the agent must outlive a cancelled phase long enough for End to stop it
+// and have it restore what it throttled.
+func (p *agentPolicy) start(run func(context.Context) error) {
+	actx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	p.cancel, p.done = cancel, done
+	go func() { done <- run(actx) }()
+}
+
+// End stops the agent and waits for it: its shutdown restores every tenant
+// it throttled, through the very dependencies Build opened, so those are
+// released only once Run has returned. An agent that does not stop in time
+// is reported, and its dependencies are released when it does stop, never
+// under it.
 func (p *agentPolicy) End(ctx context.Context) error {
-	if p.agent == nil {
+	if p.done == nil {
 		return nil
 	}
-	p.cancel()
-	var err error
-	select {
-	case err = <-p.done:
-	case <-ctx.Done():
-		err = fmt.Errorf("crosstalk agent did not stop in time: %w", ctx.Err())
-	case <-time.After(10 * time.Second):
-		err = fmt.Errorf("crosstalk agent did not stop within 10s")
+	done, closeFn, dir := p.done, p.close, p.dir
+	p.done = nil
+	release := func() {
+		closeFn()
+		os.RemoveAll(dir)
 	}
-	p.close()
-	os.RemoveAll(p.dir)
-	return err
+	p.cancel()
+	wait := p.stopWait
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var late error
+	select {
+	case err := <-done:
+		release()
+		return err
+	case <-ctx.Done():
+		late = fmt.Errorf("crosstalk agent did not stop in time: %w", ctx.Err())
+	case <-timer.C:
+		late = fmt.Errorf("crosstalk agent did not stop within %s", wait)
+	}
+	go func() {
+		<-done
+		release()
+	}()
+	return late
 }
