@@ -70,15 +70,15 @@ func (p *agentPolicy) Begin(ctx context.Context, env *PolicyEnv) error {
 			return fmt.Errorf("crosstalk agent: calibrating probes: %w", err)
 		}
 	}
-	p.start(a.Run)
+	p.start(ctx, a.Run)
 	return nil
 }
 
-// start runs the agent's loop until End. Its context is not the phase's:
-// the agent must outlive a cancelled phase long enough for End to stop it
-// and have it restore what it throttled.
-func (p *agentPolicy) start(run func(context.Context) error) {
-	actx, cancel := context.WithCancel(context.Background())
+// start runs the agent's loop until End. Its context keeps the phase's
+// values but not its cancellation: the agent must outlive a cancelled phase
+// long enough for End to stop it and have it restore what it throttled.
+func (p *agentPolicy) start(ctx context.Context, run func(context.Context) error) {
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
 	p.cancel, p.done = cancel, done
 	go func() { done <- run(actx) }()

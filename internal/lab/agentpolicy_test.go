@@ -87,7 +87,7 @@ func TestAgentPolicyEndNeverReleasesUnderARunningAgent(t *testing.T) {
 	newWorld := func(t *testing.T) *world {
 		w := &world{released: make(chan struct{}), unblock: make(chan struct{}), dir: t.TempDir()}
 		w.p = &agentPolicy{dir: w.dir, close: func() { close(w.released) }, stopWait: 50 * time.Millisecond}
-		w.p.start(func(ctx context.Context) error {
+		w.p.start(t.Context(), func(ctx context.Context) error {
 			<-ctx.Done()
 			<-w.unblock // the shutdown's restores
 			select {
