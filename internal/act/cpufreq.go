@@ -1,23 +1,18 @@
 package act
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"path"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
 	"github.com/crosstalk-project/crosstalk/internal/topology"
 )
-
-const cpufreqRoot = "/sys/devices/system/cpu/cpufreq"
 
 // RecordCPUFreq is the StateFile record kind of cpufreq limits; keys are
 // policy names ("policy3").
@@ -51,88 +46,13 @@ func (c *CPUFreqConfig) Validate() error {
 	return nil
 }
 
-// FreqDomain is one cpufreq policy as the actuator sees it: the CPUs it
-// scales together and its limits in kHz.
-type FreqDomain struct {
-	Name string // policy3
-	// CPUs are related_cpus: every CPU the policy covers, online or not
-	// (affected_cpus, the online ones, when related_cpus is absent).
-	CPUs               cpuset.Set
-	HWMinKHz, HWMaxKHz int64
-	ScaleMinKHz        int64
-	ScaleMaxKHz        int64
-	AvailableKHz       []int64 // scaling_available_frequencies, ascending; nil when the driver lists none
-	dir                string
-}
-
-// ReadFreqDomains reads every cpufreq policy with what the actuator needs.
-func ReadFreqDomains(h *host.Host) ([]FreqDomain, error) {
-	dirs, err := h.Glob(cpufreqRoot + "/policy[0-9]*")
-	if err != nil {
-		return nil, err
-	}
-	var out []FreqDomain
-	for _, d := range dirs {
-		fd := FreqDomain{Name: path.Base(d), dir: d}
-		s, err := h.ReadString(d + "/related_cpus")
-		if err != nil {
-			s, err = h.ReadString(d + "/affected_cpus")
-		}
-		if err != nil {
-			return nil, fmt.Errorf("cpufreq %s: no related_cpus nor affected_cpus: %w", fd.Name, err)
-		}
-		if fd.CPUs, err = spacedCPUs(s); err != nil {
-			return nil, fmt.Errorf("cpufreq %s: %w", fd.Name, err)
-		}
-		for _, f := range []struct {
-			p string
-			v *int64
-		}{{"cpuinfo_min_freq", &fd.HWMinKHz}, {"cpuinfo_max_freq", &fd.HWMaxKHz}, {"scaling_min_freq", &fd.ScaleMinKHz}, {"scaling_max_freq", &fd.ScaleMaxKHz}} {
-			if *f.v, err = h.ReadInt(d + "/" + f.p); err != nil {
-				return nil, fmt.Errorf("cpufreq %s: %w", fd.Name, err)
-			}
-		}
-		if fd.HWMinKHz <= 0 || fd.HWMaxKHz < fd.HWMinKHz {
-			return nil, fmt.Errorf("cpufreq %s: cpuinfo limits %d-%d kHz make no sense", fd.Name, fd.HWMinKHz, fd.HWMaxKHz)
-		}
-		if s, err := h.ReadString(d + "/scaling_available_frequencies"); err == nil {
-			for _, f := range strings.Fields(s) {
-				if n, err := strconv.ParseInt(f, 10, 64); err == nil && n > 0 {
-					fd.AvailableKHz = append(fd.AvailableKHz, n)
-				}
-			}
-			slices.Sort(fd.AvailableKHz)
-			fd.AvailableKHz = slices.Compact(fd.AvailableKHz)
-		}
-		out = append(out, fd)
-	}
-	slices.SortFunc(out, func(a, b FreqDomain) int { return cmp.Compare(a.CPUs.First(), b.CPUs.First()) })
-	return out, nil
-}
-
-// spacedCPUs parses related_cpus/affected_cpus ("0 16", space separated).
-func spacedCPUs(s string) (cpuset.Set, error) {
-	var ids []int
-	for _, f := range strings.Fields(s) {
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 0 || n > cpuset.MaxCPU {
-			return cpuset.Set{}, fmt.Errorf("bad CPU %q in %q", f, s)
-		}
-		ids = append(ids, n)
-	}
-	if len(ids) == 0 {
-		return cpuset.Set{}, fmt.Errorf("no CPUs in %q", s)
-	}
-	return cpuset.Of(ids...), nil
-}
-
 // CPUFreqSupport says why the cpufreq lever is off on h, or nil.
 func CPUFreqSupport(h *host.Host, cfg CPUFreqConfig) error {
 	cfg.Fill()
 	if !*cfg.Enabled {
 		return errors.New("cpufreq throttling is disabled by configuration (levers.cpufreq.enabled: false)")
 	}
-	doms, err := ReadFreqDomains(h)
+	doms, err := sense.FreqPolicies(h)
 	if err != nil {
 		return err
 	}
@@ -142,13 +62,13 @@ func CPUFreqSupport(h *host.Host, cfg CPUFreqConfig) error {
 	return nil
 }
 
-// KHzForStep is the scaling_max_freq of step out of steps for a domain:
+// KHzForStep is the scaling_max_freq of step out of steps for policy d:
 // linear from cpuinfo_min_freq (step 1) towards cpuinfo_max_freq, rounded
 // down to 100 MHz (intel_pstate's ratio unit); with
 // scaling_available_frequencies, the highest listed frequency at or below
 // that (at least the lowest), so a step is never looser than asked. Step
 // steps is cpuinfo_max_freq.
-func (d FreqDomain) KHzForStep(step, steps int) int64 {
+func KHzForStep(d sense.FreqPolicy, step, steps int) int64 {
 	if step >= steps {
 		return d.HWMaxKHz
 	}
@@ -214,7 +134,7 @@ func (c *CPUFreq) Steps() int {
 }
 
 // Domains lists the policies (re-read: CPUs come and go).
-func (c *CPUFreq) Domains() ([]FreqDomain, error) { return ReadFreqDomains(c.Host) }
+func (c *CPUFreq) Domains() ([]sense.FreqPolicy, error) { return sense.FreqPolicies(c.Host) }
 
 // Apply limits the policies of cpus to step/Steps for tenant; step ==
 // Steps restores them.
@@ -233,7 +153,7 @@ func (c *CPUFreq) Apply(tenant string, cpus cpuset.Set, step int) error {
 	if err != nil {
 		return err
 	}
-	var mine []FreqDomain
+	var mine []sense.FreqPolicy
 	covered := cpuset.Set{}
 	for _, d := range doms {
 		if d.CPUs.Intersect(cpus).IsEmpty() {
@@ -260,7 +180,7 @@ func (c *CPUFreq) Apply(tenant string, cpus cpuset.Set, step int) error {
 	return errors.Join(errs...)
 }
 
-func (c *CPUFreq) applyDomain(tenant string, d FreqDomain, step, steps int) error {
+func (c *CPUFreq) applyDomain(tenant string, d sense.FreqPolicy, step, steps int) error {
 	var rec cpufreqRecord
 	known, err := c.State.GetRecord(RecordCPUFreq, d.Name, &rec)
 	if err != nil {
@@ -269,7 +189,7 @@ func (c *CPUFreq) applyDomain(tenant string, d FreqDomain, step, steps int) erro
 	if !known {
 		rec = cpufreqRecord{OriginalKHz: d.ScaleMaxKHz, Since: time.Now().UTC()}
 	}
-	f := d.KHzForStep(step, steps)
+	f := KHzForStep(d, step, steps)
 	// Never looser than the limit someone else set before us, and never
 	// below scaling_min_freq (a max under the min is not a limit the kernel
 	// keeps: the min request wins).
@@ -278,7 +198,7 @@ func (c *CPUFreq) applyDomain(tenant string, d FreqDomain, step, steps int) erro
 	if err := c.State.PutRecord(RecordCPUFreq, d.Name, rec); err != nil {
 		return fmt.Errorf("not limiting %s: cannot record its original scaling_max_freq: %w", d.Name, err)
 	}
-	if err := c.Host.WriteFile(d.dir+"/scaling_max_freq", []byte(strconv.FormatInt(f, 10))); err != nil {
+	if err := c.Host.WriteFile(d.Dir()+"/scaling_max_freq", []byte(strconv.FormatInt(f, 10))); err != nil {
 		return fmt.Errorf("cpufreq limit of %s on %s: %w", tenant, d.Name, err)
 	}
 	return nil
@@ -308,7 +228,7 @@ func (c *CPUFreq) Restore(cpus cpuset.Set) error {
 }
 
 func restoreFreq(h *host.Host, st *StateFile, policy string, rec cpufreqRecord) error {
-	err := h.WriteFile(cpufreqRoot+"/"+policy+"/scaling_max_freq", []byte(strconv.FormatInt(rec.OriginalKHz, 10)))
+	err := h.WriteFile(sense.CPUFreqDir+"/"+policy+"/scaling_max_freq", []byte(strconv.FormatInt(rec.OriginalKHz, 10)))
 	if errors.Is(err, fs.ErrNotExist) {
 		return st.ForgetRecord(RecordCPUFreq, policy) // the policy went away with its CPUs
 	}
@@ -368,7 +288,7 @@ func RestoreCPUFreq(h *host.Host, st *StateFile, log *slog.Logger) (restored int
 			errs = append(errs, fmt.Errorf("cpufreq record %q unreadable: %v", k, gerr))
 			continue
 		}
-		cur, rerr := h.ReadInt(cpufreqRoot + "/" + k + "/scaling_max_freq")
+		cur, rerr := h.ReadInt(sense.CPUFreqDir + "/" + k + "/scaling_max_freq")
 		switch {
 		case errors.Is(rerr, fs.ErrNotExist):
 			st.ForgetRecord(RecordCPUFreq, k)

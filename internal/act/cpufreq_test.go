@@ -8,14 +8,15 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
 	"github.com/crosstalk-project/crosstalk/internal/topology"
 )
 
 func TestKHzForStep(t *testing.T) {
-	skx := FreqDomain{HWMinKHz: 800000, HWMaxKHz: 3000000}
-	milan := FreqDomain{HWMinKHz: 1500000, HWMaxKHz: 3000000, AvailableKHz: []int64{1500000, 2200000, 3000000}}
+	skx := sense.FreqPolicy{HWMinKHz: 800000, HWMaxKHz: 3000000}
+	milan := sense.FreqPolicy{HWMinKHz: 1500000, HWMaxKHz: 3000000, AvailableKHz: []int64{1500000, 2200000, 3000000}}
 	for _, c := range []struct {
-		d           FreqDomain
+		d           sense.FreqPolicy
 		step, steps int
 		want        int64
 	}{
@@ -33,7 +34,7 @@ func TestKHzForStep(t *testing.T) {
 		{milan, 16, 16, 3000000},
 		{milan, 0, 16, 1500000}, // below the range: the lowest
 	} {
-		if got := c.d.KHzForStep(c.step, c.steps); got != c.want {
+		if got := KHzForStep(c.d, c.step, c.steps); got != c.want {
 			t.Errorf("%d-%d kHz step %d/%d = %d, want %d", c.d.HWMinKHz, c.d.HWMaxKHz, c.step, c.steps, got, c.want)
 		}
 	}

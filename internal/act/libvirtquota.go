@@ -116,16 +116,29 @@ type LibvirtQuota struct {
 	// call deadline applies too).
 	Timeout time.Duration
 
-	mu      sync.Mutex
-	notOurs map[string]bool // VM cgroups no domain of this libvirt matches (logged once)
+	mu sync.Mutex
+	// notOurs holds the VM cgroups no domain of this libvirt matches, so
+	// each is logged once; an entry goes when its cgroup does (see
+	// pruneNotOursLocked), so VM churn under another daemon does not grow it.
+	notOurs map[string]bool
 }
 
-func (a *LibvirtQuota) ctx() (context.Context, context.CancelFunc) {
+// callCtx bounds one libvirt operation by Timeout under the caller's ctx.
+func (a *LibvirtQuota) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	t := a.Timeout
 	if t <= 0 {
 		t = 5 * time.Second
 	}
-	return context.WithTimeout(context.Background(), t)
+	return context.WithTimeout(ctx, t)
+}
+
+// liftCtx bounds one libvirt operation that lifts a throttle. It keeps the
+// caller's values but not its cancellation: an agent stopping because its
+// context ended must still lift what it put on, and that must go through
+// libvirt when libvirt answers, not straight to the cgroup-file fallback.
+// Timeout still bounds it.
+func (a *LibvirtQuota) liftCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return a.callCtx(context.WithoutCancel(ctx))
 }
 
 func (a *LibvirtQuota) log() *slog.Logger {
@@ -156,7 +169,7 @@ func (a *LibvirtQuota) domainOf(r LibvirtRecord) libvirt.Domain {
 
 // Apply throttles a tenant to q: a libvirt VM through libvirt's global
 // scheduler parameters, anything else through CPUQuota.
-func (a *LibvirtQuota) Apply(cgroupPath, tenant string, q cgroup.Quota) error {
+func (a *LibvirtQuota) Apply(ctx context.Context, cgroupPath, tenant string, q cgroup.Quota) error {
 	if err := q.Validate(); err != nil {
 		return err
 	}
@@ -168,7 +181,7 @@ func (a *LibvirtQuota) Apply(cgroupPath, tenant string, q cgroup.Quota) error {
 	if _, viaFiles := a.Cgroups.State.Get(cgroupPath); viaFiles {
 		return a.Cgroups.Apply(cgroupPath, tenant, q) // the throttle began that way: keep one path
 	}
-	ctx, cancel := a.ctx()
+	ctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	rec, has := a.record(cgroupPath)
 	var dom libvirt.Domain
@@ -189,6 +202,7 @@ func (a *LibvirtQuota) Apply(cgroupPath, tenant string, q cgroup.Quota) error {
 					a.notOurs = map[string]bool{}
 				}
 				if !a.notOurs[cgroupPath] {
+					a.pruneNotOursLocked()
 					a.notOurs[cgroupPath] = true
 					a.log().Info("VM cgroup matches no domain of this libvirt; throttling it through its cgroup files", "cgroup", cgroupPath)
 				}
@@ -244,26 +258,39 @@ func (a *LibvirtQuota) libvirtErr(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// pruneNotOursLocked forgets the not-ours VM cgroups that are gone: their
+// domains were destroyed, and a new one under the same name is logged anew.
+func (a *LibvirtQuota) pruneNotOursLocked() {
+	for cg := range a.notOurs {
+		if _, err := cgroup.Open(a.Cgroups.Host, a.Cgroups.Layout, cg).CPUQuota(); errors.Is(err, fs.ErrNotExist) {
+			delete(a.notOurs, cg)
+		}
+	}
+}
+
 // Restore lifts a tenant's throttle the way it was put on.
-func (a *LibvirtQuota) Restore(cgroupPath string) error {
+func (a *LibvirtQuota) Restore(ctx context.Context, cgroupPath string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	rec, has := a.record(cgroupPath)
 	if !has {
+		if a.notOurs[cgroupPath] {
+			a.pruneNotOursLocked()
+		}
 		return a.Cgroups.Restore(cgroupPath)
 	}
-	_, err := a.restoreLocked(rec)
+	_, err := a.restoreLocked(ctx, rec)
 	return err
 }
 
 // restoreLocked puts a VM's original parameters back: through libvirt, or
 // through its cgroup files when libvirt cannot. It reports whether a
 // throttle was lifted.
-func (a *LibvirtQuota) restoreLocked(rec LibvirtRecord) (bool, error) {
+func (a *LibvirtQuota) restoreLocked(ctx context.Context, rec LibvirtRecord) (bool, error) {
 	if rec.Path == PathCgroupFallback {
 		return false, nil // lifted already; Resync tells libvirt
 	}
-	ctx, cancel := a.ctx()
+	ctx, cancel := a.liftCtx(ctx)
 	defer cancel()
 	orig := libvirt.SchedParams{GlobalPeriod: libvirt.Ptr(uint64(rec.OriginalPeriodUS)), GlobalQuota: libvirt.Ptr(rec.OriginalQuotaUS)}
 	err := a.Libvirt.SetSchedParams(ctx, a.domainOf(rec), orig)
@@ -335,7 +362,7 @@ func (a *LibvirtQuota) fallbackLocked(rec LibvirtRecord, why error) (bool, error
 // start after kill -9): VMs the way their throttle was put on, the rest
 // through CPUQuota. A VM whose parameters were changed by someone else
 // since is left as it is.
-func (a *LibvirtQuota) RestoreAll() (int, error) {
+func (a *LibvirtQuota) RestoreAll(ctx context.Context) (int, error) {
 	n, err := a.Cgroups.RestoreAll()
 	errs := []error{err}
 	a.mu.Lock()
@@ -347,12 +374,12 @@ func (a *LibvirtQuota) RestoreAll() (int, error) {
 			continue
 		}
 		if rec.Path == PathCgroupFallback {
-			a.resyncLocked(rec)
+			a.resyncLocked(ctx, rec)
 			continue
 		}
 		if a.Libvirt.Connected() {
-			ctx, cancel := a.ctx()
-			cur, err := a.Libvirt.SchedParams(ctx, a.domainOf(rec))
+			cctx, cancel := a.liftCtx(ctx)
+			cur, err := a.Libvirt.SchedParams(cctx, a.domainOf(rec))
 			cancel()
 			switch {
 			case errors.Is(err, libvirt.ErrDomainGone):
@@ -365,7 +392,7 @@ func (a *LibvirtQuota) RestoreAll() (int, error) {
 				continue
 			}
 		}
-		lifted, err := a.restoreLocked(rec)
+		lifted, err := a.restoreLocked(ctx, rec)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -379,21 +406,21 @@ func (a *LibvirtQuota) RestoreAll() (int, error) {
 // Resync tells libvirt the original parameters of every VM whose throttle
 // was lifted through its cgroup files while libvirt was unreachable. The
 // libvirt client runs it on every (re)connection.
-func (a *LibvirtQuota) Resync() {
+func (a *LibvirtQuota) Resync(ctx context.Context) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, key := range a.State.RecordKeys(LibvirtRecordKind) {
 		if rec, ok := a.record(key); ok && rec.Path == PathCgroupFallback {
-			a.resyncLocked(rec)
+			a.resyncLocked(ctx, rec)
 		}
 	}
 }
 
-func (a *LibvirtQuota) resyncLocked(rec LibvirtRecord) {
+func (a *LibvirtQuota) resyncLocked(ctx context.Context, rec LibvirtRecord) {
 	if !a.Libvirt.Connected() {
 		return
 	}
-	ctx, cancel := a.ctx()
+	ctx, cancel := a.liftCtx(ctx)
 	defer cancel()
 	orig := libvirt.SchedParams{GlobalPeriod: libvirt.Ptr(uint64(rec.OriginalPeriodUS)), GlobalQuota: libvirt.Ptr(rec.OriginalQuotaUS)}
 	err := a.Libvirt.SetSchedParams(ctx, a.domainOf(rec), orig)

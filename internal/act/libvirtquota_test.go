@@ -81,6 +81,9 @@ func (f *fakeLibvirt) lookup(d libvirt.Domain) (string, error) {
 func (f *fakeLibvirt) SchedParams(ctx context.Context, d libvirt.Domain) (libvirt.SchedParams, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return libvirt.SchedParams{}, fmt.Errorf("call: %w", err) // as the client's calls end with their context
+	}
 	cg, err := f.lookup(d)
 	if err != nil {
 		return libvirt.SchedParams{}, err
@@ -96,6 +99,9 @@ func (f *fakeLibvirt) SchedParams(ctx context.Context, d libvirt.Domain) (libvir
 func (f *fakeLibvirt) SetSchedParams(ctx context.Context, d libvirt.Domain, p libvirt.SchedParams) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("call: %w", err)
+	}
 	cg, err := f.lookup(d)
 	if err != nil {
 		return err
@@ -177,7 +183,7 @@ var throttle = cgroup.Quota{Quota: 1000 * 1000, Period: 16000 * 1000} // 1 ms pe
 
 func TestLibvirtQuotaThrottlesVMsThroughLibvirt(t *testing.T) {
 	w := newVMWorld(t)
-	if err := w.a.Apply(vmWeb, "web", throttle); err != nil {
+	if err := w.a.Apply(t.Context(), vmWeb, "web", throttle); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(w.lv.sets, "; "); got != "web global_period=16000 global_quota=1000" {
@@ -194,8 +200,8 @@ func TestLibvirtQuotaThrottlesVMsThroughLibvirt(t *testing.T) {
 		t.Error("a VM throttled through libvirt also got a cgroup entry")
 	}
 	// A second step keeps the first original.
-	w.a.Apply(vmWeb, "web", cgroup.Quota{Quota: 3000 * 1000, Period: 16000 * 1000})
-	if err := w.a.Restore(vmWeb); err != nil {
+	w.a.Apply(t.Context(), vmWeb, "web", cgroup.Quota{Quota: 3000 * 1000, Period: 16000 * 1000})
+	if err := w.a.Restore(t.Context(), vmWeb); err != nil {
 		t.Fatal(err)
 	}
 	if q := w.quota(t, vmWeb); q != "-1/100000" {
@@ -213,7 +219,7 @@ func TestLibvirtQuotaOtherTenantsUseCgroupFiles(t *testing.T) {
 	w := newVMWorld(t)
 	// A container, and a VM cgroup no domain of this libvirt matches.
 	for _, cg := range []string{ctr, vmOther} {
-		if err := w.a.Apply(cg, "x", throttle); err != nil {
+		if err := w.a.Apply(t.Context(), cg, "x", throttle); err != nil {
 			t.Fatal(err)
 		}
 		if q := w.quota(t, cg); q != "1000/16000" {
@@ -229,7 +235,7 @@ func TestLibvirtQuotaOtherTenantsUseCgroupFiles(t *testing.T) {
 	if len(w.lv.sets) != 0 {
 		t.Errorf("libvirt called for non-libvirt tenants: %v", w.lv.sets)
 	}
-	n, err := w.a.RestoreAll()
+	n, err := w.a.RestoreAll(t.Context())
 	if err != nil || n != 2 || w.quota(t, ctr) != "-1/100000" || w.quota(t, vmOther) != "-1/100000" {
 		t.Errorf("RestoreAll = %d, %v", n, err)
 	}
@@ -239,7 +245,7 @@ func TestLibvirtQuotaOtherTenantsUseCgroupFiles(t *testing.T) {
 func TestLibvirtQuotaRefusesToThrottleWhileLibvirtIsDown(t *testing.T) {
 	w := newVMWorld(t)
 	w.lv.setConnected(false)
-	err := w.a.Apply(vmWeb, "web", throttle)
+	err := w.a.Apply(t.Context(), vmWeb, "web", throttle)
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Apply with libvirt down: %v", err)
 	}
@@ -255,11 +261,11 @@ func TestLibvirtQuotaRefusesToThrottleWhileLibvirtIsDown(t *testing.T) {
 // (loudly), and libvirt is told once it is back.
 func TestLibvirtQuotaRestoreFallsBackWhenLibvirtIsDown(t *testing.T) {
 	w := newVMWorld(t)
-	if err := w.a.Apply(vmWeb, "web", throttle); err != nil {
+	if err := w.a.Apply(t.Context(), vmWeb, "web", throttle); err != nil {
 		t.Fatal(err)
 	}
 	w.lv.setConnected(false)
-	if err := w.a.Restore(vmWeb); err != nil {
+	if err := w.a.Restore(t.Context(), vmWeb); err != nil {
 		t.Fatal(err)
 	}
 	if q := w.quota(t, vmWeb); q != "-1/100000" {
@@ -273,12 +279,12 @@ func TestLibvirtQuotaRestoreFallsBackWhenLibvirtIsDown(t *testing.T) {
 		t.Fatalf("record after fallback: %+v", rec)
 	}
 	// Still down: an agent stop or restart keeps the record, touches nothing.
-	if n, err := w.actuator().RestoreAll(); n != 0 || err != nil {
+	if n, err := w.actuator().RestoreAll(t.Context()); n != 0 || err != nil {
 		t.Errorf("RestoreAll while down = %d, %v", n, err)
 	}
 	// Back: Resync (the client's OnConnect hook) tells libvirt.
 	w.lv.setConnected(true)
-	w.a.Resync()
+	w.a.Resync(t.Context())
 	if last := w.lv.sets[len(w.lv.sets)-1]; last != "web global_period=100000 global_quota=-1" {
 		t.Errorf("resync call: %s", last)
 	}
@@ -290,9 +296,9 @@ func TestLibvirtQuotaRestoreFallsBackWhenLibvirtIsDown(t *testing.T) {
 // libvirt answers but refuses to restore: the files are written anyway.
 func TestLibvirtQuotaRestoreFallsBackWhenLibvirtRefuses(t *testing.T) {
 	w := newVMWorld(t)
-	w.a.Apply(vmWeb, "web", throttle)
+	w.a.Apply(t.Context(), vmWeb, "web", throttle)
 	w.lv.failSet = errors.New("internal error: cgroup write refused")
-	if err := w.a.Restore(vmWeb); err != nil {
+	if err := w.a.Restore(t.Context(), vmWeb); err != nil {
 		t.Fatal(err)
 	}
 	if q := w.quota(t, vmWeb); q != "-1/100000" {
@@ -303,14 +309,14 @@ func TestLibvirtQuotaRestoreFallsBackWhenLibvirtRefuses(t *testing.T) {
 // A domain that vanishes mid-action: ErrGone, nothing left in the state.
 func TestLibvirtQuotaDomainVanishes(t *testing.T) {
 	w := newVMWorld(t)
-	if err := w.a.Apply(vmWeb, "web", throttle); err != nil {
+	if err := w.a.Apply(t.Context(), vmWeb, "web", throttle); err != nil {
 		t.Fatal(err)
 	}
 	w.lv.vanish(t, w.root, vmWeb)
-	if err := w.a.Apply(vmWeb, "web", cgroup.Quota{Quota: 2000 * 1000, Period: 16000 * 1000}); !errors.Is(err, ErrGone) {
+	if err := w.a.Apply(t.Context(), vmWeb, "web", cgroup.Quota{Quota: 2000 * 1000, Period: 16000 * 1000}); !errors.Is(err, ErrGone) {
 		t.Errorf("tighten on a vanished domain: %v, want ErrGone", err)
 	}
-	if err := w.a.Restore(vmWeb); err != nil {
+	if err := w.a.Restore(t.Context(), vmWeb); err != nil {
 		t.Errorf("restore of a vanished domain: %v", err)
 	}
 	if len(w.state.RecordKeys(LibvirtRecordKind)) != 0 {
@@ -319,10 +325,10 @@ func TestLibvirtQuotaDomainVanishes(t *testing.T) {
 
 	// Vanishing while libvirt is also down: the fallback finds no cgroup.
 	w2 := newVMWorld(t)
-	w2.a.Apply(vmWeb, "web", throttle)
+	w2.a.Apply(t.Context(), vmWeb, "web", throttle)
 	w2.lv.setConnected(false)
 	w2.lv.vanish(t, w2.root, vmWeb)
-	if err := w2.a.Restore(vmWeb); err != nil || len(w2.state.RecordKeys(LibvirtRecordKind)) != 0 {
+	if err := w2.a.Restore(t.Context(), vmWeb); err != nil || len(w2.state.RecordKeys(LibvirtRecordKind)) != 0 {
 		t.Errorf("restore of a vanished domain with libvirt down: %v, records %v", err, w2.state.RecordKeys(LibvirtRecordKind))
 	}
 }
@@ -331,21 +337,21 @@ func TestLibvirtQuotaDomainVanishes(t *testing.T) {
 // leaves alone parameters someone else changed since.
 func TestLibvirtQuotaRestoreAllAfterKill(t *testing.T) {
 	w := newVMWorld(t)
-	w.a.Apply(vmWeb, "web", throttle)
+	w.a.Apply(t.Context(), vmWeb, "web", throttle)
 	state, err := OpenState(w.state.Path()) // what the next process reads
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.state = state
-	n, err := w.actuator().RestoreAll()
+	n, err := w.actuator().RestoreAll(t.Context())
 	if err != nil || n != 1 || w.quota(t, vmWeb) != "-1/100000" {
 		t.Errorf("RestoreAll = %d, %v; quota %s", n, err, w.quota(t, vmWeb))
 	}
 
 	w.a = w.actuator()
-	w.a.Apply(vmWeb, "web", throttle)
+	w.a.Apply(t.Context(), vmWeb, "web", throttle)
 	os.WriteFile(filepath.Join(w.root, "cg/cpu", vmWeb, "cpu.cfs_quota_us"), []byte("50000\n"), 0o644) // an operator's virsh schedinfo
-	n, err = w.actuator().RestoreAll()
+	n, err = w.actuator().RestoreAll(t.Context())
 	if err != nil || n != 0 || file(t, w.root, "cg/cpu"+vmWeb+"/cpu.cfs_quota_us") != "50000" {
 		t.Errorf("someone else's value: RestoreAll = %d, %v", n, err)
 	}
@@ -356,9 +362,9 @@ func TestLibvirtQuotaRestoreAllAfterKill(t *testing.T) {
 	// At exit with libvirt down: the fallback lifts it (back to the
 	// operator's value, now the original).
 	w.a = w.actuator()
-	w.a.Apply(vmWeb, "web", throttle)
+	w.a.Apply(t.Context(), vmWeb, "web", throttle)
 	w.lv.setConnected(false)
-	n, err = w.a.RestoreAll()
+	n, err = w.a.RestoreAll(t.Context())
 	if err != nil || n != 1 || w.quota(t, vmWeb) != "50000/16000" {
 		t.Errorf("RestoreAll with libvirt down = %d, %v; quota %s", n, err, w.quota(t, vmWeb))
 	}
@@ -368,9 +374,9 @@ func TestLibvirtQuotaRestoreAllAfterKill(t *testing.T) {
 // so a later restore undoes it whichever way it went.
 func TestLibvirtQuotaUnknownOutcomeKeepsRecord(t *testing.T) {
 	w := newVMWorld(t)
-	w.a.Apply(vmWeb, "web", throttle)
+	w.a.Apply(t.Context(), vmWeb, "web", throttle)
 	w.lv.failSet = fmt.Errorf("set: %w: did not answer", libvirt.ErrNotConnected)
-	err := w.a.Apply(vmWeb, "web", cgroup.Quota{Quota: 2000 * 1000, Period: 16000 * 1000})
+	err := w.a.Apply(t.Context(), vmWeb, "web", cgroup.Quota{Quota: 2000 * 1000, Period: 16000 * 1000})
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("cut call: %v", err)
 	}
@@ -378,7 +384,7 @@ func TestLibvirtQuotaUnknownOutcomeKeepsRecord(t *testing.T) {
 		t.Fatal("record dropped after a call with an unknown outcome")
 	}
 	w.lv.failSet = nil
-	if err := w.a.Restore(vmWeb); err != nil || w.quota(t, vmWeb) != "-1/100000" {
+	if err := w.a.Restore(t.Context(), vmWeb); err != nil || w.quota(t, vmWeb) != "-1/100000" {
 		t.Errorf("restore: %v, %s", err, w.quota(t, vmWeb))
 	}
 }
@@ -398,18 +404,18 @@ func TestLibvirtQuotaFallbackKnowsThePreviousThrottle(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w := newVMWorld(t)
-			if err := w.a.Apply(vmWeb, "web", cgroup.Quota{Quota: 2000 * 1000, Period: 16000 * 1000}); err != nil {
+			if err := w.a.Apply(t.Context(), vmWeb, "web", cgroup.Quota{Quota: 2000 * 1000, Period: 16000 * 1000}); err != nil {
 				t.Fatal(err)
 			}
 			// The tighter step is recorded, but the call never reaches libvirt.
 			w.lv.failSet = fmt.Errorf("set: %w: did not answer", libvirt.ErrNotConnected)
-			if err := w.a.Apply(vmWeb, "web", throttle); !errors.Is(err, ErrUnavailable) {
+			if err := w.a.Apply(t.Context(), vmWeb, "web", throttle); !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("cut call: %v", err)
 			}
 			w.lv.failSet = nil
 			os.WriteFile(filepath.Join(w.root, "cg/cpu", vmWeb, "cpu.cfs_quota_us"), []byte(c.files+"\n"), 0o644)
 			w.lv.setConnected(false)
-			if _, err := w.actuator().RestoreAll(); err != nil {
+			if _, err := w.actuator().RestoreAll(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 			got := w.quota(t, vmWeb)
@@ -430,10 +436,125 @@ func TestLibvirtQuotaWaitsForAStartingDomain(t *testing.T) {
 	d := w.lv.doms[vmWeb]
 	d.Settled = false
 	w.lv.doms[vmWeb] = d
-	if err := w.a.Apply(vmWeb, "web", throttle); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "still starting") {
+	if err := w.a.Apply(t.Context(), vmWeb, "web", throttle); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "still starting") {
 		t.Fatalf("Apply on a starting domain: %v", err)
 	}
 	if len(w.lv.sets) != 0 || len(w.state.RecordKeys(LibvirtRecordKind)) != 0 {
 		t.Error("acted on a starting domain")
+	}
+}
+
+// The caller's context bounds a throttle: one that has ended puts nothing
+// on. Lifting a throttle does not stop with it (an agent stopping because
+// its context ended still lifts what it put on) and still goes through
+// libvirt, not the cgroup-file fallback.
+func TestLibvirtQuotaCallerContext(t *testing.T) {
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+
+	t.Run("an ended context throttles nothing", func(t *testing.T) {
+		w := newVMWorld(t)
+		if err := w.a.Apply(ended, vmWeb, "web", throttle); err == nil {
+			t.Fatal("Apply with an ended context succeeded")
+		}
+		if q := w.quota(t, vmWeb); q != "-1/100000" {
+			t.Errorf("quota %s, want untouched", q)
+		}
+		if len(w.lv.sets) != 0 || len(w.state.RecordKeys(LibvirtRecordKind)) != 0 {
+			t.Errorf("libvirt sets %v, records %v: want none", w.lv.sets, w.state.RecordKeys(LibvirtRecordKind))
+		}
+	})
+	for _, tt := range []struct {
+		name string
+		lift func(*vmWorld) error
+	}{
+		{"Restore", func(w *vmWorld) error { return w.a.Restore(ended, vmWeb) }},
+		{"RestoreAll", func(w *vmWorld) error { _, err := w.actuator().RestoreAll(ended); return err }},
+	} {
+		t.Run(tt.name+" with an ended context lifts through libvirt", func(t *testing.T) {
+			w := newVMWorld(t)
+			if err := w.a.Apply(t.Context(), vmWeb, "web", throttle); err != nil {
+				t.Fatal(err)
+			}
+			if err := tt.lift(w); err != nil {
+				t.Fatal(err)
+			}
+			if q := w.quota(t, vmWeb); q != "-1/100000" {
+				t.Errorf("quota %s after the lift, want -1/100000", q)
+			}
+			if n := len(w.lv.sets); n != 2 {
+				t.Errorf("libvirt sets %v: want the throttle and its lift", w.lv.sets)
+			}
+			if keys := w.state.RecordKeys(LibvirtRecordKind); len(keys) != 0 {
+				t.Errorf("records left %v (a cgroup-file fallback keeps one)", keys)
+			}
+			if strings.Contains(w.logs.String(), "LIBVIRT UNREACHABLE") {
+				t.Errorf("fell back to the cgroup files: %s", w.logs)
+			}
+		})
+	}
+}
+
+// A VM cgroup no domain of this libvirt matches is throttled through its
+// files and logged once; when its domain is destroyed (the cgroup goes) it
+// is forgotten, so a new VM under the same name is logged again and VM
+// churn under another daemon does not grow the set.
+func TestLibvirtQuotaNotOursPrunedWhenTheDomainGoes(t *testing.T) {
+	w := newVMWorld(t)
+	logged := func() int { return strings.Count(w.logs.String(), "matches no domain of this libvirt") }
+	for range 2 {
+		if err := w.a.Apply(t.Context(), vmOther, "other", throttle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := logged(); n != 1 {
+		t.Fatalf("logged %d times for two throttles, want once", n)
+	}
+	if err := w.a.Restore(t.Context(), vmOther); err != nil {
+		t.Fatal(err)
+	}
+	if !w.a.notOurs[vmOther] {
+		t.Fatal("a lifted throttle of a VM still running forgot it (it would be logged again)")
+	}
+
+	w.lv.vanish(t, w.root, vmOther)
+	if err := w.a.Restore(t.Context(), vmOther); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.a.notOurs) != 0 {
+		t.Errorf("not-ours set %v after its VM's cgroup went, want empty", w.a.notOurs)
+	}
+
+	// A new VM of the other daemon under the same name.
+	dir := filepath.Join(w.root, "cg/cpu", vmOther)
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte("100000\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte("-1\n"), 0o644)
+	if err := w.a.Apply(t.Context(), vmOther, "other", throttle); err != nil {
+		t.Fatal(err)
+	}
+	if n := logged(); n != 2 {
+		t.Errorf("the new VM was logged %d times in all, want it logged anew", n)
+	}
+}
+
+// Entries whose cgroup went without a Restore (the agent saw the tenant
+// vanish while it was not throttled) go when the next VM is added.
+func TestLibvirtQuotaNotOursPrunedOnTheNextVM(t *testing.T) {
+	w := newVMWorld(t)
+	third := "/machine/qemu-2-third.libvirt-qemu"
+	dir := filepath.Join(w.root, "cg/cpu", third)
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte("100000\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte("-1\n"), 0o644)
+	if err := w.a.Apply(t.Context(), vmOther, "other", throttle); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(w.root, "cg/cpu", vmOther))
+	if err := w.a.Apply(t.Context(), third, "third", throttle); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.a.notOurs) != 1 || !w.a.notOurs[third] {
+		t.Errorf("not-ours set %v, want only %s", w.a.notOurs, third)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -239,24 +240,14 @@ func (s *StateFile) GetRecord(kind, key string, v any) (ok bool, err error) {
 func (s *StateFile) RecordKeys(kind string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	keys := make([]string, 0, len(s.doc.Records[kind]))
-	for k := range s.doc.Records[kind] {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+	return slices.Sorted(maps.Keys(s.doc.Records[kind]))
 }
 
 // RecordKinds lists the actuator kinds that have records, sorted.
 func (s *StateFile) RecordKinds() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	kinds := make([]string, 0, len(s.doc.Records))
-	for k := range s.doc.Records {
-		kinds = append(kinds, k)
-	}
-	slices.Sort(kinds)
-	return kinds
+	return slices.Sorted(maps.Keys(s.doc.Records))
 }
 
 // ForgetRecord removes the record of kind at key and saves.

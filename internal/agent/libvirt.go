@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/host"
 	"github.com/crosstalk-project/crosstalk/internal/libvirt"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
@@ -24,17 +25,22 @@ func wireLibvirt(cfg Config, h *host.Host, log *slog.Logger, disc sense.Discover
 	lc := cfg.Libvirt
 	sock := libvirt.SocketPath(h, lc.Socket)
 	leftovers := len(state.RecordKeys(act.LibvirtRecordKind)) > 0
+	// The wiring's lifetime: the client runs, and the VM actuator calls
+	// libvirt, under it; the returned stop function ends it.
+	ctx, cancel := context.WithCancel(context.Background())
 	switch lc.Enabled {
 	case "false":
+		defer cancel()
 		if leftovers {
 			// Undo them now, through the cgroup files; from here on VMs are
 			// throttled through their cgroup files like any tenant.
-			n, err := (&act.LibvirtQuota{Libvirt: offline{}, Cgroups: cq, State: state, Log: log}).RestoreAll()
+			n, err := (&act.LibvirtQuota{Libvirt: offline{}, Cgroups: cq, State: state, Log: log}).RestoreAll(ctx)
 			log.Warn("libvirt.enabled is false but the state file held throttles made through libvirt; undone through the VMs' cgroup files", "state", state.Path(), "restored", n, "err", err)
 		}
 		return disc, cq, func() {}
 	case "auto":
 		if _, err := os.Stat(sock); err != nil && !leftovers {
+			cancel()
 			log.Info("libvirt: no socket; VMs are throttled through their cgroup files", "socket", sock)
 			return disc, cq, func() {}
 		}
@@ -42,7 +48,6 @@ func wireLibvirt(cfg Config, h *host.Host, log *slog.Logger, disc sense.Discover
 	client := libvirt.New(libvirt.Options{Socket: sock, URI: lc.URI, DialTimeout: lc.Timeout, CallTimeout: lc.Timeout, Log: log})
 	quota := &act.LibvirtQuota{Libvirt: client, Cgroups: cq, State: state, Log: log, Timeout: 2 * lc.Timeout}
 	client.AddHooks(libvirt.Hooks{OnConnect: quota.Resync})
-	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		client.Run(ctx)
@@ -57,11 +62,30 @@ func wireLibvirt(cfg Config, h *host.Host, log *slog.Logger, disc sense.Discover
 	wcancel()
 	enricher := &sense.LibvirtDiscoverer{Inner: disc, Libvirt: client, Log: log, Grace: max(10*cfg.Interval, lc.Timeout),
 		Host: h, Layout: cq.Layout, ThreadsEvery: detailEvery}
-	return enricher, quota, func() {
+	return enricher, vmQuota{ctx: ctx, q: quota}, func() {
 		cancel()
 		<-done
 	}
 }
+
+// vmQuota is act.LibvirtQuota as the agent's QuotaActuator. The agent's
+// loop calls its actuator without a context (Tick runs on the simulator's
+// virtual clock too), so each call runs under the libvirt wiring's
+// lifetime: once its stop function has run no throttle is put on, while
+// lifting one still goes through (act.LibvirtQuota detaches lifts from the
+// caller's cancellation, bounded by its timeout).
+type vmQuota struct {
+	ctx context.Context
+	q   *act.LibvirtQuota
+}
+
+func (v vmQuota) Apply(cgroupPath, tenant string, q cgroup.Quota) error {
+	return v.q.Apply(v.ctx, cgroupPath, tenant, q)
+}
+
+func (v vmQuota) Restore(cgroupPath string) error { return v.q.Restore(v.ctx, cgroupPath) }
+
+func (v vmQuota) RestoreAll() (int, error) { return v.q.RestoreAll(v.ctx) }
 
 // offline is a libvirt that is never reachable: with libvirt.enabled false,
 // LibvirtQuota still undoes what a previous run did through libvirt, through

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/libvirt"
 )
 
 func TestLibvirtConfig(t *testing.T) {
@@ -97,5 +99,83 @@ func TestWireLibvirtDisabledUndoesLeftovers(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(root, "cg/cpu/machine/qemu-3-web.libvirt-qemu/cpu.cfs_quota_us"))
 	if strings.TrimSpace(string(b)) != "-1" {
 		t.Errorf("leftover VM throttle not lifted: quota %s", b)
+	}
+}
+
+// webLibvirt is a connected libvirt with one domain, the web VM of libvirtHost,
+// that honours its callers' contexts as the client's calls do.
+type webLibvirt struct {
+	offline
+	h    *host.Host
+	l    cgroup.Layout
+	sets int
+}
+
+var webDomain = libvirt.Domain{Name: "web", UUID: "11111111-2222-3333-4444-555555555555", ID: 3, VCPUs: 1, Settled: true}
+
+const webCgroup = "/machine/qemu-3-web.libvirt-qemu"
+
+func (*webLibvirt) Connected() bool { return true }
+func (*webLibvirt) DomainByCgroup(cg string) (libvirt.Domain, bool) {
+	return webDomain, cg == webCgroup
+}
+func (*webLibvirt) DomainByUUID(uuid string) (libvirt.Domain, bool) {
+	return webDomain, uuid == webDomain.UUID
+}
+func (s *webLibvirt) SchedParams(ctx context.Context, d libvirt.Domain) (libvirt.SchedParams, error) {
+	if err := ctx.Err(); err != nil {
+		return libvirt.SchedParams{}, err
+	}
+	q, err := cgroup.Open(s.h, s.l, webCgroup).CPUQuota()
+	if err != nil {
+		return libvirt.SchedParams{}, err
+	}
+	quota := int64(-1)
+	if q.Quota > 0 {
+		quota = q.Quota.Microseconds()
+	}
+	return libvirt.SchedParams{GlobalPeriod: libvirt.Ptr(uint64(q.Period.Microseconds())), GlobalQuota: libvirt.Ptr(quota)}, nil
+}
+func (s *webLibvirt) SetSchedParams(ctx context.Context, d libvirt.Domain, p libvirt.SchedParams) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.sets++
+	q := cgroup.Quota{Period: time.Duration(*p.GlobalPeriod) * time.Microsecond}
+	if *p.GlobalQuota > 0 {
+		q.Quota = time.Duration(*p.GlobalQuota) * time.Microsecond
+	}
+	return cgroup.Open(s.h, s.l, webCgroup).SetCPUQuota(q)
+}
+
+// The agent's VM actuator runs under the libvirt wiring's lifetime: once
+// that has ended it puts no throttle on, but still lifts one through
+// libvirt (not the cgroup-file fallback).
+func TestVMQuotaRunsUnderTheWiringLifetime(t *testing.T) {
+	h, l, root := libvirtHost(t)
+	os.WriteFile(filepath.Join(root, "cg/cpu", webCgroup, "cpu.cfs_quota_us"), []byte("-1\n"), 0o644)
+	st, err := act.OpenState(filepath.Join(t.TempDir(), "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv := &webLibvirt{h: h, l: l}
+	cq := &act.CPUQuota{Host: h, Layout: l, State: st}
+	ctx, stop := context.WithCancel(t.Context())
+	var q QuotaActuator = vmQuota{ctx: ctx, q: &act.LibvirtQuota{Libvirt: lv, Cgroups: cq, State: st, Log: slog.New(slog.DiscardHandler)}}
+	throttle := cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}
+	quota := func() string {
+		b, _ := os.ReadFile(filepath.Join(root, "cg/cpu", webCgroup, "cpu.cfs_quota_us"))
+		return strings.TrimSpace(string(b))
+	}
+
+	if err := q.Apply(webCgroup, "web", throttle); err != nil || quota() != "1000" || lv.sets != 1 {
+		t.Fatalf("throttle while wired: err %v, quota %s, libvirt sets %d", err, quota(), lv.sets)
+	}
+	stop()
+	if err := q.Restore(webCgroup); err != nil || quota() != "-1" || lv.sets != 2 {
+		t.Errorf("lift after the wiring ended: err %v, quota %s, libvirt sets %d (want the lift through libvirt)", err, quota(), lv.sets)
+	}
+	if err := q.Apply(webCgroup, "web", throttle); err == nil || quota() != "-1" {
+		t.Errorf("throttle after the wiring ended: err %v, quota %s; want it refused", err, quota())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -130,10 +131,13 @@ func restoreLibvirt(rc RestoreContext) (int, error) {
 	cfg.fill()
 	cq := &act.CPUQuota{Host: rc.Host, Layout: rc.Layout, State: rc.State, Log: rc.Log}
 	var sched act.LibvirtScheduler = offline{}
+	// The restore's lifetime: the client runs, and the actuator calls
+	// libvirt, under it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	if cfg.Libvirt.Enabled != "false" {
 		client := libvirt.New(libvirt.Options{Socket: libvirt.SocketPath(rc.Host, cfg.Libvirt.Socket), URI: cfg.Libvirt.URI,
 			DialTimeout: cfg.Libvirt.Timeout, CallTimeout: cfg.Libvirt.Timeout, Log: rc.Log})
-		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { client.Run(ctx); close(done) }()
 		defer func() { cancel(); <-done }()
@@ -151,7 +155,7 @@ func restoreLibvirt(rc RestoreContext) (int, error) {
 	// by now (RestoreAll undid them first). It leaves a VM whose parameters
 	// someone changed since alone, and resyncs libvirt for throttles lifted
 	// through the cgroup files while it was down.
-	return q.RestoreAll()
+	return q.RestoreAll(ctx)
 }
 
 // restoreRecords undoes every record of every kind recordRestorers knows,
@@ -348,11 +352,7 @@ func onlyUnsaved(err error) bool {
 }
 
 func (r RestoreReport) summary() string {
-	kinds := make([]string, 0, len(r.Restored))
-	for k := range r.Restored {
-		kinds = append(kinds, k)
-	}
-	slices.Sort(kinds)
+	kinds := slices.Sorted(maps.Keys(r.Restored))
 	parts := make([]string, 0, len(kinds))
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%s %d", k, r.Restored[k]))

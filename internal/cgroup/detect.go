@@ -8,6 +8,7 @@ package cgroup
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -160,11 +161,7 @@ func (l Layout) CPUControl() string {
 // Controllers lists the usable controllers across hierarchies, sorted, each
 // once (for display).
 func (l Layout) Controllers() []string {
-	var out []string
-	for c := range l.V1 {
-		out = append(out, c)
-	}
-	out = append(out, l.V2Controllers...)
+	out := slices.AppendSeq(slices.Clone(l.V2Controllers), maps.Keys(l.V1))
 	slices.Sort(out)
 	return slices.Compact(out)
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -397,7 +398,7 @@ func checkJQ(doc, filter string) error {
 			}
 			x, ok := m[key]
 			if !ok || x == nil {
-				return fmt.Errorf("%s: no such key in the output (it has %v)", step, keys(m))
+				return fmt.Errorf("%s: no such key in the output (it has %v)", step, slices.Sorted(maps.Keys(m)))
 			}
 			if !iter {
 				next = append(next, x)
@@ -415,15 +416,6 @@ func checkJQ(doc, filter string) error {
 		return fmt.Errorf("%s yields nothing", path)
 	}
 	return nil
-}
-
-func keys(m map[string]any) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 func makeTargets(t *testing.T, root string) []string {

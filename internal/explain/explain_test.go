@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -261,15 +262,7 @@ func TestJSONShape(t *testing.T) {
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
-	keys := func(m map[string]any) []string {
-		var ks []string
-		for k := range m {
-			ks = append(ks, k)
-		}
-		slices.Sort(ks)
-		return ks
-	}
-	if got, want := keys(doc), []string{"entries", "files", "since", "skipped_lines", "tenants"}; !slices.Equal(got, want) {
+	if got, want := slices.Sorted(maps.Keys(doc)), []string{"entries", "files", "since", "skipped_lines", "tenants"}; !slices.Equal(got, want) {
 		t.Errorf("top-level keys %v, want %v", got, want)
 	}
 	entries := doc["entries"].([]any)
@@ -284,7 +277,7 @@ func TestJSONShape(t *testing.T) {
 		kinds[m["kind"].(string)] = true
 		if m["step"] == StepVerdict {
 			p := m["proof"].(map[string]any)
-			if got, want := keys(p), []string{"evidence", "failed", "final_evidence", "partial", "passed", "quiet", "started", "trials", "verdict", "void", "why"}; !slices.Equal(got, want) {
+			if got, want := slices.Sorted(maps.Keys(p)), []string{"evidence", "failed", "final_evidence", "partial", "passed", "quiet", "started", "trials", "verdict", "void", "why"}; !slices.Equal(got, want) {
 				t.Errorf("proof keys %v, want %v", got, want)
 			}
 			if n := len(p["evidence"].(map[string]any)["trials"].([]any)); n != 4 {

@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -191,10 +192,6 @@ func TestKnowsEveryKindTheAgentWrites(t *testing.T) {
 			t.Errorf("%s: the agent journals kind %q, which explain does not know", pos, k)
 		}
 	}
-	var ks []string
-	for k := range found {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
+	ks := slices.Sorted(maps.Keys(found))
 	t.Logf("kinds journalled: %v", ks)
 }

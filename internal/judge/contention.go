@@ -2,6 +2,7 @@ package judge
 
 import (
 	"fmt"
+	"maps"
 	"math/bits"
 	"slices"
 
@@ -258,10 +259,7 @@ func (c *Contention) Update(rs []sense.ProbeReading) Verdict {
 			}
 		}
 	}
-	for d := range contendedDomains {
-		v.Domains = append(v.Domains, d)
-	}
-	slices.Sort(v.Domains)
+	v.Domains = slices.Sorted(maps.Keys(contendedDomains))
 	v.Contended = len(v.Domains) > 0
 	// hot[d] keeps the last intervals of domain d as bits (1 = a reading
 	// over the threshold). Contention that shows in 2 of the last 3 intervals

@@ -28,6 +28,7 @@ package judge
 // judge track the rate the hardware really applies (Intel 0.1 and 0.1).
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -152,7 +153,7 @@ func (m *MemBWThrottle) Step(in MBAInput) []MBAAction {
 				total += t.BytesPerSec
 			}
 		}
-		for _, id := range sortedIDs(st) {
+		for _, id := range slices.Sorted(maps.Keys(st)) {
 			if !present[id] {
 				out = append(out, MBAAction{Tenant: id, Domain: d.ID, Fraction: 1, ReferenceBytesPerSec: st[id].ref, Release: true, Reason: "tenant stopped"})
 				delete(st, id)
@@ -181,7 +182,7 @@ func (m *MemBWThrottle) Step(in MBAInput) []MBAAction {
 				out = append(out, MBAAction{Tenant: t.ID, Domain: d.ID, Fraction: next, ReferenceBytesPerSec: s.ref, Reason: "domain bandwidth over threshold and this tenant over its share: rate halved"})
 			}
 		case total <= m.cfg.ThresholdBytesPerSec-m.cfg.RelaxGuardBytesPerSec:
-			for _, id := range sortedIDs(st) {
+			for _, id := range slices.Sorted(maps.Keys(st)) {
 				s := st[id]
 				if in.Now.Sub(s.lastRelax) < m.cfg.RelaxPeriod {
 					continue
@@ -200,7 +201,7 @@ func (m *MemBWThrottle) Step(in MBAInput) []MBAAction {
 		if seen[id] {
 			continue
 		}
-		for _, t := range sortedIDs(st) {
+		for _, t := range slices.Sorted(maps.Keys(st)) {
 			out = append(out, MBAAction{Tenant: t, Domain: id, Fraction: 1, ReferenceBytesPerSec: st[t].ref, Release: true, Reason: "domain no longer observed"})
 		}
 		delete(m.state, id)
@@ -212,19 +213,10 @@ func (m *MemBWThrottle) Step(in MBAInput) []MBAAction {
 func (m *MemBWThrottle) Throttled() []MBAAction {
 	var out []MBAAction
 	for d, st := range m.state {
-		for _, id := range sortedIDs(st) {
+		for _, id := range slices.Sorted(maps.Keys(st)) {
 			out = append(out, MBAAction{Tenant: id, Domain: d, Fraction: st[id].fraction, ReferenceBytesPerSec: st[id].ref})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Domain < out[j].Domain })
-	return out
-}
-
-func sortedIDs(m map[string]*mbaState) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }

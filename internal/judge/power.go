@@ -3,6 +3,7 @@ package judge
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -308,11 +309,7 @@ func (p *PowerBudget) decide() []PowerDecision {
 		}
 	}
 
-	sockets := make([]int, 0, len(p.sockAcc))
-	for id := range p.sockAcc {
-		sockets = append(sockets, id)
-	}
-	slices.Sort(sockets)
+	sockets := slices.Sorted(maps.Keys(p.sockAcc))
 	for _, id := range sockets {
 		so := p.sockAcc[id]
 		watts := so.Watts / p.w

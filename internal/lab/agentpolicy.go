@@ -21,14 +21,18 @@ func AgentPolicy(base agent.Config) PolicyFactory {
 }
 
 type agentPolicy struct {
-	base   agent.Config
-	agent  *agent.Agent
+	base agent.Config
+	// While the agent runs: cancel stops it, done yields Run's result,
+	// close releases what agent.Build opened, dir is its state directory.
 	cancel context.CancelFunc
 	done   chan error
 	// sampled closes when the sampler of the agent's contention has stopped.
 	sampled chan struct{}
 	dir     string
 	close   func()
+	// stopWait bounds how long End waits for the agent to stop besides
+	// its context (default 10s).
+	stopWait time.Duration
 }
 
 func (*agentPolicy) Name() string { return "crosstalk" }
@@ -56,7 +60,7 @@ func (p *agentPolicy) Begin(ctx context.Context, env *PolicyEnv) error {
 		os.RemoveAll(dir)
 		return fmt.Errorf("crosstalk agent: %w", err)
 	}
-	p.agent, p.close = a, closeFn
+	p.close = closeFn
 	// Before the tenants start, what the probes read is a quiet host: a
 	// baseline worth calibrating on. Among tenants already running (a
 	// polluter among them, perhaps) it is not; the agent then starts as it
@@ -68,9 +72,7 @@ func (p *agentPolicy) Begin(ctx context.Context, env *PolicyEnv) error {
 			return fmt.Errorf("crosstalk agent: calibrating probes: %w", err)
 		}
 	}
-	actx, cancel := context.WithCancel(context.Background())
-	p.cancel, p.done = cancel, make(chan error, 1)
-	go func() { p.done <- a.Run(actx) }()
+	actx := p.start(ctx, a.Run)
 	p.sampled = make(chan struct{})
 	go sampleContention(actx, a, cfg.Interval, env, p.sampled)
 	return nil
@@ -104,23 +106,56 @@ func sampleContention(ctx context.Context, a *agent.Agent, interval time.Duratio
 	}
 }
 
+// start runs the agent's loop until End. Its context keeps the phase's
+// values but not its cancellation: the agent must outlive a cancelled phase
+// long enough for End to stop it and have it restore what it throttled.
+// It returns the agent's context, which End cancels.
+func (p *agentPolicy) start(ctx context.Context, run func(context.Context) error) context.Context {
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	p.cancel, p.done = cancel, done
+	go func() { done <- run(actx) }()
+	return actx
+}
+
+// End stops the agent and waits for it: its shutdown restores every tenant
+// it throttled, through the very dependencies Build opened, so those are
+// released only once Run has returned. An agent that does not stop in time
+// is reported, and its dependencies are released when it does stop, never
+// under it.
 func (p *agentPolicy) End(ctx context.Context) error {
-	if p.agent == nil {
+	if p.done == nil {
 		return nil
+	}
+	done, closeFn, dir := p.done, p.close, p.dir
+	p.done = nil
+	release := func() {
+		closeFn()
+		os.RemoveAll(dir)
 	}
 	p.cancel()
 	if p.sampled != nil {
-		<-p.sampled
+		<-p.sampled // the sampler reads the agent's state: done before it is released
 	}
-	var err error
+	wait := p.stopWait
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var late error
 	select {
-	case err = <-p.done:
+	case err := <-done:
+		release()
+		return err
 	case <-ctx.Done():
-		err = fmt.Errorf("crosstalk agent did not stop in time: %w", ctx.Err())
-	case <-time.After(10 * time.Second):
-		err = fmt.Errorf("crosstalk agent did not stop within 10s")
+		late = fmt.Errorf("crosstalk agent did not stop in time: %w", ctx.Err())
+	case <-timer.C:
+		late = fmt.Errorf("crosstalk agent did not stop within %s", wait)
 	}
-	p.close()
-	os.RemoveAll(p.dir)
-	return err
+	go func() {
+		<-done
+		release()
+	}()
+	return late
 }

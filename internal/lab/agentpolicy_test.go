@@ -72,3 +72,86 @@ tenants:
 		}
 	}
 }
+
+// End stops the agent and releases what Build opened only once the agent's
+// Run has returned (its shutdown restores throttles through them). An agent
+// that does not stop in time is reported, and its dependencies stay open
+// until it does stop.
+func TestAgentPolicyEndNeverReleasesUnderARunningAgent(t *testing.T) {
+	type world struct {
+		p        *agentPolicy
+		released chan struct{} // closed when Build's close function runs
+		unblock  chan struct{} // lets the fake Run return after its cancel
+		dir      string
+	}
+	newWorld := func(t *testing.T) *world {
+		w := &world{released: make(chan struct{}), unblock: make(chan struct{}), dir: t.TempDir()}
+		w.p = &agentPolicy{dir: w.dir, close: func() { close(w.released) }, stopWait: 50 * time.Millisecond}
+		w.p.start(t.Context(), func(ctx context.Context) error {
+			<-ctx.Done()
+			<-w.unblock // the shutdown's restores
+			select {
+			case <-w.released:
+				t.Error("the agent's dependencies were released while it was still shutting down")
+			default:
+			}
+			return nil
+		})
+		return w
+	}
+	isReleased := func(w *world) bool {
+		select {
+		case <-w.released:
+			return true
+		default:
+			return false
+		}
+	}
+
+	t.Run("stops in time", func(t *testing.T) {
+		w := newWorld(t)
+		close(w.unblock)
+		if err := w.p.End(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if !isReleased(w) {
+			t.Error("End returned before releasing the stopped agent's dependencies")
+		}
+		if _, err := os.Stat(w.dir); !os.IsNotExist(err) {
+			t.Errorf("state directory left: %v", err)
+		}
+		if err := w.p.End(t.Context()); err != nil {
+			t.Errorf("a second End: %v", err)
+		}
+	})
+	for _, tt := range []struct {
+		name string
+		ctx  func(t *testing.T) context.Context
+	}{
+		{"past its own wait", func(t *testing.T) context.Context { return t.Context() }},
+		{"past the caller's deadline", func(t *testing.T) context.Context {
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			return ctx
+		}},
+	} {
+		t.Run("still running "+tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			if err := w.p.End(tt.ctx(t)); err == nil || !strings.Contains(err.Error(), "did not stop") {
+				t.Fatalf("End = %v, want the agent reported as not stopped", err)
+			}
+			if isReleased(w) {
+				t.Fatal("dependencies released under a running agent")
+			}
+			if _, err := os.Stat(w.dir); err != nil {
+				t.Fatalf("state directory removed under a running agent: %v", err)
+			}
+			close(w.unblock)
+			select {
+			case <-w.released:
+			case <-time.After(5 * time.Second):
+				t.Fatal("dependencies never released after the agent stopped")
+			}
+		})
+	}
+}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -79,12 +79,7 @@ func DefaultPolicies() Policies {
 
 // Names lists the policies, sorted.
 func (p Policies) Names() []string {
-	var out []string
-	for n := range p {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(p))
 }
 
 // Resolve checks a list of policy names.

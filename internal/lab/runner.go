@@ -402,8 +402,9 @@ func (r *runner) phase(ctx context.Context, name string, length, policyAt time.D
 		if !begun {
 			return
 		}
-		// Restore even when ctx is cancelled: a fresh, bounded context.
-		ectx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// Restore even when ctx is cancelled: its values, bounded, without
+		// its cancellation.
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if perr := pol.End(ectx); perr != nil {
 			err = errors.Join(err, fmt.Errorf("phase %s: policy %s: %w", name, pol.Name(), perr))

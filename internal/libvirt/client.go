@@ -79,8 +79,9 @@ type Options struct {
 
 // Hooks are called from the client's goroutine.
 type Hooks struct {
-	// OnConnect runs after every (re)connection, once the domain list is read.
-	OnConnect func()
+	// OnConnect runs after every (re)connection, once the domain list is
+	// read, under the client's Run context.
+	OnConnect func(ctx context.Context)
 	// OnEvent runs for every lifecycle event, after the domain list is updated.
 	OnEvent func(Event)
 }
@@ -257,7 +258,7 @@ func (c *Client) serve(ctx context.Context, s session, failures int) {
 	c.log.Log(ctx, level, "connected to libvirt", "version", version, "domains", len(doms), "after_failures", failures)
 	for _, h := range hooks {
 		if h.OnConnect != nil {
-			h.OnConnect()
+			h.OnConnect(ctx)
 		}
 	}
 

@@ -125,7 +125,7 @@ func TestClientReconnectsWhenLibvirtdRestarts(t *testing.T) {
 	f := newFakeDaemon()
 	f.start("web", 1, 1, "1")
 	var connects atomic.Int32
-	c, buf := runClient(t, f, Hooks{OnConnect: func() { connects.Add(1) }})
+	c, buf := runClient(t, f, Hooks{OnConnect: func(context.Context) { connects.Add(1) }})
 	wait(t, c)
 	f.setDown(true)
 	eventually(t, "the client to notice the daemon left", func() bool { return !c.Connected() })

@@ -4,6 +4,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/crosstalk-project/crosstalk/internal/systemdunit"
 )
 
 // A domain's cgroup is named after its machine name, which libvirt builds
@@ -37,7 +39,7 @@ func ParseMachineCgroup(cgroupPath string) (MachineRef, bool) {
 		if !ok {
 			return MachineRef{}, false
 		}
-		return parseMachineName(unescapeSystemd(m))
+		return parseMachineName(systemdunit.Unescape(m))
 	}
 	for _, driver := range []string{"qemu", "ch"} {
 		m, ok := strings.CutSuffix(base, ".libvirt-"+driver)
@@ -125,23 +127,4 @@ func (r MachineRef) Matches(d Domain) bool {
 	want := MachineName(r.Driver, d.ID, d.Name)
 	got := r.Driver + "-" + strconv.Itoa(r.ID) + "-" + r.Name
 	return got == want
-}
-
-// unescapeSystemd decodes systemd's unit-name escapes ("\x2d" for "-").
-func unescapeSystemd(s string) string {
-	if !strings.Contains(s, `\x`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && s[i+1] == 'x' {
-			if v, err := strconv.ParseUint(s[i+2:i+4], 16, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -20,6 +20,7 @@ package nodesignal
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -208,11 +209,7 @@ func (t *Tracker) raised(now time.Time, frac float64) Status {
 	}
 	st := Status{Uncontained: true, Since: now}
 	if len(floor) > 0 {
-		names := make([]string, 0, len(floor))
-		for n := range floor {
-			names = append(names, n)
-		}
-		slices.Sort(names)
+		names := slices.Sorted(maps.Keys(floor))
 		st.Reason = ReasonPolluterAtFloor
 		st.Message = fmt.Sprintf("contention (worst %.2fx the quiet baseline) in %.0f%% of the last %s while crosstalk held %s at its floor duty (%.3g of its CPUs): CPU throttling cannot contain it",
 			worst, 100*frac, t.set.After, strings.Join(names, ", "), t.set.FloorDuty)

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/systemdunit"
 )
 
 // DefaultMaxDepth bounds how deep below the hierarchy root CgroupDiscoverer
@@ -568,7 +568,7 @@ func matchBuiltin(anc []string, name string) (kind, tname string, ok bool) {
 	case strings.HasSuffix(name, ".scope"):
 		base := strings.TrimSuffix(name, ".scope")
 		if m, ok := strings.CutPrefix(base, "machine-"); ok {
-			if vm, ok := machinedVM(unescapeSystemd(m)); ok {
+			if vm, ok := machinedVM(systemdunit.Unescape(m)); ok {
 				return KindVM, vm, true
 			}
 			return "", "", false
@@ -735,24 +735,4 @@ func shortContainerID(id string) string {
 		return id[:12]
 	}
 	return id
-}
-
-// unescapeSystemd decodes systemd's unit-name escapes ("\x2d" for "-").
-func unescapeSystemd(s string) string {
-	if !strings.Contains(s, `\x`) {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s))
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && s[i+1] == 'x' {
-			if v, err := strconv.ParseUint(s[i+2:i+4], 16, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

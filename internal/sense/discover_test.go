@@ -536,21 +536,6 @@ func TestBuiltinNames(t *testing.T) {
 	}
 }
 
-func TestUnescapeSystemd(t *testing.T) {
-	for in, want := range map[string]string{
-		`qemu\x2d3\x2ddemo`:           "qemu-3-demo",
-		`lxc\x2dbull\xf0\x9f\x92\xa9`: "lxc-bull\U0001f4a9",
-		`plain`:                       "plain",
-		`bad\x2`:                      `bad\x2`,
-		`bad\xzz`:                     `bad\xzz`,
-		`\x2e`:                        ".",
-	} {
-		if got := unescapeSystemd(in); got != want {
-			t.Errorf("unescapeSystemd(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func FuzzParseCgroupTenant(f *testing.F) {
 	f.Add("machine.slice", `machine-qemu\x2d1\x2dvm1.scope`, []byte("1\n2\n"))
 	f.Add("kubepods", "pod"+uid1, []byte(""))
@@ -567,7 +552,6 @@ func FuzzParseCgroupTenant(f *testing.F) {
 			t.Errorf("matchBuiltin(%q, %q) = %q %q", parent, name, kind, tname)
 		}
 		descendBuiltin(anc, name)
-		unescapeSystemd(name)
 		tids, err := parseTIDs(tasks, nil)
 		if err == nil {
 			for _, n := range tids {

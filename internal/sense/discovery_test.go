@@ -36,18 +36,3 @@ func TestRAPLZones(t *testing.T) {
 		t.Error("AMD tree has no powercap; want an error")
 	}
 }
-
-func TestFreqPolicies(t *testing.T) {
-	pols, err := FreqPolicies(openTree(t, "intel-skx-2s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pols) != 32 || pols[10].Name != "policy10" || pols[10].CPUs.String() != "10" ||
-		pols[0].Driver != "intel_pstate" || pols[0].Governor != "powersave" || pols[0].HWMaxKHz != 3000000 {
-		t.Errorf("policies: %d, first %+v, 11th %+v", len(pols), pols[0], pols[10])
-	}
-	pols, err = FreqPolicies(openTree(t, "dev-epyc-vm"))
-	if err != nil || len(pols) != 0 {
-		t.Errorf("dev machine policies = %v, %v; want none", pols, err)
-	}
-}

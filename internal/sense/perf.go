@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -333,12 +334,7 @@ func (p *PerfCounters) Events() []PerfEvent {
 func (p *PerfCounters) Counted() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]string, 0, len(p.open))
-	for id := range p.open {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(p.open))
 }
 
 // perfCandidate is a tenant Sync may count.

@@ -80,7 +80,7 @@ var modelGHz = regexp.MustCompile(`@\s*([0-9]+(?:\.[0-9]+)?)\s*GHz`)
 // cpuinfo_max_freq is the turbo maximum, so it is not used there); and last
 // /proc/cpuinfo's "cpu MHz", the current speed of CPU 0, said so in source.
 func NominalFreq(h *host.Host) (khz int64, source string, err error) {
-	policies, _ := h.Glob(cpufreqDir + "/policy[0-9]*")
+	policies, _ := h.Glob(CPUFreqDir + "/policy[0-9]*")
 	for _, f := range []struct{ file, source string }{
 		{"base_frequency", FreqFromBaseFrequency},
 		{"amd_pstate_nominal_freq", FreqFromAMDPstate},

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"maps"
 	"math/rand/v2"
 	"slices"
 )
@@ -51,12 +52,7 @@ func (m Machine) pStates() []int {
 }
 
 func cpuModelNames() []string {
-	var out []string
-	for n := range cpuModels {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(cpuModels))
 }
 
 // newRNG returns a deterministic generator for one purpose (stream) of a seeded run.

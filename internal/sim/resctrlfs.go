@@ -17,6 +17,7 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -224,11 +225,7 @@ func (s *simHost) publishResctrl(since float64) error {
 			occ[rmid] = make([]float64, S)
 		}
 	}
-	rmids := make([]int, 0, len(occ))
-	for r := range occ {
-		rmids = append(rmids, r)
-	}
-	slices.Sort(rmids)
+	rmids := slices.Sorted(maps.Keys(occ))
 	samples := make([]resctrlfs.Sample, 0, len(rmids)*S)
 	for _, r := range rmids {
 		o := occ[r]

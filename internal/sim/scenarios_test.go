@@ -16,27 +16,65 @@ import (
 )
 
 // What every built-in scenario must show under the crosstalk policy (the
-// simulator's "must hold"): each polluter named, no innocent tenant throttled beyond
-// its proofs, nothing left throttled, and the victims within 10% of solo
-// where the model allows it: where the victims' slowdown with every
-// polluter held as far as the scenario's policy holds it (its lever at its
-// limit) is within 10%. Where it is not, the victims must still be within
-// 10% of what the model allows, so a scenario cannot pass by the agent doing
-// nothing.
+// simulator's "must hold"): each polluter named, no innocent tenant throttled
+// beyond its proofs, nothing left throttled, and the victims within 10% of
+// what the scenario allows them with every polluter held as far as its policy
+// holds it (its lever at its limit): solo speed where holding the polluters
+// gives that back, else the slowdown worked out below from the scenario's
+// parameters. The allowance is written here as a number, not computed by the
+// model under test, so a change to the model's formulas that costs the
+// victims speed fails the test; TestModelHoldsAllowance says which
+// allowance moved.
 var mustHold = []struct {
 	scenario string
-	// lever is how the scenario's policy holds a polluter at its limit,
-	// for the model's allowance (see modelAllows).
+	// lever is how the scenario's policy holds a polluter at its limit.
 	lever string
+	// allows is the worst victim's slowdown with every polluter held at the
+	// lever's limit, derived by hand in the comment beside it.
+	allows float64
 	// skip names what the agent lacks for this scenario (all checks).
 	skip string
 }{
-	{scenario: "alita-buslock", lever: leverQuotaFloor},
-	{scenario: "alita-membw", lever: leverQuotaFloor},
-	{scenario: "alita-llc", lever: leverAlitaCAT},
-	{scenario: "alita-power", lever: leverFreqFloor},
-	{scenario: "kyoto-permits", lever: leverPermits},
-	{scenario: "scale", lever: leverQuotaFloor},
+	// The polluter's 680 k locks/s at the 1/16 floor duty are 42.5 k/s:
+	// U = (42.5k/754k)^1.2 = 0.032, so every uncore access waits
+	// 1/(1-U) = 1.033×; the victim is 55% memory-bound: 1 + 0.55×0.033 =
+	// 1.02×, about 1.03× with the DRAM queueing its own misses cause.
+	{scenario: "alita-buslock", lever: leverQuotaFloor, allows: 1.03},
+	// The streamer's 85 GB/s at the 1/16 floor is 5.3 GB/s; with the
+	// victim's 3.8 GB/s the socket's 100 GB/s is at ρ = 0.09, loaded latency
+	// 1 + 0.25×0.09/0.91 = 1.025× on the victim's DRAM time (60% of it
+	// memory-bound, nearly all misses): about 1.02-1.03×.
+	{scenario: "alita-membw", lever: leverQuotaFloor, allows: 1.03},
+	// Bias isolation gives each attacker ceil(11 ways × 4/48 CPUs) + 1 = 2
+	// ways (6 MiB), one at each end of the cache. The victim keeps all 11
+	// ways and spreads its 10 MiB working set over them: 7/11 of it in the
+	// 7 private ways (21 MiB, all hits), 2/11 (1.8 MiB, 29.8 k lines) in
+	// each 2-way region shared with an attacker's 1.5e8 refs/s stream over
+	// 512 MiB. Che's characteristic time of such a region (98.3 k lines)
+	// is about 0.66 ms, so at 0.7 of its speed (2.18e7 × 0.7 refs/s there)
+	// the victim's hit ratio in it is 1 - exp(-0.34) = 0.29. Overall
+	// 7/11 + 4/11 × 0.29 = 0.74 hits: 0.74×45 + 0.26×180×1.06 (DRAM queueing
+	// at ρ ≈ 0.19 from the attackers' 17 GB/s) = 83 cycles per access
+	// against 45.3 alone, 1.83×; half of the victim is memory-bound:
+	// 0.5 + 0.5×1.83 = 1.42×, consistent with the 0.7 speed assumed.
+	{scenario: "alita-llc", lever: leverAlitaCAT, allows: 1.42},
+	// At 1000 MHz the virus draws 250 W × (1000/3100)^2.5 = 15 W: the
+	// socket (idle share, the victim's 7 W, 15 W) is far under its 150 W
+	// budget, so the victim's core runs at 3100 MHz as alone: 1.00×.
+	{scenario: "alita-power", lever: leverFreqFloor, allows: 1.00},
+	// Alone, lbm misses about 58.5 k and mcf 29.8 k lines per ms of its CPU
+	// (6e7 and 3e7 refs/s over working sets 40 and 160 times the 10 MiB L3);
+	// permits of 20 k hold them to 0.34 and 0.67 of their CPU, about 2.05e7
+	// and 2.0e7 refs/s of streaming misses. The victim's 6 MiB (98.3 k
+	// lines) at 4e7 × 0.65 refs/s shares the 163.8 k-line L3 with them: Che's
+	// 98.3k × (1 - exp(-265 T)) + 4.1e7 T = 163.8k gives T = 2.75 ms and a
+	// hit ratio of 0.52, so 0.52×45 + 0.48×180×1.02 = 112 cycles per access
+	// against 45.3 alone, 2.47×; 35% memory-bound: 0.65 + 0.35×2.47 =
+	// 1.52×, about 1.55× as its own slowdown lowers its rate further.
+	{scenario: "kyoto-permits", lever: leverPermits, allows: 1.55},
+	// As alita-buslock: the polluter's 680 k locks/s at the floor give
+	// U = 0.032; the victims are 50% and 40% memory-bound: about 1.03×.
+	{scenario: "scale", lever: leverQuotaFloor, allows: 1.03},
 }
 
 // How the policies hold a polluter at their limit.
@@ -55,6 +93,11 @@ const (
 	// booking on average: its CPU use to llc_cap / llc_cap_act.
 	leverPermits = "permits"
 )
+
+// victimLimit is the slowest a victim may run under crosstalk: within 10% of
+// solo, or of the allowance where holding the polluters cannot give solo
+// speed back.
+func victimLimit(allows float64) float64 { return 1.10 * max(1, allows) }
 
 func TestScenarioMustHold(t *testing.T) {
 	for _, mh := range mustHold {
@@ -110,17 +153,10 @@ func TestScenarioMustHold(t *testing.T) {
 				}
 			}
 			t.Run("victims within 10% of solo", func(t *testing.T) {
-				allowed := modelAllows(t, mh.scenario, mh.lever)
-				limit := 1.10
-				if allowed > 1.10 {
-					// The model does not allow solo speed: the victims must
-					// still get what holding the polluters gives them.
-					limit = 1.10 * allowed
-					t.Logf("the model does not allow 10%% of solo: with the polluters held at the %s limit the worst victim is at %.3f×; checking within 10%% of that", mh.lever, allowed)
-				}
+				limit := victimLimit(mh.allows)
 				for _, tr := range ct.Tenants {
 					if tr.Role == RoleVictim && (tr.Slowdown == nil || *tr.Slowdown > limit) {
-						t.Errorf("victim %s at %s under crosstalk, over %.3f× (the model allows %.3f× with the polluters held at the %s limit)", tr.Name, humanize.Opt(tr.Slowdown, humanize.Ratio), limit, allowed, mh.lever)
+						t.Errorf("victim %s at %s under crosstalk, over %.3f× (the scenario allows %.2f× with the polluters held at the %s limit)", tr.Name, humanize.Opt(tr.Slowdown, humanize.Ratio), limit, mh.allows, mh.lever)
 					}
 				}
 			})
@@ -128,9 +164,22 @@ func TestScenarioMustHold(t *testing.T) {
 	}
 }
 
-// modelAllows is the worst victim's slowdown, late in the run, with every
-// polluter held at the limit of lever.
-func modelAllows(t *testing.T, name, lever string) float64 {
+// The model, with every polluter held at its lever's limit, gives the
+// victims what the hand derivations in mustHold say, within 0.05×. When a
+// model change moves one, this names the allowance to work out again.
+func TestModelHoldsAllowance(t *testing.T) {
+	for _, mh := range mustHold {
+		t.Run(mh.scenario, func(t *testing.T) {
+			if got := heldSlowdown(t, mh.scenario, mh.lever); math.Abs(got-mh.allows) > 0.05 || math.IsNaN(got) {
+				t.Errorf("with the polluters held at the %s limit the model puts the worst victim at %.3f×; the scenario's derivation says %.2f×", mh.lever, got, mh.allows)
+			}
+		})
+	}
+}
+
+// heldSlowdown is the model's worst victim slowdown, late in the run, with
+// every polluter held at the limit of lever.
+func heldSlowdown(t *testing.T, name, lever string) float64 {
 	sc, err := Load(name)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package yamlfile
 import (
 	"encoding"
 	"fmt"
+	"maps"
 	"reflect"
 	"regexp"
 	"slices"
@@ -181,11 +182,7 @@ func (c *checker) walk(n *yaml.Node, t reflect.Type) {
 // unknownKey says that key is not one of keys, suggesting the closest.
 func unknownKey(key string, keys map[string]reflect.Type) string {
 	msg := fmt.Sprintf("unknown key %q", key)
-	names := make([]string, 0, len(keys))
-	for k := range keys {
-		names = append(names, k)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(keys))
 	if s, ok := closest(key, names); ok {
 		return msg + fmt.Sprintf(" (did you mean %q?)", s)
 	}

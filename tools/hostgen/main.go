@@ -23,8 +23,10 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -70,11 +72,7 @@ func (t *tree) write(out string) (files int, size int64, err error) {
 	if err := os.RemoveAll(root); err != nil {
 		return 0, 0, err
 	}
-	paths := make([]string, 0, len(t.files))
-	for p := range t.files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
+	paths := slices.Sorted(maps.Keys(t.files))
 	for _, p := range paths {
 		dst := filepath.Join(root, filepath.FromSlash(p))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
