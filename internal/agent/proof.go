@@ -323,7 +323,7 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 			}
 			a.carry[key] = carried{evidence: p.p.Carry(), at: now}
 			b := a.backoff[key]
-			b.until = now.Add(inconclusiveRetry)
+			b.until = now.Add(a.retryAfter(p.p.Carry()))
 			a.backoff[key] = b
 		} else {
 			a.backoff[key] = a.nextBackoff(key, now)
@@ -349,8 +349,24 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 }
 
 // inconclusiveRetry is how soon a suspect whose proof was inconclusive
-// may be proved again.
+// may be proved again, when its evidence so far is against it.
 const inconclusiveRetry = time.Second
+
+// retryAfter is how soon a suspect whose proof ended inconclusive with
+// this evidence may be proved again: one interval when the evidence leans
+// towards guilt (above 1: its cap lowered the contention more often than
+// not), inconclusiveRetry otherwise. A polluter that shows in few readings
+// (a split-lock storm the host itself slows in bursts) often ends a proof
+// by going quiet for three trials; its next proof continues the same
+// evidence, so looking again soon costs its victims less and changes no
+// bound: when the next proof starts is decided from past trials only, and
+// each trial's order is still a fresh coin.
+func (a *Agent) retryAfter(evidence float64) time.Duration {
+	if evidence > 1 {
+		return min(a.cfg.Interval, inconclusiveRetry)
+	}
+	return inconclusiveRetry
+}
 
 // carried is the evidence an inconclusive proof ended with.
 type carried struct {

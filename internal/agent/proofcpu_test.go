@@ -55,3 +55,24 @@ func TestProofCPUUsesTheRecentReadingAwayFromTheSuspect(t *testing.T) {
 		t.Fatalf("provable on its own CPU %+v", got)
 	}
 }
+
+func TestRetryAfterAnInconclusiveProof(t *testing.T) {
+	a := &Agent{cfg: Config{Interval: 250 * time.Millisecond}}
+	for _, tc := range []struct {
+		evidence float64
+		want     time.Duration
+	}{
+		{0.4, inconclusiveRetry},
+		{1, inconclusiveRetry},
+		{1.64, 250 * time.Millisecond},
+		{28, 250 * time.Millisecond},
+	} {
+		if got := a.retryAfter(tc.evidence); got != tc.want {
+			t.Errorf("evidence %.2f: retry after %s, want %s", tc.evidence, got, tc.want)
+		}
+	}
+	slow := &Agent{cfg: Config{Interval: 5 * time.Second}}
+	if got := slow.retryAfter(3); got != inconclusiveRetry {
+		t.Errorf("5 s interval: retry after %s, want %s at most", got, inconclusiveRetry)
+	}
+}
