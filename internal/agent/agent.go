@@ -79,7 +79,8 @@ type Agent struct {
 	cfg    Config
 	d      Deps
 	log    *slog.Logger
-	sp     act.Sparsify
+	sp     act.Sparsify         // the duty grid the CPU quota is written on
+	duty   judge.DutyController // the duty controller of the throttled tenants
 	cont   *judge.Contention
 	susp   *judge.Suspects
 	domain map[int]cpuset.Set
@@ -176,7 +177,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		d.Now = time.Now
 	}
 	a := &Agent{
-		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(),
+		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(), duty: cfg.DutyController(),
 		cont: judge.NewContention(cfg.Thresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
 		wait: judge.NewCPUWait(cfg.WaitThresholds()), waitSusp: judge.NewSuspects(cfg.Judge.Window),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]delayMark{}, throttled: map[string]*throttled{},
