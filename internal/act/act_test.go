@@ -136,97 +136,30 @@ func TestCorruptStateRefused(t *testing.T) {
 	}
 }
 
-// Right after a conviction the throttle is a second proof: contention that
-// stays in two of the first intervals frees the tenant.
-func TestSparsifyVerify(t *testing.T) {
+func TestSparsifyQuota(t *testing.T) {
 	sp := Sparsify{}
 	sp.Fill()
-	t0 := time.Unix(0, 0)
-	thr := sp.NewThrottle(t0, 6)
-	if d := sp.Next(thr, t0.Add(250*time.Millisecond), 5.0, sp.Duty(1), 1); d == Useless {
-		t.Fatal("useless after one contended interval")
-	}
-	if d := sp.Next(thr, t0.Add(500*time.Millisecond), 1.0, sp.Duty(1), 1); d == Useless {
-		t.Fatal("useless on a quiet interval")
-	}
-	if d := sp.Next(thr, t0.Add(750*time.Millisecond), 5.0, sp.Duty(1), 1); d != Useless {
-		t.Errorf("two contended intervals right after the conviction: %s", d)
-	}
-	// Residual contention well under the convicting level is the controller's
-	// business (tighten), not a failed verification.
-	thr = sp.NewThrottle(t0, 6)
-	for i := 1; i <= sp.Verify; i++ {
-		if d := sp.Next(thr, t0.Add(time.Duration(i)*250*time.Millisecond), 1.4, sp.Duty(1), 1); d == Useless {
-			t.Fatalf("residual 1.4× after a 6× conviction: useless at interval %d", i)
+	for _, tc := range []struct {
+		step, ncpus int
+		want        time.Duration
+	}{
+		{1, 1, time.Millisecond},
+		{1, 2, 2 * time.Millisecond},
+		{1, 0, time.Millisecond}, // no CPUs known: one
+		{8, 4, 32 * time.Millisecond},
+		{16, 1, 16 * time.Millisecond},
+	} {
+		if q := sp.Quota(tc.step, tc.ncpus); q.Quota != tc.want || q.Period != 16*time.Millisecond {
+			t.Errorf("Quota(%d, %d) = %v, want %v a 16ms period", tc.step, tc.ncpus, q, tc.want)
 		}
 	}
-	// A real polluter: quiet after the throttle, and a later contended
-	// interval (a relax test) is the controller's, not the verification's.
-	thr = sp.NewThrottle(t0, 6)
-	for i := 1; i <= sp.Verify; i++ {
-		if d := sp.Next(thr, t0.Add(time.Duration(i)*250*time.Millisecond), 1.0, sp.Duty(1), 1); d == Useless {
-			t.Fatalf("quiet interval %d: useless", i)
-		}
+	// A grid finer than the kernel's minimum quota is held at that minimum.
+	fine := Sparsify{Period: 16 * time.Millisecond, Steps: 64}
+	if q := fine.Quota(1, 1); q.Quota != cgroup.MinQuota {
+		t.Errorf("1/64 of 16ms = %v, want the kernel's minimum %v", q.Quota, cgroup.MinQuota)
 	}
-	for i := 0; i < 2; i++ {
-		if d := sp.Next(thr, t0.Add(time.Duration(10+i)*250*time.Millisecond), 5.0, sp.Duty(1), 1); d == Useless {
-			t.Fatal("contention after the verification window counted as a failed verification")
-		}
-	}
-}
-
-func TestSparsifyController(t *testing.T) {
-	sp := Sparsify{}
-	sp.Fill()
-	sp.Verify = -1 // this test drives the controller, not the verification
-	if q := sp.Quota(1, 2); q.Quota != 2*time.Millisecond || q.Period != 16*time.Millisecond {
-		t.Errorf("quota(1,2) = %v", q)
-	}
-	t0 := time.Unix(0, 0)
-	thr := sp.NewThrottle(t0, 6)
-	step := func(dt time.Duration, ratio, usage float64) Decision {
-		t0 = t0.Add(dt)
-		return sp.Next(thr, t0, ratio, usage, 1)
-	}
-	busy := sp.Duty(1) // using all it may
-	if d := step(500*time.Millisecond, 1.0, busy); d != Keep {
-		t.Errorf("quiet before hold: %s", d)
-	}
-	if d := step(2*time.Second, 1.0, busy); d != Relax || thr.Step != 2 {
-		t.Errorf("quiet after hold: %s step %d", d, thr.Step)
-	}
-	// The relax brought contention back: tighten, and hold twice as long.
-	if d := step(500*time.Millisecond, 2.0, sp.Duty(2)); d != Tighten || thr.Step != 1 {
-		t.Errorf("contention after relax: %s step %d", d, thr.Step)
-	}
-	if d := step(2*time.Second+time.Millisecond, 1.0, busy); d != Keep {
-		t.Errorf("relaxed before the doubled hold: %s", d)
-	}
-	if d := step(2*time.Second, 1.0, busy); d != Relax {
-		t.Errorf("not relaxed after the doubled hold: %s", d)
-	}
-	// Contention at the floor: nothing tighter to do; if it lasts, the
-	// throttle is useless.
-	thr.Step = sp.FloorStep
-	if d := step(0, 3.0, busy); d != Keep {
-		t.Errorf("at floor: %s", d)
-	}
-	if d := step(sp.Ineffective, 3.0, busy); d != Useless {
-		t.Errorf("contention at the floor for %s: %s", sp.Ineffective, d)
-	}
-	thr.floorHot = time.Time{}
-	// A polluter that stops (its cgroup idle) is released after two intervals.
-	if d := step(500*time.Millisecond, 1.0, 0); d == Release {
-		t.Error("released after one idle interval")
-	}
-	if d := step(500*time.Millisecond, 1.0, 0); d != Release {
-		t.Errorf("idle twice: %s", d)
-	}
-	// Relaxing past the last step releases.
-	thr2 := sp.NewThrottle(t0, 6)
-	thr2.Step = sp.Steps - 1
-	if d := sp.Next(thr2, t0.Add(time.Minute), 1.0, sp.Duty(sp.Steps-1), 1); d != Release {
-		t.Errorf("full relaxation: %s", d)
+	if d := sp.Duty(4); d != 0.25 {
+		t.Errorf("Duty(4) = %v", d)
 	}
 }
 

@@ -79,7 +79,8 @@ type Agent struct {
 	cfg    Config
 	d      Deps
 	log    *slog.Logger
-	sp     act.Sparsify
+	sp     act.Sparsify         // the duty grid the CPU quota is written on
+	duty   judge.DutyController // the duty controller of the throttled tenants
 	cont   *judge.Contention
 	susp   *judge.Suspects
 	domain map[int]cpuset.Set
@@ -96,7 +97,7 @@ type Agent struct {
 
 	mu        sync.Mutex // guards what the state API reads
 	prev      map[string]sense.TenantStats
-	marks     map[string]delayMark
+	marks     map[string]sense.DelayMark
 	throttled map[string]*throttled
 	backoff   map[string]backoff
 	// arb applies every policy's claims and releases (arbiter.go): the
@@ -176,10 +177,10 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		d.Now = time.Now
 	}
 	a := &Agent{
-		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(),
+		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(), duty: cfg.DutyController(),
 		cont: judge.NewContention(cfg.Thresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
 		wait: judge.NewCPUWait(cfg.WaitThresholds()), waitSusp: judge.NewSuspects(cfg.Judge.Window),
-		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]delayMark{}, throttled: map[string]*throttled{},
+		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]sense.DelayMark{}, throttled: map[string]*throttled{},
 		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{},
 		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{}, carry: map[string]carried{}, convicts: map[string]convict{}, survey: surveyRounds,
 		hotKind: map[string]time.Time{}, hotCPU: map[cpuKind]hotReading{}, beats: make(chan struct{}, 1), reloads: make(chan reloadRequest),

@@ -400,20 +400,28 @@ func ParseConfig(data []byte, source string) (Config, error) {
 	return c, nil
 }
 
-// Sparsify is the throttle configuration with defaults filled.
+// Sparsify is the throttle's duty grid as the CPU-quota actuator writes
+// it, with defaults filled.
 func (c *Config) Sparsify() act.Sparsify {
-	t := c.Throttle
-	s := act.Sparsify{Period: t.Period, Steps: t.Steps, StartStep: t.StartStep, FloorStep: t.FloorStep,
-		TightenAbove: t.TightenAbove, RelaxBelow: t.RelaxBelow, Hold: t.Hold, MaxHold: t.MaxHold}
+	s := act.Sparsify{Period: c.Throttle.Period, Steps: c.Throttle.Steps}
 	s.Fill()
 	return s
+}
+
+// DutyController is the throttle's duty controller, with defaults filled.
+func (c *Config) DutyController() judge.DutyController {
+	t := c.Throttle
+	d := judge.DutyController{Steps: t.Steps, StartStep: t.StartStep, FloorStep: t.FloorStep,
+		TightenAbove: t.TightenAbove, RelaxBelow: t.RelaxBelow, Hold: t.Hold, MaxHold: t.MaxHold}
+	d.Fill()
+	return d
 }
 
 // FloorDuty is the duty of the throttle's floor step: a tenant held there
 // cannot be held tighter through its CPU quota.
 func (c *Config) FloorDuty() float64 {
-	sp := c.Sparsify()
-	return sp.Duty(sp.FloorStep)
+	d := c.DutyController()
+	return d.Duty(d.FloorStep)
 }
 
 // Thresholds is the judge configuration with defaults filled.

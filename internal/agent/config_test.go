@@ -10,7 +10,7 @@ import (
 
 func TestConfig(t *testing.T) {
 	c, err := ParseConfig([]byte("interval: 1s\nprotect: [db-*]\nthrottle:\n  start_step: 2\n"), "c.yaml")
-	if err != nil || c.Interval != time.Second || c.Sparsify().StartStep != 2 || c.Listen != "127.0.0.1:9477" || !*c.Tenants.Builtin {
+	if err != nil || c.Interval != time.Second || c.DutyController().StartStep != 2 || c.Listen != "127.0.0.1:9477" || !*c.Tenants.Builtin {
 		t.Fatalf("config = %+v, %v", c, err)
 	}
 	if d := Defaults(); d.Validate() != nil || d.Sparsify().Period != 16*time.Millisecond {

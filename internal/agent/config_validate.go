@@ -137,19 +137,19 @@ func (c *Config) Validate() error {
 	if c.Proof.Backoff < 0 || c.Proof.MaxBackoff < c.Proof.Backoff {
 		bad("proof.max_backoff", "must be >= proof.backoff")
 	}
-	sp := c.Sparsify()
+	sp, duty := c.Sparsify(), c.DutyController()
 	switch {
 	case sp.Period < time.Millisecond || sp.Period > time.Second:
 		bad("throttle.period", "%s outside 1ms-1s", sp.Period)
 	case sp.Steps < 2 || sp.Steps > 100:
 		bad("throttle.steps", "%d outside 2-100", sp.Steps)
-	case sp.FloorStep < 1 || sp.FloorStep > sp.Steps:
-		bad("throttle.floor_step", "%d outside 1-%d", sp.FloorStep, sp.Steps)
-	case sp.StartStep < sp.FloorStep || sp.StartStep > sp.Steps:
-		bad("throttle.start_step", "%d outside %d-%d", sp.StartStep, sp.FloorStep, sp.Steps)
-	case sp.Quota(sp.FloorStep, 1).Quota < time.Millisecond || time.Duration(int64(sp.Period)*int64(sp.FloorStep)/int64(sp.Steps)) < time.Millisecond:
-		bad("throttle.floor_step", "floor %d/%d of %s is under the kernel's 1ms minimum quota", sp.FloorStep, sp.Steps, sp.Period)
-	case sp.RelaxBelow >= sp.TightenAbove:
+	case duty.FloorStep < 1 || duty.FloorStep > sp.Steps:
+		bad("throttle.floor_step", "%d outside 1-%d", duty.FloorStep, sp.Steps)
+	case duty.StartStep < duty.FloorStep || duty.StartStep > sp.Steps:
+		bad("throttle.start_step", "%d outside %d-%d", duty.StartStep, duty.FloorStep, sp.Steps)
+	case sp.Quota(duty.FloorStep, 1).Quota < time.Millisecond || time.Duration(int64(sp.Period)*int64(duty.FloorStep)/int64(sp.Steps)) < time.Millisecond:
+		bad("throttle.floor_step", "floor %d/%d of %s is under the kernel's 1ms minimum quota", duty.FloorStep, sp.Steps, sp.Period)
+	case duty.RelaxBelow >= duty.TightenAbove:
 		bad("throttle.relax_below", "must be below throttle.tighten_above")
 	}
 	th := c.Thresholds()

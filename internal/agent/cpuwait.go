@@ -129,7 +129,7 @@ func (a *Agent) maybeProveWaitLocked(now time.Time, views []judge.TenantView, pr
 	// A throttled tenant on these CPUs that can still be held tighter is
 	// its controller's business, as with the probes.
 	for _, t := range a.throttled {
-		if t.signal == signalWait && !t.tenant.CPUs.Intersect(cpus).IsEmpty() && t.thr.Step > a.sp.FloorStep {
+		if t.signal == signalWait && !t.tenant.CPUs.Intersect(cpus).IsEmpty() && t.thr.Step > a.duty.FloorStep {
 			return ranked
 		}
 	}

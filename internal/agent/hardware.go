@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
@@ -66,11 +65,8 @@ type Hardware struct {
 	resmon  *sense.ResctrlMonitor
 	classes *act.ResctrlClasses
 
-	// monUse is each tenant's smoothed CPU use, for the monitoring order;
-	// monOrder the order last ranked, monAge intervals since.
-	monUse   map[string]float64
-	monOrder []string
-	monAge   int
+	// mon ranks the tenants for the RMIDs, across intervals.
+	mon sense.MonitorOrder
 	// resctrlEvery: the monitoring groups are synced and read every this
 	// many intervals (about once a second), resctrlTick counts them.
 	resctrlEvery, resctrlTick int
@@ -85,7 +81,7 @@ type Hardware struct {
 // allows. It never fails: a policy that cannot run is off, with the reason
 // in Off (and the log).
 func NewHardware(cfg Config, o HardwareOptions) *Hardware {
-	hw := &Hardware{log: o.Log, now: o.Now, off: map[string]string{}, monUse: map[string]float64{},
+	hw := &Hardware{log: o.Log, now: o.Now, off: map[string]string{},
 		levers: map[judge.Lever]CPULever{}}
 	if hw.log == nil {
 		hw.log = slog.New(slog.DiscardHandler)
@@ -277,91 +273,14 @@ func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.
 	return o
 }
 
-// monitorOrder ranks tenants for resctrl monitoring, most important first:
-// RMIDs are few (a few hundred on the largest parts) and a host may have a
-// thousand tenants, so the busiest — the ones able to abuse the cache —
-// get them. The rank is a smoothed CPU use, and a tenant monitored now
-// keeps its RMID unless another is half again as busy: re-ranking noisy
-// readings each interval would move monitoring groups back and forth
-// (each move a group made and removed and every thread written again),
-// and a new group's first bandwidth reading is lost anyway.
+// monitorOrder is the tenants in resctrl monitoring order (sense.MonitorOrder).
 func (hw *Hardware) monitorOrder(samples []sample) []sense.Tenant {
-	// Between re-rankings (every monitorRerank intervals) the order stands,
-	// newcomers at its end: nobody is evicted for a reading's noise.
-	hw.monAge++
-	if hw.monOrder != nil && hw.monAge < monitorRerank {
-		byID := make(map[string]sense.Tenant, len(samples))
-		for _, s := range samples {
-			byID[s.t.ID] = s.t
-		}
-		ts := make([]sense.Tenant, 0, len(samples))
-		kept := make([]string, 0, len(samples))
-		for _, id := range hw.monOrder {
-			if t, ok := byID[id]; ok {
-				ts = append(ts, t)
-				kept = append(kept, id)
-				delete(byID, id)
-			}
-		}
-		for _, s := range samples {
-			if _, ok := byID[s.t.ID]; ok {
-				ts = append(ts, s.t)
-				kept = append(kept, s.t.ID)
-			}
-		}
-		hw.monOrder = kept
-		return ts
+	use := make([]sense.TenantUse, len(samples))
+	for i, s := range samples {
+		use[i] = sense.TenantUse{Tenant: s.t, Usage: s.usage}
 	}
-	hw.monAge = 0
-	unmon := map[string]bool{}
-	for _, u := range hw.resmon.Unmonitored() {
-		unmon[u.ID] = true
-	}
-	seen := make(map[string]bool, len(samples))
-	type ranked struct {
-		t    sense.Tenant
-		rank float64
-	}
-	rs := make([]ranked, 0, len(samples))
-	for _, s := range samples {
-		seen[s.t.ID] = true
-		u, ok := hw.monUse[s.t.ID]
-		if !ok {
-			u = s.usage
-		}
-		u += 0.2 * (s.usage - u)
-		hw.monUse[s.t.ID] = u
-		r := u
-		if ok && !unmon[s.t.ID] {
-			r *= 1.5
-		}
-		rs = append(rs, ranked{s.t, r})
-	}
-	for id := range hw.monUse {
-		if !seen[id] {
-			delete(hw.monUse, id)
-		}
-	}
-	slices.SortStableFunc(rs, func(a, b ranked) int {
-		switch {
-		case a.rank > b.rank:
-			return -1
-		case a.rank < b.rank:
-			return 1
-		}
-		return strings.Compare(a.t.ID, b.t.ID)
-	})
-	ts := make([]sense.Tenant, len(rs))
-	hw.monOrder = make([]string, len(rs))
-	for i, r := range rs {
-		ts[i] = r.t
-		hw.monOrder[i] = r.t.ID
-	}
-	return ts
+	return hw.mon.Rank(use, hw.resmon.Unmonitored())
 }
-
-// monitorRerank is how many intervals the monitoring order stands.
-const monitorRerank = 10
 
 // refreshLeverHost re-reads the cpufreq policies now and then (CPUs go
 // online and offline).

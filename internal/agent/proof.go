@@ -56,7 +56,7 @@ func (a *Agent) maybeProveLocked(now time.Time, v judge.Verdict, ranked []judge.
 	// neighbour now would blame it for what is left of the polluter.
 	for _, t := range a.throttled {
 		for _, d := range a.domainsOf(t.tenant.CPUs) {
-			if slices.Contains(v.Domains, d) && t.thr.Step > a.sp.FloorStep {
+			if slices.Contains(v.Domains, d) && t.thr.Step > a.duty.FloorStep {
 				return
 			}
 		}
@@ -337,7 +337,7 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 		a.capSpent(p.tenant.ID, now, now.Sub(p.since))
 	}
 	a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
-	thr := a.sp.NewThrottle(now, p.p.Before())
+	thr := a.duty.Start(now, p.p.Before())
 	q := a.sp.Quota(thr.Step, p.tenant.CPUs.Len())
 	if err := a.apply(p.tenant, q, "proven polluter", now); err != nil {
 		a.handleWriteErr(p.tenant, err)

@@ -89,6 +89,7 @@ func (a *Agent) Reconfigure(cfg Config) (ConfigChange, error) {
 	defer a.mu.Unlock()
 	a.cfg = next
 	a.sp = next.Sparsify()
+	a.duty = next.DutyController()
 	a.cont.SetThresholds(next.Thresholds())
 	a.wait.SetThresholds(next.WaitThresholds())
 	now := a.d.Now()

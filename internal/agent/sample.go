@@ -33,12 +33,6 @@ type sample struct {
 	waitFresh            bool
 }
 
-// delayMark is a tenant's CPU time when its run delay was last read.
-type delayMark struct {
-	at    time.Time
-	usage time.Duration
-}
-
 // runDelayBudget is how many threads' run delay (a /proc/TID/schedstat
 // each) the agent reads per interval before it reads tenants in turns.
 const runDelayBudget = 400
@@ -110,29 +104,18 @@ func (a *Agent) sampleTenants(tenants []sense.Tenant) []sample {
 		seen[t.ID] = true
 		s := sample{t: t, stats: st}
 		if p, ok := a.prev[t.ID]; ok {
-			if dt := st.At.Sub(p.At).Seconds(); dt > 0 {
-				s.fresh, s.dt = true, dt
-				s.usage = max(0, (st.Usage-p.Usage).Seconds()/dt)
-				s.thrRatio = max(0, (st.Throttled-p.Throttled).Seconds()/dt)
-				// Run delay is read in turns (sense.CgroupStats.RunDelayEvery):
-				// its rate is over the window between two reads.
-				s.delay = st.RunDelayRate
-				if st.HasPSI && p.HasPSI {
-					s.psi = max(0, (st.PSISome-p.PSISome).Seconds()/dt)
-				}
+			if r, ok := sense.Rates(p, st); ok {
+				s.fresh, s.dt = true, r.Span
+				s.usage, s.thrRatio, s.delay, s.psi = r.Usage, r.Throttled, r.RunDelay, r.PSI
 			}
 		}
-		// The run delay's window ends when it is read (or brought up to
-		// date): CPU use over the same window makes the stretch consistent.
-		if !st.RunDelayAt.IsZero() && st.RunDelayAt.Equal(st.At) {
+		if st.EndsWaitWindow() {
 			if m, ok := a.marks[t.ID]; ok {
-				if dt := st.At.Sub(m.at).Seconds(); dt > 0 {
-					s.waitUsage = max(0, (st.Usage-m.usage).Seconds()/dt)
-					s.waitDelay = st.RunDelayRate
-					s.waitFresh = true
+				if w, ok := sense.WaitSince(m, st); ok {
+					s.waitUsage, s.waitDelay, s.waitFresh = w.Usage, w.Delay, true
 				}
 			}
-			a.marks[t.ID] = delayMark{at: st.At, usage: st.Usage}
+			a.marks[t.ID] = st.Mark()
 		}
 		a.prev[t.ID] = st
 		out = append(out, s)

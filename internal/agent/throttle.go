@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
@@ -13,7 +12,7 @@ import (
 
 type throttled struct {
 	tenant sense.Tenant
-	thr    *act.Throttle
+	thr    *judge.DutyThrottle
 	signal string // what convicted it: signalProbe or signalWait
 	reason string // the conviction, for a re-throttle on its record
 	since  time.Time
@@ -63,7 +62,7 @@ func (a *Agent) rethrottleLocked(now time.Time, v judge.Verdict, present map[str
 		if !hot {
 			continue
 		}
-		thr := a.sp.NewThrottle(now, v.Ratio)
+		thr := a.duty.Start(now, v.Ratio)
 		q := a.sp.Quota(thr.Step, s.t.CPUs.Len())
 		if err := a.apply(s.t, q, "convicted polluter busy again", now); err != nil {
 			a.handleWriteErr(s.t, err)
@@ -120,12 +119,12 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 		if s.thrRatio > 0 || now.Sub(t.since) < a.idleGrace() {
 			used = max(used, a.sp.Duty(t.thr.Step)*float64(ncpus))
 		}
-		d := a.sp.Next(t.thr, now, ratio, used, ncpus)
-		if d != act.Release && d != act.Useless && used < a.sp.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
+		d := a.duty.Next(t.thr, now, ratio, used, ncpus)
+		if d != judge.DutyRelease && d != judge.DutyUseless && used < a.duty.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
 			idle = true
 		}
 		switch d {
-		case act.Useless:
+		case judge.DutyUseless:
 			// Held at the floor and the contention stays: it is not the
 			// cause. Free it, and do not suspect it again for a while (nor
 			// throttle it again on its record).
@@ -134,9 +133,9 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			delete(a.throttled, id)
 			key := backoffKey(t.signal, id)
 			a.backoff[key] = a.nextBackoff(key, now)
-		case act.Release:
-			why := fmt.Sprintf("contention %.2f× stayed under %.2f× at full relaxation", ratio, a.sp.RelaxBelow)
-			if used < a.sp.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
+		case judge.DutyRelease:
+			why := fmt.Sprintf("contention %.2f× stayed under %.2f× at full relaxation", ratio, a.duty.RelaxBelow)
+			if used < a.duty.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
 				why = fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed, never held back by it", s.usage, a.sp.Duty(t.thr.Step)*float64(ncpus))
 			}
 			a.releaseLocked(t.tenant, why)
@@ -144,7 +143,7 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			if t.signal == signalProbe {
 				a.convicts[id] = convict{at: now, reason: t.reason}
 			}
-		case act.Tighten, act.Relax:
+		case judge.DutyTighten, judge.DutyRelax:
 			q := a.sp.Quota(t.thr.Step, ncpus)
 			if err := a.apply(t.tenant, q, fmt.Sprintf("duty %d/%d", t.thr.Step, a.sp.Steps), now); err != nil {
 				a.handleWriteErr(t.tenant, err)

@@ -15,8 +15,8 @@ import (
 // kindsWritten reads the agent's and actuators' sources for every kind
 // they journal: the kind argument of the record functions, the Kind of an
 // act.Event or ActionRecord literal, the literals a variable named kind is
-// set to, what actionKind returns and the act.Decision constants (the duty
-// controller's kinds). A kind computed some other way fails the test, so
+// set to, what actionKind returns, and from the judge the
+// judge.DutyDecision constants (the duty controller's kinds). A kind computed some other way fails the test, so
 // that this list cannot fall behind.
 func kindsWritten(t *testing.T) map[string]string {
 	t.Helper()
@@ -50,7 +50,7 @@ func kindsWritten(t *testing.T) map[string]string {
 						return
 					}
 					// A conversion to the wire type of a duty controller's
-					// act.Decision (read from its constants below).
+					// judge.DutyDecision (read from its constants below).
 					if fn, ok := x.Fun.(*ast.SelectorExpr); ok && fn.Sel.Name == "ActionKind" {
 						return
 					}
@@ -114,16 +114,34 @@ func kindsWritten(t *testing.T) map[string]string {
 						})
 						return false
 					}
-				case *ast.ValueSpec:
-					if id, ok := x.Type.(*ast.Ident); ok && id.Name == "Decision" {
-						for _, v := range x.Values {
-							note(v, "act.Decision")
-						}
-					}
 				}
 				return true
 			})
 		}
+	}
+	// The judge journals nothing itself: only its duty controller's
+	// decisions are read, which the agent journals as api.ActionKind(d).
+	for _, f := range parseDir(t, fset, "../judge") {
+		ast.Inspect(f, func(n ast.Node) bool {
+			vs, ok := n.(*ast.ValueSpec)
+			if !ok {
+				return true
+			}
+			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "DutyDecision" {
+				return true
+			}
+			for _, v := range vs.Values {
+				pos := fset.Position(v.Pos()).String()
+				lit, ok := v.(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					t.Errorf("%s: judge.DutyDecision from %T: teach kindsWritten where it comes from", pos, v)
+					continue
+				}
+				s, _ := strconv.Unquote(lit.Value)
+				found[s] = pos
+			}
+			return true
+		})
 	}
 	return found
 }
@@ -179,14 +197,14 @@ func TestKnowsEveryKindTheAgentWrites(t *testing.T) {
 	found := kindsWritten(t)
 	// The floor of what must be found: if the reading above misses these,
 	// it reads nothing.
-	for _, k := range []string{"start", "stop", "detection", "proof", "proof-free", "throttle", "tighten", "relax", "release", "isolate", "error", "restore", "unowned"} {
+	for _, k := range []string{"start", "stop", "detection", "proof", "proof-free", "throttle", "tighten", "relax", "release", "isolate", "error", "restore", "unowned", "useless"} {
 		if _, ok := found[k]; !ok {
 			t.Errorf("kind %q not found in the agent's sources", k)
 		}
 	}
 	for k, pos := range found {
 		if k == "keep" || k == "useless" {
-			continue // act.Decision values the duty controller never journals
+			continue // judge.DutyDecision values the agent never journals
 		}
 		if !Knows(k) {
 			t.Errorf("%s: the agent journals kind %q, which explain does not know", pos, k)

@@ -198,8 +198,7 @@ func heldSlowdown(t *testing.T, name, lever string) float64 {
 	switch lever {
 	case leverQuotaFloor:
 		def := agent.Defaults()
-		spar := def.Sparsify()
-		floor := spar.Duty(spar.FloorStep)
+		floor := def.FloorDuty()
 		polluters(func(i int, tn *Tenant) { lv.Quota[i] = floor * float64(len(tn.VCPUs)) })
 	case leverAlitaCAT:
 		// The first isolated polluter of a socket gets the low end, the

@@ -1,0 +1,243 @@
+package judge
+
+import (
+	"testing"
+	"time"
+)
+
+func TestDutyControllerFill(t *testing.T) {
+	var c DutyController
+	c.Fill()
+	want := DutyController{Steps: 16, StartStep: 1, FloorStep: 1, TightenAbove: 1.3, RelaxBelow: 1.15,
+		Hold: 2 * time.Second, MaxHold: 30 * time.Second, IdleFraction: 0.3, Ineffective: 3 * time.Second, Verify: 4}
+	if c != want {
+		t.Errorf("defaults %+v, want %+v", c, want)
+	}
+	set := DutyController{Steps: 10, StartStep: 3, FloorStep: 2, TightenAbove: 2, RelaxBelow: 1.5,
+		Hold: time.Second, MaxHold: time.Minute, IdleFraction: 0.1, Ineffective: time.Second, Verify: -1}
+	got := set
+	got.Fill()
+	if got != set {
+		t.Errorf("Fill changed set values: %+v, want %+v", got, set)
+	}
+}
+
+// dutyInterval is one interval of a throttle's life on virtual time.
+type dutyInterval struct {
+	after time.Duration // since the previous interval (the first: since the conviction)
+	ratio float64       // the contention ratio read
+	usage float64       // the tenant's CPU use, cores
+	want  DutyDecision
+	step  int // the step after the decision
+}
+
+func TestDutyControllerNext(t *testing.T) {
+	const busy1, busy2 = 1.0 / 16, 2.0 / 16 // using all that steps 1 and 2 allow on one CPU
+	for _, tc := range []struct {
+		name      string
+		tune      func(*DutyController) // after Fill; nil: the defaults
+		before    float64               // the convicting contention
+		ncpus     int
+		intervals []dutyInterval
+	}{
+		{
+			name: "relaxes after the hold; a relax that brings the contention back doubles it", before: 6, ncpus: 1,
+			intervals: []dutyInterval{
+				{500 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
+				{2 * time.Second, 1.0, busy1, DutyRelax, 2},
+				{500 * time.Millisecond, 2.0, busy2, DutyTighten, 1},
+				{2*time.Second + time.Millisecond, 1.0, busy1, DutyKeep, 1},
+				{2 * time.Second, 1.0, busy1, DutyRelax, 2},
+				{0, 2.0, busy2, DutyTighten, 1},
+				{4 * time.Second, 1.0, busy1, DutyKeep, 1},
+				{4 * time.Second, 1.0, busy1, DutyRelax, 2},
+			},
+		},
+		{
+			name: "the hold doubles no further than MaxHold", before: 6, ncpus: 1,
+			tune: func(c *DutyController) { c.MaxHold = 3 * time.Second },
+			intervals: []dutyInterval{
+				{2 * time.Second, 1.0, busy1, DutyRelax, 2},
+				{0, 2.0, busy2, DutyTighten, 1},
+				{2999 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
+				{time.Millisecond, 1.0, busy1, DutyRelax, 2},
+				{0, 2.0, busy2, DutyTighten, 1},
+				{3 * time.Second, 1.0, busy1, DutyRelax, 2},
+			},
+		},
+		{
+			name: "a tighten that follows no relax keeps the hold", before: 6, ncpus: 1,
+			tune: func(c *DutyController) { c.StartStep = 4 },
+			intervals: []dutyInterval{
+				{0, 2.0, 4.0 / 16, DutyTighten, 3},
+				{2 * time.Second, 1.0, 3.0 / 16, DutyRelax, 4},
+			},
+		},
+		{
+			name: "tightens a step an interval down to the floor, then keeps", before: 6, ncpus: 1,
+			tune: func(c *DutyController) { c.StartStep = 3 },
+			intervals: []dutyInterval{
+				{250 * time.Millisecond, 2.0, 3.0 / 16, DutyTighten, 2},
+				{250 * time.Millisecond, 2.0, busy2, DutyTighten, 1},
+				{250 * time.Millisecond, 2.0, busy1, DutyKeep, 1},
+			},
+		},
+		{
+			name: "between RelaxBelow and TightenAbove the duty holds", before: 6, ncpus: 1,
+			intervals: []dutyInterval{
+				{5 * time.Second, 1.2, busy1, DutyKeep, 1},
+				{5 * time.Second, 1.2, busy1, DutyKeep, 1},
+			},
+		},
+		{
+			name: "contention at the floor for Ineffective: useless", before: 6, ncpus: 1,
+			intervals: []dutyInterval{
+				{0, 3.0, busy1, DutyKeep, 1},
+				{2999 * time.Millisecond, 3.0, busy1, DutyKeep, 1},
+				{time.Millisecond, 3.0, busy1, DutyUseless, 1},
+			},
+		},
+		{
+			name: "an interval under TightenAbove restarts the floor's clock", before: 6, ncpus: 1,
+			intervals: []dutyInterval{
+				{0, 3.0, busy1, DutyKeep, 1},
+				{2 * time.Second, 1.2, busy1, DutyKeep, 1},
+				{time.Second, 3.0, busy1, DutyKeep, 1},
+				{2900 * time.Millisecond, 3.0, busy1, DutyKeep, 1},
+				{100 * time.Millisecond, 3.0, busy1, DutyUseless, 1},
+			},
+		},
+		{
+			name: "idle for two intervals: released", before: 6, ncpus: 1,
+			intervals: []dutyInterval{
+				{500 * time.Millisecond, 1.0, 0, DutyKeep, 1},
+				{500 * time.Millisecond, 1.0, 0, DutyRelease, 1},
+			},
+		},
+		{
+			name: "a busy interval between idle ones restarts the count", before: 6, ncpus: 1,
+			intervals: []dutyInterval{
+				{500 * time.Millisecond, 1.0, 0, DutyKeep, 1},
+				{500 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
+				{500 * time.Millisecond, 1.0, 0, DutyKeep, 1},
+				{500 * time.Millisecond, 1.0, 0, DutyRelease, 1},
+			},
+		},
+		{
+			name: "idle is a fraction of what the duty allows on all its CPUs", before: 6, ncpus: 4,
+			intervals: []dutyInterval{
+				{500 * time.Millisecond, 1.0, 0.08, DutyKeep, 1}, // 0.3 × 4/16 = 0.075
+				{500 * time.Millisecond, 1.0, 0.07, DutyKeep, 1},
+				{500 * time.Millisecond, 1.0, 0.07, DutyRelease, 1},
+			},
+		},
+		{
+			name: "a tenant with no CPUs known counts as one", before: 6, ncpus: 0,
+			intervals: []dutyInterval{
+				{500 * time.Millisecond, 1.0, 0.01, DutyKeep, 1}, // 0.3 × 1/16 ≈ 0.019
+				{500 * time.Millisecond, 1.0, 0.01, DutyRelease, 1},
+			},
+		},
+		{
+			name: "relaxing past the last step releases", before: 6, ncpus: 1,
+			tune: func(c *DutyController) { c.StartStep = 14 },
+			intervals: []dutyInterval{
+				{2 * time.Second, 1.0, 14.0 / 16, DutyRelax, 15},
+				{2 * time.Second, 1.0, 15.0 / 16, DutyRelease, 15},
+			},
+		},
+		{
+			// Right after a conviction the throttle is a second proof.
+			name: "contention near the convicting level in two of the first intervals: useless", before: 6, ncpus: 1,
+			intervals: []dutyInterval{
+				{250 * time.Millisecond, 5.0, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 5.0, busy1, DutyUseless, 1},
+			},
+		},
+		{
+			// Residual contention well under the convicting level is the
+			// controller's business, not a failed verification.
+			name: "residual 1.4× after a 6× conviction verifies", before: 6, ncpus: 1,
+			intervals: []dutyInterval{
+				{250 * time.Millisecond, 1.4, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 1.4, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 1.4, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 1.4, busy1, DutyKeep, 1},
+			},
+		},
+		{
+			// A real polluter: quiet after the throttle; a later contended
+			// interval (a relax test) is the controller's.
+			name: "contention after the verification window is no failed verification", before: 6, ncpus: 1,
+			intervals: []dutyInterval{
+				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
+				{1500 * time.Millisecond, 5.0, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 5.0, busy1, DutyKeep, 1},
+			},
+		},
+		{
+			name: "after a weak conviction the verification's bar is TightenAbove", before: 1.4, ncpus: 1,
+			intervals: []dutyInterval{
+				{250 * time.Millisecond, 1.35, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 1.35, busy1, DutyUseless, 1},
+			},
+		},
+		{
+			name: "a negative Verify verifies nothing", before: 6, ncpus: 1,
+			tune: func(c *DutyController) { c.Verify = -1 },
+			intervals: []dutyInterval{
+				{250 * time.Millisecond, 5.0, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 5.0, busy1, DutyKeep, 1},
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c DutyController
+			c.Fill()
+			if tc.tune != nil {
+				tc.tune(&c)
+			}
+			now := time.Unix(1_700_000_000, 0)
+			thr := c.Start(now, tc.before)
+			if thr.Step != c.StartStep {
+				t.Fatalf("started at step %d, want %d", thr.Step, c.StartStep)
+			}
+			for i, iv := range tc.intervals {
+				now = now.Add(iv.after)
+				d := c.Next(thr, now, iv.ratio, iv.usage, tc.ncpus)
+				if d != iv.want || thr.Step != iv.step {
+					t.Fatalf("interval %d (+%s, %.2f×, %.3f CPU): %s at step %d, want %s at step %d",
+						i+1, iv.after, iv.ratio, iv.usage, d, thr.Step, iv.want, iv.step)
+				}
+			}
+		})
+	}
+}
+
+func TestDutyControllerIdle(t *testing.T) {
+	var c DutyController
+	c.Fill()
+	for _, tc := range []struct {
+		step, ncpus int
+		usage       float64
+		want        bool
+	}{
+		{1, 1, 0, true},
+		{1, 1, 0.018, true},  // under 0.3 × 1/16
+		{1, 1, 0.019, false}, // over it
+		{8, 2, 0.29, true},   // under 0.3 × 8/16 × 2
+		{8, 2, 0.31, false},
+		{1, 0, 0.018, true}, // no CPUs known: one
+	} {
+		if got := c.Idle(tc.step, tc.usage, tc.ncpus); got != tc.want {
+			t.Errorf("Idle(step %d, %.3f CPU, %d CPUs) = %v, want %v", tc.step, tc.usage, tc.ncpus, got, tc.want)
+		}
+	}
+	if a := c.Allowed(4, 2); a != 0.5 {
+		t.Errorf("Allowed(4, 2) = %v, want 0.5", a)
+	}
+}
