@@ -297,6 +297,23 @@ func (a *Agent) Tick(now, next time.Time) time.Time {
 	return now.Add(a.cfg.Interval)
 }
 
+// wakeAt is when Tick next has work to do, given the next interval Tick
+// returned: that interval, the next watch or the proof's next reading,
+// whichever comes first (the zero time before the first interval). Run
+// waits on its timers for the same three; a caller on virtual time (the
+// agent's tests) jumps from one to the next with it instead of stepping the
+// clock in small increments and sleeping.
+func (a *Agent) wakeAt(next time.Time) time.Time {
+	wake := next
+	if !a.watchAt.IsZero() && a.watchAt.Before(wake) {
+		wake = a.watchAt
+	}
+	if p := a.currentProof(); p != nil && p.next.Before(wake) {
+		wake = p.next
+	}
+	return wake
+}
+
 // Start does what Run does before its first interval: restore throttles a
 // previous run left behind.
 func (a *Agent) Start() { a.restoreLeftovers() }
