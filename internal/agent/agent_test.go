@@ -444,13 +444,22 @@ func TestAgentWriteErrors(t *testing.T) {
 	fq := &failingQuota{}
 	cfg := testConfig(t.TempDir())
 	hs := newVirtualHarness(t, w, cfg, fq)
+	writes := func() int {
+		fq.mu.Lock()
+		defer fq.mu.Unlock()
+		return fq.writes
+	}
 	hs.advance(t, 800*time.Millisecond, nil)
+	if n := writes(); n == 0 || n > 4 {
+		t.Errorf("%d write attempts in 0.8 s; want a few, backed off", n)
+	}
+	// And so on: at most an attempt a second on each of the three tenants,
+	// not one an interval.
+	before := writes()
+	hs.advance(t, 10*time.Second, nil)
 	hs.stop()
-	fq.mu.Lock()
-	writes := fq.writes
-	fq.mu.Unlock()
-	if writes == 0 || writes > 4 {
-		t.Errorf("%d write attempts in 0.8 s; want a few, backed off", writes)
+	if n := writes() - before; n > 3*10+3 {
+		t.Errorf("%d write attempts in 10 s; want at most one a second per tenant", n)
 	}
 	b, _ := os.ReadFile(hs.journal)
 	if !strings.Contains(string(b), `"kind":"error"`) || !strings.Contains(string(b), "permission denied") {
@@ -483,25 +492,35 @@ func TestAgentProbeCPUBusy(t *testing.T) {
 	}
 }
 
-// Dry run: the agent judges and journals, and writes nothing.
+// Dry run: the agent judges and journals, and writes nothing, at any
+// moment (a write undone by the time it stops is a write all the same).
 func TestAgentDryRun(t *testing.T) {
 	w := newWorld(t)
 	cfg := testConfig(t.TempDir())
 	cfg.DryRun = true
 	hs := newVirtualHarness(t, w, cfg, nil)
-	hs.until(t, "would-be proof", 3*time.Second, func() bool { return hs.has("proof", "polluter") || hs.has("proof", "victim") })
-	// Long enough for a real proof to have capped someone.
-	hs.advance(t, time.Second, nil)
-	hs.stop()
-	for _, n := range []string{"victim", "polluter", "bystander"} {
-		b, _ := os.ReadFile(filepath.Join(w.root, "cg/cpu/lab", n, "cpu.cfs_quota_us"))
-		if strings.TrimSpace(string(b)) != "-1" {
-			t.Errorf("dry run wrote %s's quota: %s", n, b)
+	written := func() bool {
+		for _, n := range []string{"victim", "polluter", "bystander"} {
+			b, _ := os.ReadFile(filepath.Join(w.root, "cg/cpu/lab", n, "cpu.cfs_quota_us"))
+			if strings.TrimSpace(string(b)) != "-1" {
+				t.Errorf("dry run wrote %s's quota: %s", n, b)
+				return true
+			}
 		}
+		if len(hs.state.Entries()) != 0 {
+			t.Errorf("dry run recorded state: %+v", hs.state.Entries())
+			return true
+		}
+		return false
 	}
-	if len(hs.state.Entries()) != 0 {
-		t.Error("dry run recorded state")
-	}
+	hs.until(t, "would-be proof", 3*time.Second, func() bool {
+		return written() || hs.has("proof", "polluter") || hs.has("proof", "victim")
+	})
+	// Long enough for a real proof to have capped someone and convicted
+	// the polluter.
+	hs.advance(t, 2*time.Second, written)
+	hs.stop()
+	written()
 }
 
 // Protected tenants are never proven nor throttled. The control: in the
@@ -569,5 +588,28 @@ func TestAgentRethrottlesAReturningPolluter(t *testing.T) {
 	}
 	if !strings.Contains(last, "busy again") || !strings.Contains(last, "proven polluter") {
 		t.Errorf("second throttle's reason %q should say it is on its record", last)
+	}
+}
+
+// A polluter that starts just after an interval is caught by the watch
+// between intervals: its proof starts within two watches, not after the
+// next interval and its confirmation.
+func TestAgentWatchCatchesAPolluterBetweenIntervals(t *testing.T) {
+	w := newWorld(t)
+	w.setRunning(false)
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = time.Second
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop()
+	// Quiet intervals at 0, 1, 2 and 3 s: the clock stops just after the
+	// last one.
+	hs.advance(t, 3*time.Second, nil)
+	if hs.has(api.KindProof, "polluter") {
+		t.Fatal("a proof before the polluter started")
+	}
+	w.setRunning(true)
+	took := hs.until(t, "proof of the polluter", 5*time.Second, func() bool { return hs.has(api.KindProof, "polluter") })
+	if limit := 2*hs.agent.WatchEvery() + 100*time.Millisecond; took > limit {
+		t.Errorf("the proof started %s after the polluter, want within %s (two watches)", took, limit)
 	}
 }

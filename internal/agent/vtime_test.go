@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
 // clock is the virtual time of an agent under test and of its fake world:
@@ -148,5 +150,32 @@ func TestVirtualLoopKeepsTheInterval(t *testing.T) {
 	}
 	if hs.agent.steps != 11 {
 		t.Errorf("%d intervals in 10 × Interval, want 11", hs.agent.steps)
+	}
+}
+
+// A proof's readings are taken when each is due, between intervals, as
+// Run's proof timer takes them: a proof of a few tens of slots ends well
+// within an interval of a second.
+func TestVirtualLoopTakesProofReadingsWhenDue(t *testing.T) {
+	w := newWorld(t)
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = time.Second
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop()
+	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	var proved, throttled time.Time
+	hs.mu.Lock()
+	for _, r := range hs.actions {
+		switch {
+		case r.Name != "polluter":
+		case r.Kind == api.KindProof && proved.IsZero():
+			proved = r.Time
+		case r.Kind == api.KindThrottle:
+			throttled = r.Time
+		}
+	}
+	hs.mu.Unlock()
+	if took := throttled.Sub(proved); proved.IsZero() || took >= cfg.Interval {
+		t.Errorf("the proof took %s (from %s), want under an interval (%s)", took, proved, cfg.Interval)
 	}
 }
