@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -156,7 +157,10 @@ func (p fakeProbe) Measure() ([]sense.ProbeReading, error) {
 }
 func (p fakeProbe) MeasureCPU(domain, cpu int, _ ...string) ([]sense.ProbeReading, error) {
 	if cpu == p.w.busyCPU {
-		<-p.w.block // a CPU the probe cannot get onto
+		// A CPU the probe cannot get onto. Released when the test ends,
+		// it reads nothing: the world is being torn down.
+		<-p.w.block
+		return nil, errors.New("probe released at the end of the test")
 	}
 	return p.reading(cpu), nil
 }
