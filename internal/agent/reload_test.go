@@ -47,10 +47,17 @@ func TestReloadKeepsAThrottle(t *testing.T) {
 	if len(change.Restart) != 0 || len(change.Released) != 0 {
 		t.Errorf("change %+v: nothing needs a restart and nobody is released", change)
 	}
-	steps := hs.agent.steps
-	hs.advance(t, 5*next.Interval, nil) // a few intervals on the new configuration
-	if n := hs.agent.steps - steps; n < 4 {
-		t.Errorf("%d intervals in 5 new intervals", n)
+	// A few intervals on the new configuration, at the new interval: two
+	// states in a row are one apart.
+	var times []time.Time
+	hs.advance(t, 5*next.Interval, func() bool {
+		if st, _ := hs.agent.Latest(); len(times) == 0 || st.Time.After(times[len(times)-1]) {
+			times = append(times, st.Time)
+		}
+		return false
+	})
+	if n := len(times); n < 4 || times[n-1].Sub(times[n-2]) != next.Interval {
+		t.Errorf("states at %v after the reload, want %s apart", times, next.Interval)
 	}
 	if q := w.quota("polluter"); q.Unlimited() || q.CPUs() > 0.2 {
 		t.Errorf("polluter quota after the reload = %v", q)
