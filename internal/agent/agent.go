@@ -88,6 +88,9 @@ type Agent struct {
 	wait     *judge.CPUWait
 	waitSusp *judge.Suspects
 
+	// latest is the last published state, a snapshot never changed once
+	// stored: the state API, the metrics and the service notifier read it
+	// from their own goroutines (Latest).
 	latest       atomic.Pointer[api.State]
 	baselinePath string // where probe baselines persist across restarts ("" = nowhere)
 	steps        int
@@ -95,7 +98,17 @@ type Agent struct {
 	// intervals it was counted in, for the metrics' counters (publish.go).
 	perfTotals map[string]map[string]float64
 
-	mu        sync.Mutex // guards what the state API reads
+	// mu is taken around the loop's decisions (the *Locked methods expect
+	// it held). It excludes no other goroutine: every field of the agent
+	// but latest, beats and reloads is read and written only by the
+	// goroutine that drives it (Run's loop, or Tick's caller). Other
+	// goroutines reach the agent through latest (the state API, the
+	// metrics), beats (the watchdog) and reloads (Reload, applied between
+	// passes); a probe that outlives its timeout writes only its own
+	// probeRun. A new reader of these fields from another goroutine must
+	// go through a snapshot or the loop, not this lock: the loop reads and
+	// writes much of them (the judges, watchAt, hotKind) outside it.
+	mu        sync.Mutex
 	prev      map[string]sense.TenantStats
 	marks     map[string]sense.DelayMark
 	throttled map[string]*throttled
@@ -296,6 +309,23 @@ func (a *Agent) Tick(now, next time.Time) time.Time {
 		return now.Add(a.WatchEvery())
 	}
 	return now.Add(a.cfg.Interval)
+}
+
+// wakeAt is when Tick next has work to do, given the next interval Tick
+// returned: that interval, the next watch or the proof's next reading,
+// whichever comes first (the zero time before the first interval). Run
+// waits on its timers for the same three; a caller on virtual time (the
+// agent's tests) jumps from one to the next with it instead of stepping the
+// clock in small increments and sleeping.
+func (a *Agent) wakeAt(next time.Time) time.Time {
+	wake := next
+	if !a.watchAt.IsZero() && a.watchAt.Before(wake) {
+		wake = a.watchAt
+	}
+	if p := a.currentProof(); p != nil && p.next.Before(wake) {
+		wake = p.next
+	}
+	return wake
 }
 
 // Start does what Run does before its first interval: restore throttles a

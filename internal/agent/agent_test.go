@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -36,12 +37,15 @@ type world struct {
 	busyCPU  int           // a CPU whose probe never returns (-1: none)
 	counters bool          // report PMU counters
 	block    chan struct{} // closed to release a blocked probe
+	// now is the world's clock: the agent's virtual one, or time.Now
+	// for an agent on its real loop.
+	now func() time.Time
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	root := t.TempDir()
-	w := &world{t: t, root: root, gone: map[string]bool{}, running: true, busyCPU: -1, block: make(chan struct{})}
+	w := &world{t: t, root: root, gone: map[string]bool{}, running: true, busyCPU: -1, block: make(chan struct{}), now: time.Now}
 	t.Cleanup(func() { close(w.block) })
 	for i, name := range []string{"victim", "polluter", "bystander"} {
 		dir := filepath.Join(root, "cg/cpu/lab", name)
@@ -123,7 +127,7 @@ func (s *fakeStats) Read(t sense.Tenant, _ *sense.TenantStats) (sense.TenantStat
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	now := s.w.now()
 	rate := map[string]float64{"victim": 1.0, "polluter": 0.85, "bystander": 0.15}[t.Name]
 	if t.Name == "polluter" && !s.w.running {
 		rate = 0
@@ -153,7 +157,10 @@ func (p fakeProbe) Measure() ([]sense.ProbeReading, error) {
 }
 func (p fakeProbe) MeasureCPU(domain, cpu int, _ ...string) ([]sense.ProbeReading, error) {
 	if cpu == p.w.busyCPU {
-		<-p.w.block // a CPU the probe cannot get onto
+		// A CPU the probe cannot get onto. Released when the test ends,
+		// it reads nothing: the world is being torn down.
+		<-p.w.block
+		return nil, errors.New("probe released at the end of the test")
 	}
 	return p.reading(cpu), nil
 }
@@ -197,6 +204,9 @@ type harness struct {
 	state *act.StateFile
 	actionLog
 	journal string
+	// vloop drives the agent on virtual time (newVirtualHarness); nil
+	// for one that runs on its real loop (run).
+	*vloop
 }
 
 // actionLog is the actions a test agent reported (Deps.OnAction).
@@ -220,7 +230,21 @@ func (l *actionLog) count(kind api.ActionKind, name string) int {
 
 func (l *actionLog) has(kind api.ActionKind, name string) bool { return l.count(kind, name) > 0 }
 
-func newHarness(t *testing.T, w *world, cfg Config, quota QuotaActuator) *harness {
+// newVirtualHarness is newHarness on virtual time: the agent and its world
+// share a clock, and the test moves it on (advance, until) instead of
+// running the loop and waiting; the agent is started, and stop restores.
+func newVirtualHarness(t *testing.T, w *world, cfg Config, quota QuotaActuator) *harness {
+	t.Helper()
+	c := newClock()
+	w.now = c.Now
+	hs := newHarness(t, w, cfg, quota, func(d *Deps) { d.Now, d.Sleep = c.Now, c.Sleep })
+	hs.vloop = startLoop(hs.agent, c, &hs.actionLog)
+	return hs
+}
+
+// newHarness builds an agent on the world with fake parts; tweak changes
+// its parts before it is built.
+func newHarness(t *testing.T, w *world, cfg Config, quota QuotaActuator, tweak ...func(*Deps)) *harness {
 	t.Helper()
 	hs := &harness{w: w}
 	st, err := act.OpenState(StatePath(cfg.StateDir))
@@ -242,6 +266,9 @@ func newHarness(t *testing.T, w *world, cfg Config, quota QuotaActuator) *harnes
 		OnAction: func(r api.ActionRecord) { hs.mu.Lock(); hs.actions = append(hs.actions, r); hs.mu.Unlock() }}
 	if w.counters {
 		d.Counters, d.PMU = fakeCounters{w}, true
+	}
+	for _, f := range tweak {
+		f(&d)
 	}
 	a, err := New(cfg, d)
 	if err != nil {
@@ -292,9 +319,8 @@ func TestAgentThrottlesOnlyThePolluter(t *testing.T) {
 		t.Run(fmt.Sprintf("pmu=%v", pmu), func(t *testing.T) {
 			w := newWorld(t)
 			w.counters = pmu
-			hs := newHarness(t, w, testConfig(t.TempDir()), nil)
-			stop := hs.run(t)
-			hs.waitFor(t, "a throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+			hs := newVirtualHarness(t, w, testConfig(t.TempDir()), nil)
+			hs.until(t, "throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
 			if q := w.quota("polluter"); q.Unlimited() || q.CPUs() > 0.2 {
 				t.Errorf("polluter quota after throttle = %v", q)
 			}
@@ -308,12 +334,12 @@ func TestAgentThrottlesOnlyThePolluter(t *testing.T) {
 			}
 			// The polluter stops: it is released within a few intervals.
 			w.setRunning(false)
-			hs.waitFor(t, "the release", 3*time.Second, func() bool { return w.quota("polluter").Unlimited() })
+			hs.until(t, "release", 3*time.Second, func() bool { return w.quota("polluter").Unlimited() })
 			st, ok := hs.agent.Latest()
 			if !ok || len(st.Tenants) != 3 || st.ActionsTotal["throttle"] < 1 || st.ProofsTotal["polluter"] < 1 {
 				t.Errorf("state: %+v", st)
 			}
-			stop()
+			hs.stop()
 			for _, n := range []string{"victim", "polluter", "bystander"} {
 				if q := w.quota(n); !q.Unlimited() || q.Period != 100*time.Millisecond {
 					t.Errorf("%s left at %v after exit", n, q)
@@ -332,26 +358,40 @@ func TestAgentThrottlesOnlyThePolluter(t *testing.T) {
 	}
 }
 
+// The same on the real loop (Run, its timers, its end when the context
+// ends), end to end: the polluter is throttled, and Run restores it when it
+// returns.
+func TestAgentRunThrottlesAndRestores(t *testing.T) {
+	w := newWorld(t)
+	hs := newHarness(t, w, testConfig(t.TempDir()), nil)
+	stop := hs.run(t)
+	hs.waitFor(t, "a throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	if q := w.quota("polluter"); q.Unlimited() || q.CPUs() > 0.2 {
+		t.Errorf("polluter quota after throttle = %v", q)
+	}
+	stop()
+	if q := w.quota("polluter"); !q.Unlimited() || q.Period != 100*time.Millisecond {
+		t.Errorf("polluter left at %v after Run returned", q)
+	}
+	if len(hs.state.Entries()) != 0 {
+		t.Errorf("state file not empty: %+v", hs.state.Entries())
+	}
+}
+
 // kill -9 while throttling: the agent is dropped without its shutdown. The
 // next agent restores the quota from the state file before anything else.
 func TestAgentRestoresAfterKill(t *testing.T) {
 	w := newWorld(t)
 	dir := t.TempDir()
-	hs := newHarness(t, w, testConfig(dir), nil)
-	for i := 0; i < 200 && !hs.has("throttle", "polluter"); i++ {
-		now := time.Now()
-		hs.agent.step(now)
-		for p := hs.agent.currentProof(); p != nil; p = hs.agent.currentProof() {
-			time.Sleep(time.Until(p.next))
-			hs.agent.proofSample(time.Now())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if !hs.has("throttle", "polluter") || w.quota("polluter").Unlimited() {
+	hs := newVirtualHarness(t, w, testConfig(dir), nil)
+	hs.until(t, "throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	if w.quota("polluter").Unlimited() {
 		t.Fatal("setup: polluter not throttled")
 	}
-	// "kill -9": hs.agent is abandoned. A new one starts and stops at once.
+	// "kill -9": hs.agent is abandoned. A new one, on the real loop,
+	// starts and stops at once.
 	w.setRunning(false)
+	w.now = time.Now
 	hs2 := newHarness(t, w, testConfig(dir), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -370,18 +410,20 @@ func TestAgentRestoresAfterKill(t *testing.T) {
 // A tenant removed mid-sample, and a throttled tenant that vanishes.
 func TestAgentTenantVanishes(t *testing.T) {
 	w := newWorld(t)
-	hs := newHarness(t, w, testConfig(t.TempDir()), nil)
-	stop := hs.run(t)
-	defer stop()
-	hs.waitFor(t, "a throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	hs := newVirtualHarness(t, w, testConfig(t.TempDir()), nil)
+	defer hs.stop()
+	hs.until(t, "throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
 	w.mu.Lock()
 	w.gone["/lab/polluter"] = true
 	w.mu.Unlock()
 	os.RemoveAll(filepath.Join(w.root, "cg/cpu/lab/polluter"))
-	hs.waitFor(t, "the vanished tenant forgotten", 3*time.Second, func() bool {
+	hs.until(t, "vanished tenant forgotten", 3*time.Second, func() bool {
 		st, _ := hs.agent.Latest()
 		return len(st.Tenants) == 2 && len(hs.state.Entries()) == 0
 	})
+	if !hs.has(api.KindRelease, "polluter") {
+		t.Error("the vanished polluter's throttle was dropped without a release on record")
+	}
 }
 
 // failingQuota fails every write as cgroupfs does without permission.
@@ -405,15 +447,23 @@ func TestAgentWriteErrors(t *testing.T) {
 	w := newWorld(t)
 	fq := &failingQuota{}
 	cfg := testConfig(t.TempDir())
-	hs := newHarness(t, w, cfg, fq)
-	stop := hs.run(t)
-	time.Sleep(800 * time.Millisecond)
-	stop()
-	fq.mu.Lock()
-	writes := fq.writes
-	fq.mu.Unlock()
-	if writes == 0 || writes > 4 {
-		t.Errorf("%d write attempts in 0.8 s; want a few, backed off", writes)
+	hs := newVirtualHarness(t, w, cfg, fq)
+	writes := func() int {
+		fq.mu.Lock()
+		defer fq.mu.Unlock()
+		return fq.writes
+	}
+	hs.advance(t, 800*time.Millisecond, nil)
+	if n := writes(); n == 0 || n > 4 {
+		t.Errorf("%d write attempts in 0.8 s; want a few, backed off", n)
+	}
+	// And so on: at most an attempt a second on each of the three tenants,
+	// not one an interval.
+	before := writes()
+	hs.advance(t, 10*time.Second, nil)
+	hs.stop()
+	if n := writes() - before; n > 3*10+3 {
+		t.Errorf("%d write attempts in 10 s; want at most one a second per tenant", n)
 	}
 	b, _ := os.ReadFile(hs.journal)
 	if !strings.Contains(string(b), `"kind":"error"`) || !strings.Contains(string(b), "permission denied") {
@@ -426,14 +476,18 @@ func TestAgentWriteErrors(t *testing.T) {
 func TestAgentProbeCPUBusy(t *testing.T) {
 	w := newWorld(t)
 	w.busyCPU = 0
-	hs := newHarness(t, w, testConfig(t.TempDir()), nil)
-	stop := hs.run(t)
-	defer stop()
-	start := time.Now()
-	hs.waitFor(t, "a throttle despite a busy probe CPU", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	cfg := testConfig(t.TempDir())
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop()
+	hs.until(t, "throttle despite a busy probe CPU", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	steps := hs.agent.steps
+	hs.advance(t, 10*cfg.Interval, nil)
+	if n := hs.agent.steps - steps; n < 10 {
+		t.Errorf("%d intervals in 10 × Interval: the agent stalled", n)
+	}
 	st, _ := hs.agent.Latest()
-	if time.Since(st.Time) > time.Second || time.Since(start) > 5*time.Second {
-		t.Errorf("agent stalled: last state %v ago", time.Since(st.Time))
+	if age := hs.clock.Now().Sub(st.Time); age > cfg.Interval {
+		t.Errorf("agent stalled: last state %v ago", age)
 	}
 	for _, p := range st.Probes {
 		if p.CPU == 0 {
@@ -442,24 +496,35 @@ func TestAgentProbeCPUBusy(t *testing.T) {
 	}
 }
 
-// Dry run: the agent judges and journals, and writes nothing.
+// Dry run: the agent judges and journals, and writes nothing, at any
+// moment (a write undone by the time it stops is a write all the same).
 func TestAgentDryRun(t *testing.T) {
 	w := newWorld(t)
 	cfg := testConfig(t.TempDir())
 	cfg.DryRun = true
-	hs := newHarness(t, w, cfg, nil)
-	stop := hs.run(t)
-	hs.waitFor(t, "a would-be proof", 3*time.Second, func() bool { return hs.has("proof", "polluter") || hs.has("proof", "victim") })
-	stop()
-	for _, n := range []string{"victim", "polluter", "bystander"} {
-		b, _ := os.ReadFile(filepath.Join(w.root, "cg/cpu/lab", n, "cpu.cfs_quota_us"))
-		if strings.TrimSpace(string(b)) != "-1" {
-			t.Errorf("dry run wrote %s's quota: %s", n, b)
+	hs := newVirtualHarness(t, w, cfg, nil)
+	written := func() bool {
+		for _, n := range []string{"victim", "polluter", "bystander"} {
+			b, _ := os.ReadFile(filepath.Join(w.root, "cg/cpu/lab", n, "cpu.cfs_quota_us"))
+			if strings.TrimSpace(string(b)) != "-1" {
+				t.Errorf("dry run wrote %s's quota: %s", n, b)
+				return true
+			}
 		}
+		if len(hs.state.Entries()) != 0 {
+			t.Errorf("dry run recorded state: %+v", hs.state.Entries())
+			return true
+		}
+		return false
 	}
-	if len(hs.state.Entries()) != 0 {
-		t.Error("dry run recorded state")
-	}
+	hs.until(t, "would-be proof", 3*time.Second, func() bool {
+		return written() || hs.has("proof", "polluter") || hs.has("proof", "victim")
+	})
+	// Long enough for a real proof to have capped someone and convicted
+	// the polluter.
+	hs.advance(t, 2*time.Second, written)
+	hs.stop()
+	written()
 }
 
 // Protected tenants are never proven nor throttled. The control: in the
@@ -468,12 +533,9 @@ func TestAgentDryRun(t *testing.T) {
 // means the protection held, not that the run was too short.
 func TestAgentProtect(t *testing.T) {
 	w := newWorld(t)
-	hs := newHarness(t, w, testConfig(t.TempDir()), nil)
-	start := time.Now()
-	stop := hs.run(t)
-	hs.waitFor(t, "the unprotected polluter throttled (control)", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
-	took := time.Since(start)
-	stop()
+	hs := newVirtualHarness(t, w, testConfig(t.TempDir()), nil)
+	took := hs.until(t, "unprotected polluter throttled (control)", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	hs.stop()
 	if !hs.has("proof", "polluter") {
 		t.Fatal("control: the unprotected polluter was throttled without a proof")
 	}
@@ -481,10 +543,9 @@ func TestAgentProtect(t *testing.T) {
 	w = newWorld(t)
 	cfg := testConfig(t.TempDir())
 	cfg.Protect = []string{"polluter"}
-	hs = newHarness(t, w, cfg, nil)
-	stop = hs.run(t)
-	time.Sleep(max(1200*time.Millisecond, 2*took))
-	stop()
+	hs = newVirtualHarness(t, w, cfg, nil)
+	hs.advance(t, max(5*time.Second, 2*took), nil)
+	hs.stop()
 	if hs.has("proof", "polluter") || hs.has("throttle", "polluter") {
 		t.Error("protected tenant touched")
 	}
@@ -503,18 +564,17 @@ func TestAgentProtect(t *testing.T) {
 // proof; its controller then verifies the throttle helps.
 func TestAgentRethrottlesAReturningPolluter(t *testing.T) {
 	w := newWorld(t)
-	hs := newHarness(t, w, testConfig(t.TempDir()), nil)
-	stop := hs.run(t)
-	defer stop()
-	hs.waitFor(t, "a throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	hs := newVirtualHarness(t, w, testConfig(t.TempDir()), nil)
+	defer hs.stop()
+	hs.until(t, "throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
 	w.setRunning(false)
-	hs.waitFor(t, "the release", 5*time.Second, func() bool {
+	hs.until(t, "release", 5*time.Second, func() bool {
 		return hs.has(api.KindRelease, "polluter") && w.quota("polluter").Unlimited()
 	})
 	st, _ := hs.agent.Latest()
 	proofs := st.ProofsTotal["polluter"] + st.ProofsTotal["innocent"] + st.ProofsTotal["inconclusive"]
 	w.setRunning(true)
-	hs.waitFor(t, "a second throttle", 3*time.Second, func() bool { return hs.count("throttle", "polluter") >= 2 })
+	hs.until(t, "second throttle", 3*time.Second, func() bool { return hs.count("throttle", "polluter") >= 2 })
 	st, _ = hs.agent.Latest()
 	if n := st.ProofsTotal["polluter"] + st.ProofsTotal["innocent"] + st.ProofsTotal["inconclusive"]; n != proofs {
 		t.Errorf("proofs went from %d to %d: the returning polluter was proved again", proofs, n)
@@ -532,5 +592,28 @@ func TestAgentRethrottlesAReturningPolluter(t *testing.T) {
 	}
 	if !strings.Contains(last, "busy again") || !strings.Contains(last, "proven polluter") {
 		t.Errorf("second throttle's reason %q should say it is on its record", last)
+	}
+}
+
+// A polluter that starts just after an interval is caught by the watch
+// between intervals: its proof starts within two watches, not after the
+// next interval and its confirmation.
+func TestAgentWatchCatchesAPolluterBetweenIntervals(t *testing.T) {
+	w := newWorld(t)
+	w.setRunning(false)
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = time.Second
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop()
+	// Quiet intervals at 0, 1, 2 and 3 s: the clock stops just after the
+	// last one.
+	hs.advance(t, 3*time.Second, nil)
+	if hs.has(api.KindProof, "polluter") {
+		t.Fatal("a proof before the polluter started")
+	}
+	w.setRunning(true)
+	took := hs.until(t, "proof of the polluter", 5*time.Second, func() bool { return hs.has(api.KindProof, "polluter") })
+	if limit := 2*hs.agent.WatchEvery() + 100*time.Millisecond; took > limit {
+		t.Errorf("the proof started %s after the polluter, want within %s (two watches)", took, limit)
 	}
 }

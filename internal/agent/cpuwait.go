@@ -221,7 +221,7 @@ func (a *Agent) waitProofRatioLocked(p *proof, now map[string]sense.TenantStats)
 func (a *Agent) unavailableLocked(t sense.Tenant, err error) {
 	a.log.Warn("cannot act on tenant now; retrying shortly", "tenant", t.Name, "err", err)
 	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
-	until := time.Now().Add(max(time.Second, 4*a.cfg.Interval))
+	until := a.d.Now().Add(max(time.Second, 4*a.cfg.Interval))
 	for _, k := range []string{backoffKey(signalProbe, t.ID), backoffKey(signalWait, t.ID)} {
 		b := a.backoff[k]
 		if b.until.Before(until) {

@@ -1,11 +1,8 @@
 package agent
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,27 +16,34 @@ import (
 )
 
 // cpuWorld is CPU-time contention as two guests pinned to one CPU make it:
-// the victim wants all of CPU 1; the hog, when running, takes its fair
-// half unless its quota holds it lower, and the victim waits while the hog
-// runs. The bystander is busy on CPU 0. The canary probes read quiet
+// the victim wants all of CPU 1; the hog, when running, takes its share by
+// weight (its fair half at weight 1) unless its quota holds it lower, and
+// the victim waits while the hog runs. The bystander is busy on CPU 0. The canary probes read quiet
 // throughout: only the waits tell.
 type cpuWorld struct {
 	root   string
 	h      *host.Host
 	layout cgroup.Layout
 
-	mu       sync.Mutex
-	tenants  []sense.Tenant
-	hogOn    bool
-	hogBoot  float64 // while > 0 the hog is booting: it uses this much CPU and hardly waits
-	bg       float64 // busy threads of no tenant on CPU 1
-	noise    float64 // extra run delay of the victim from outside any tenant (s/s)
-	counters map[string]*sense.TenantStats
+	mu      sync.Mutex
+	tenants []sense.Tenant
+	hogOn   bool
+	// hogWeight is the hog's CPU weight against the victim's 1 (its
+	// cpu.shares over the victim's; 0 counts as 1): at weight 2 it takes
+	// two thirds of CPU 1, more than its fair half, and the victim gets
+	// less than its own.
+	hogWeight float64
+	hogBoot   float64 // while > 0 the hog is booting: it uses this much CPU and hardly waits
+	bg        float64 // busy threads of no tenant on CPU 1
+	noise     float64 // extra run delay of the victim from outside any tenant (s/s)
+	counters  map[string]*sense.TenantStats
+	// now is the world's clock, shared with the agent's (newCPUHarness).
+	now func() time.Time
 }
 
 func newCPUWorld(t *testing.T) *cpuWorld {
 	t.Helper()
-	w := &cpuWorld{root: t.TempDir(), counters: map[string]*sense.TenantStats{}}
+	w := &cpuWorld{root: t.TempDir(), counters: map[string]*sense.TenantStats{}, now: time.Now}
 	for _, tn := range []struct {
 		name string
 		cpu  int
@@ -83,7 +87,8 @@ func (w *cpuWorld) rates(name string) (usage, delay float64) {
 	case w.hogOn && w.hogBoot > 0:
 		hog, hogDelay = w.hogBoot, 0.2*w.hogBoot
 	case w.hogOn:
-		hog = 1 / (2 + k)
+		wt := max(1, w.hogWeight)
+		hog = wt / (wt + 1 + k)
 		if q := w.quota("hog"); !q.Unlimited() {
 			hog = min(hog, q.CPUs())
 		}
@@ -105,7 +110,7 @@ func (w *cpuWorld) rates(name string) (usage, delay float64) {
 func (w *cpuWorld) Read(t sense.Tenant, _ *sense.TenantStats) (sense.TenantStats, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	now := time.Now()
+	now := w.now()
 	st := w.counters[t.ID]
 	if st == nil {
 		st = &sense.TenantStats{At: now}
@@ -146,8 +151,11 @@ type cpuHarness struct {
 	w *cpuWorld
 	a *Agent
 	actionLog
+	*vloop
 }
 
+// newCPUHarness builds an agent on the world, on virtual time (see vloop),
+// and starts it.
 func newCPUHarness(t *testing.T, w *cpuWorld, tweak ...func(*Config)) *cpuHarness {
 	t.Helper()
 	cfg := testConfig(t.TempDir())
@@ -158,81 +166,54 @@ func newCPUHarness(t *testing.T, w *cpuWorld, tweak ...func(*Config)) *cpuHarnes
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := newClock()
+	w.now = c.Now
 	hs := &cpuHarness{w: w}
 	a, err := New(cfg, Deps{Discoverer: w, Stats: w, Probe: quietProbe{}, Quota: &act.CPUQuota{Host: w.h, Layout: w.layout, State: st},
-		OnAction: func(r api.ActionRecord) { hs.mu.Lock(); hs.actions = append(hs.actions, r); hs.mu.Unlock() }})
+		OnAction: func(r api.ActionRecord) { hs.mu.Lock(); hs.actions = append(hs.actions, r); hs.mu.Unlock() },
+		Now:      c.Now, Sleep: c.Sleep})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.cont.Calibrate(quietProbe{}.reading(0))
 	a.survey = 0 // calibrated: no start-up survey
 	hs.a = a
+	hs.vloop = startLoop(a, c, &hs.actionLog)
 	return hs
 }
 
-func (hs *cpuHarness) run(t *testing.T) func() {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { hs.a.Run(ctx); close(done) }()
-	return func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatal("agent did not stop")
-		}
-	}
-}
-
-func (hs *cpuHarness) waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			hs.mu.Lock()
-			defer hs.mu.Unlock()
-			var s []string
-			for _, r := range hs.actions {
-				s = append(s, fmt.Sprintf("%s %s (%s)", r.Kind, r.Name, r.Reason))
-			}
-			t.Fatalf("timed out waiting for %s; actions:\n%s", what, strings.Join(s, "\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+// set changes the world under its lock.
+func (w *cpuWorld) set(f func(w *cpuWorld)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f(w)
 }
 
 // The hog arrives on the victim's CPU after the victim learned its quiet
-// waits: the probes stay quiet, the victim's CPU wait convicts the hog by
-// a proof, it is throttled, and released when it stops. Neither the
-// victim nor the bystander on the other CPU is ever throttled.
+// waits and takes more than its fair half of it: the probes stay quiet, the
+// victim's CPU wait convicts the hog by a proof, it is throttled, and
+// released when it stops. Neither the victim nor the bystander on the other
+// CPU is ever throttled.
 func TestAgentCPUWaitThrottlesTheHog(t *testing.T) {
 	w := newCPUWorld(t)
+	w.hogWeight = 2
 	hs := newCPUHarness(t, w)
-	stop := hs.run(t)
-	time.Sleep(400 * time.Millisecond) // the victim's quiet baseline
-	w.mu.Lock()
-	w.hogOn = true
-	w.mu.Unlock()
-	hs.waitFor(t, "the hog throttled", func() bool { return hs.count("throttle", "hog") > 0 })
+	hs.advance(t, 400*time.Millisecond, nil) // the victim's quiet baseline
+	w.set(func(w *cpuWorld) { w.hogOn = true })
+	hs.until(t, "hog throttled", 10*time.Second, func() bool { return hs.count("throttle", "hog") > 0 })
 	if q := w.quota("hog"); q.Unlimited() || q.CPUs() > 0.2 {
 		t.Errorf("hog quota after the throttle: %v", q)
 	}
 	// Held down, the victim's waits are back to usual (the state reads a
 	// window that may still hold the time before the throttle).
-	deadline := time.Now().Add(time.Second)
-	st, _ := hs.a.Latest()
-	for (st.CPUWait || st.CPUWaitRatio > 1.3) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-		st, _ = hs.a.Latest()
-	}
-	if st.CPUWait || st.CPUWaitRatio > 1.3 {
+	calm := func() bool { st, _ := hs.a.Latest(); return !st.CPUWait && st.CPUWaitRatio <= 1.3 }
+	if !hs.advance(t, time.Second, calm) {
+		st, _ := hs.a.Latest()
 		t.Errorf("victim still waiting while the hog is throttled: ratio %.2f", st.CPUWaitRatio)
 	}
-	w.mu.Lock()
-	w.hogOn = false
-	w.mu.Unlock()
-	hs.waitFor(t, "the hog released after it stopped", func() bool { return hs.count("release", "hog") > 0 && w.quota("hog").Unlimited() })
-	stop()
+	w.set(func(w *cpuWorld) { w.hogOn = false })
+	hs.until(t, "hog released after it stopped", 10*time.Second, func() bool { return hs.count("release", "hog") > 0 && w.quota("hog").Unlimited() })
+	hs.stop()
 	for _, name := range []string{"victim", "bystander"} {
 		if n := hs.count("throttle", name); n > 0 {
 			t.Errorf("%s throttled %d times", name, n)
@@ -250,17 +231,14 @@ func TestAgentCPUWaitThrottlesTheHog(t *testing.T) {
 // hog that takes the victim's share is TestAgentCPUWaitThrottlesTheHog.)
 func TestAgentCPUWaitAcquitsAnInnocent(t *testing.T) {
 	w := newCPUWorld(t)
-	hs := newCPUHarness(t, w)
 	// A light hog: its own quota holds it to 20% of a CPU.
 	os.WriteFile(filepath.Join(w.root, "cg/cpu/lab/hog/cpu.cfs_quota_us"), []byte("20000\n"), 0o644)
-	stop := hs.run(t)
-	time.Sleep(400 * time.Millisecond)
-	w.mu.Lock()
-	w.hogOn, w.noise = true, 1.5
-	w.mu.Unlock()
-	hs.waitFor(t, "the victim's waits seen", func() bool { st, _ := hs.a.Latest(); return st.CPUWaitRatio >= 1.5 })
-	time.Sleep(800 * time.Millisecond)
-	stop()
+	hs := newCPUHarness(t, w)
+	hs.advance(t, 400*time.Millisecond, nil)
+	w.set(func(w *cpuWorld) { w.hogOn, w.noise = true, 1.5 })
+	hs.until(t, "victim's waits seen", 10*time.Second, func() bool { st, _ := hs.a.Latest(); return st.CPUWaitRatio >= 1.5 })
+	hs.advance(t, 3*time.Second, nil)
+	hs.stop()
 	if n := hs.count("proof", "hog") + hs.count("throttle", "hog"); n > 0 {
 		t.Errorf("a hog that took no one's fair share was proved or throttled %d times", n)
 	}
@@ -280,17 +258,12 @@ func TestAgentCPUWaitNewcomerAlsoWaits(t *testing.T) {
 	w := newCPUWorld(t)
 	w.bg = 2
 	hs := newCPUHarness(t, w)
-	stop := hs.run(t)
-	time.Sleep(300 * time.Millisecond)
-	w.mu.Lock()
-	w.hogOn, w.hogBoot = true, 0.08
-	w.mu.Unlock()
-	time.Sleep(400 * time.Millisecond) // its quiet stretch, learned while it boots
-	w.mu.Lock()
-	w.hogBoot = 0
-	w.mu.Unlock()
-	time.Sleep(1500 * time.Millisecond)
-	stop()
+	hs.advance(t, 300*time.Millisecond, nil)
+	w.set(func(w *cpuWorld) { w.hogOn, w.hogBoot = true, 0.08 })
+	hs.advance(t, 400*time.Millisecond, nil) // its quiet stretch, learned while it boots
+	w.set(func(w *cpuWorld) { w.hogBoot = 0 })
+	hs.advance(t, 3*time.Second, nil)
+	hs.stop()
 	if n := hs.count("proof", "victim") + hs.count("throttle", "victim"); n > 0 {
 		t.Errorf("the victim was proven or throttled %d times for the newcomer's waits", n)
 	}
@@ -307,27 +280,23 @@ func TestAgentCPUWaitNewcomerAlsoWaits(t *testing.T) {
 // CPU wait on, in the same world, the hog is proven; the run with it off
 // then lasts twice as long as that took.
 func TestAgentCPUWaitDisabled(t *testing.T) {
-	// run starts the hog after the victim's quiet baseline and returns
-	// the harness and when the hog started.
-	run := func(tweak ...func(*Config)) (*cpuHarness, func(), time.Time) {
+	// start starts the hog after the victim's quiet baseline.
+	start := func(tweak ...func(*Config)) *cpuHarness {
 		w := newCPUWorld(t)
+		w.hogWeight = 2
 		hs := newCPUHarness(t, w, tweak...)
-		stop := hs.run(t)
-		time.Sleep(300 * time.Millisecond)
-		w.mu.Lock()
-		w.hogOn = true
-		w.mu.Unlock()
-		return hs, stop, time.Now()
+		hs.advance(t, 300*time.Millisecond, nil)
+		w.set(func(w *cpuWorld) { w.hogOn = true })
+		return hs
 	}
 
-	hs, stop, hogOn := run()
-	hs.waitFor(t, "the hog proven with cpu_wait on (control)", func() bool { return hs.count("proof", "hog") > 0 })
-	took := time.Since(hogOn)
-	stop()
+	hs := start()
+	took := hs.until(t, "hog proven with cpu_wait on (control)", 10*time.Second, func() bool { return hs.count("proof", "hog") > 0 })
+	hs.stop()
 
-	hs, stop, _ = run(func(c *Config) { c.CPUWait.Enabled = ptrTo(false) })
-	time.Sleep(max(800*time.Millisecond, 2*took))
-	stop()
+	hs = start(func(c *Config) { c.CPUWait.Enabled = ptrTo(false) })
+	hs.advance(t, max(3*time.Second, 2*took), nil)
+	hs.stop()
 	if n := hs.count("proof", "hog") + hs.count("throttle", "hog"); n > 0 {
 		t.Errorf("with cpu_wait off the hog was proven or throttled %d times", n)
 	}

@@ -49,9 +49,8 @@ func TestCountPerfEvents(t *testing.T) {
 func TestStateCumulativeCounters(t *testing.T) {
 	w := newWorld(t)
 	w.counters = true
-	hs := newHarness(t, w, testConfig(t.TempDir()), nil)
-	stop := hs.run(t)
-	defer stop()
+	hs := newVirtualHarness(t, w, testConfig(t.TempDir()), nil)
+	defer hs.stop()
 	victim := func() api.TenantState {
 		st, _ := hs.agent.Latest()
 		for _, ts := range st.Tenants {
@@ -61,27 +60,22 @@ func TestStateCumulativeCounters(t *testing.T) {
 		}
 		return api.TenantState{}
 	}
-	hs.waitFor(t, "the victim's CPU time and bus locks", 3*time.Second, func() bool {
+	hs.until(t, "CPU time and bus locks of the victim", 3*time.Second, func() bool {
 		v := victim()
 		return v.CPUSeconds > 0 && v.PerfEvents[sense.EventBusLocks] > 0
 	})
 	before := victim()
-	hs.waitFor(t, "the counters to grow", 3*time.Second, func() bool {
+	hs.until(t, "growth of the counters", 3*time.Second, func() bool {
 		v := victim()
 		return v.CPUSeconds > before.CPUSeconds && v.PerfEvents[sense.EventBusLocks] > before.PerfEvents[sense.EventBusLocks]
 	})
-	hs.agent.mu.Lock()
-	_, ok := hs.agent.perfTotals["/lab/victim"]
-	hs.agent.mu.Unlock()
-	if !ok {
+	if _, ok := hs.agent.perfTotals["/lab/victim"]; !ok {
 		t.Fatal("no perf totals kept for /lab/victim")
 	}
 	w.mu.Lock()
 	w.gone["/lab/victim"] = true
 	w.mu.Unlock()
-	hs.waitFor(t, "the victim's perf totals dropped", 3*time.Second, func() bool {
-		hs.agent.mu.Lock()
-		defer hs.agent.mu.Unlock()
+	hs.until(t, "drop of the victim's perf totals", 3*time.Second, func() bool {
 		_, ok := hs.agent.perfTotals["/lab/victim"]
 		return !ok && victim().Name == ""
 	})

@@ -21,13 +21,13 @@ func (hs *harness) reload(t *testing.T, cfg Config) (ConfigChange, error) {
 
 // A reload that changes thresholds, the proof and the interval keeps the
 // polluter's throttle: nothing is released, and the new values are in
-// effect.
+// effect. (On virtual time the test is the loop: it reconfigures between
+// passes, as Run does for Reload.)
 func TestReloadKeepsAThrottle(t *testing.T) {
 	w := newWorld(t)
 	cfg := testConfig(t.TempDir())
-	hs := newHarness(t, w, cfg, nil)
-	stop := hs.run(t)
-	hs.waitFor(t, "a throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	hs := newVirtualHarness(t, w, cfg, nil)
+	hs.until(t, "throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
 	releases := hs.count("release", "polluter")
 
 	next := cfg
@@ -35,7 +35,7 @@ func TestReloadKeepsAThrottle(t *testing.T) {
 	next.Judge.Ratio = 1.6
 	next.Proof.Trials = cfg.Proof.Trials + 2
 	next.LogLevel = "debug"
-	change, err := hs.reload(t, next)
+	change, err := hs.agent.Reconfigure(next)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,14 +47,25 @@ func TestReloadKeepsAThrottle(t *testing.T) {
 	if len(change.Restart) != 0 || len(change.Released) != 0 {
 		t.Errorf("change %+v: nothing needs a restart and nobody is released", change)
 	}
-	time.Sleep(300 * time.Millisecond) // a few intervals on the new configuration
+	// A few intervals on the new configuration, at the new interval: two
+	// states in a row are one apart.
+	var times []time.Time
+	hs.advance(t, 5*next.Interval, func() bool {
+		if st, _ := hs.agent.Latest(); len(times) == 0 || st.Time.After(times[len(times)-1]) {
+			times = append(times, st.Time)
+		}
+		return false
+	})
+	if n := len(times); n < 4 || times[n-1].Sub(times[n-2]) != next.Interval {
+		t.Errorf("states at %v after the reload, want %s apart", times, next.Interval)
+	}
 	if q := w.quota("polluter"); q.Unlimited() || q.CPUs() > 0.2 {
 		t.Errorf("polluter quota after the reload = %v", q)
 	}
 	if n := hs.count("release", "polluter"); n != releases {
 		t.Errorf("the reload released the polluter (%d releases, were %d)", n, releases)
 	}
-	stop()
+	hs.stop()
 	if got := hs.agent.cont.Thresholds().Ratio; got != 1.6 {
 		t.Errorf("judge ratio in use %v, want 1.6", got)
 	}

@@ -1,0 +1,181 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/api"
+)
+
+// clock is the virtual time of an agent under test and of its fake world:
+// Now reads it, Sleep moves it on (a pause in the agent is time passing in
+// its world), and the loop below jumps it to whatever is due next.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Sleep(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d > 0 {
+		c.now = c.now.Add(d)
+	}
+}
+
+// set moves the clock to t; time never runs backwards (a pass of the
+// agent that slept may end after what was due next).
+func (c *clock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.After(c.now) {
+		c.now = t
+	}
+}
+
+// vloop drives an agent on a clock as Run drives it on the real one: it
+// starts it (the leftovers restored), then runs every interval, watch and
+// proof reading at the virtual time it is due, with no real sleep between.
+type vloop struct {
+	a     *Agent
+	clock *clock
+	log   *actionLog
+	next  time.Time // the next interval, as Tick returned it
+	// passes counts Tick calls, for the guard against a schedule that
+	// does not move on.
+	passes int
+}
+
+func startLoop(a *Agent, c *clock, log *actionLog) *vloop {
+	a.Start()
+	return &vloop{a: a, clock: c, log: log}
+}
+
+// maxStall is how many passes in a row may find work due at the same
+// virtual time before the loop takes the schedule for stuck.
+const maxStall = 1000
+
+// advance runs whatever falls due in the next d of virtual time and leaves
+// the clock d later; done, if not nil, is checked after every pass and
+// stops it early, at the time it first held. It reports whether done held.
+func (l *vloop) advance(t *testing.T, d time.Duration, done func() bool) bool {
+	t.Helper()
+	end := l.clock.Now().Add(d)
+	var last time.Time
+	stall := 0
+	for {
+		at := l.a.wakeAt(l.next)
+		if at.After(end) {
+			l.clock.set(end)
+			return false
+		}
+		l.clock.set(at)
+		now := l.clock.Now()
+		if now.Equal(last) {
+			if stall++; stall > maxStall {
+				t.Fatalf("the agent's schedule does not move on: %d passes at %s", stall, now)
+			}
+		} else {
+			last, stall = now, 0
+		}
+		l.next = l.a.Tick(now, l.next)
+		l.passes++
+		if done != nil && done() {
+			return true
+		}
+	}
+}
+
+// until advances until cond holds, failing the test (with the actions so
+// far) if it does not within limit of virtual time; it returns the virtual
+// time it took.
+func (l *vloop) until(t *testing.T, what string, limit time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := l.clock.Now()
+	if cond() {
+		return 0
+	}
+	if !l.advance(t, limit, cond) {
+		t.Fatalf("no %s within %s of virtual time; actions:\n%s", what, limit, l.log)
+	}
+	return l.clock.Now().Sub(start)
+}
+
+// stop does what Run does when it ends: restore everything.
+func (l *vloop) stop() { l.a.Stop() }
+
+// String lists the actions, one a line, for a failing test.
+func (l *actionLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	for _, r := range l.actions {
+		fmt.Fprintf(&b, "%s %s %s (%s)\n", r.Time.Format("15:04:05.000"), r.Kind, r.Name, r.Reason)
+	}
+	return b.String()
+}
+
+// The loop keeps the agent's schedule in virtual time: one interval per
+// Interval while nothing is going on, and the leftovers restored first.
+func TestVirtualLoopKeepsTheInterval(t *testing.T) {
+	w := newWorld(t)
+	w.setRunning(false)
+	cfg := testConfig(t.TempDir())
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop()
+	start := hs.clock.Now()
+	hs.advance(t, 10*cfg.Interval, nil)
+	st, ok := hs.agent.Latest()
+	if !ok {
+		t.Fatal("no state published")
+	}
+	// Intervals at 0, 1, …, 10 × Interval; the probe gaps of an interval
+	// are slept on the clock too, so the last one ends a little after.
+	if got := hs.clock.Now().Sub(start); got < 10*cfg.Interval || got >= 11*cfg.Interval {
+		t.Errorf("clock moved %s, want %s and a last interval's probe gaps", got, 10*cfg.Interval)
+	}
+	if got := st.Time.Sub(start); got != 10*cfg.Interval {
+		t.Errorf("last state at %s, want %s", got, 10*cfg.Interval)
+	}
+	if hs.agent.steps != 11 {
+		t.Errorf("%d intervals in 10 × Interval, want 11", hs.agent.steps)
+	}
+}
+
+// A proof's readings are taken when each is due, between intervals, as
+// Run's proof timer takes them: a proof of a few tens of slots ends well
+// within an interval of a second.
+func TestVirtualLoopTakesProofReadingsWhenDue(t *testing.T) {
+	w := newWorld(t)
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = time.Second
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop()
+	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	var proved, throttled time.Time
+	hs.mu.Lock()
+	for _, r := range hs.actions {
+		switch {
+		case r.Name != "polluter":
+		case r.Kind == api.KindProof && proved.IsZero():
+			proved = r.Time
+		case r.Kind == api.KindThrottle:
+			throttled = r.Time
+		}
+	}
+	hs.mu.Unlock()
+	if took := throttled.Sub(proved); proved.IsZero() || took >= cfg.Interval {
+		t.Errorf("the proof took %s (from %s), want under an interval (%s)", took, proved, cfg.Interval)
+	}
+}
