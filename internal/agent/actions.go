@@ -22,36 +22,36 @@ func (a *Agent) apply(t sense.Tenant, q cgroup.Quota, reason string, now time.Ti
 	return a.arb.hold(t, api.PolicyProbe, claim{lever: judge.LeverCPUQuota, quota: q, reason: reason, since: now})
 }
 
-// heldLocked reports whether policy holds tenant id (any policy when
+// held reports whether policy holds tenant id (any policy when
 // policy is "").
-func (a *Agent) heldLocked(id string, policy api.Policy) bool { return a.arb.held(id, policy) }
+func (a *Agent) held(id string, policy api.Policy) bool { return a.arb.held(id, policy) }
 
-// forgetHoldsLocked drops a vanished tenant's holds, restoring the CPUs it
+// forgetHolds drops a vanished tenant's holds, restoring the CPUs it
 // was held on.
-func (a *Agent) forgetHoldsLocked(id string) { a.arb.forgetHolds(id) }
+func (a *Agent) forgetHolds(id string) { a.arb.forgetHolds(id) }
 
-// releaseLocked drops the probe policy's claim on a tenant: it gets its
+// release drops the probe policy's claim on a tenant: it gets its
 // original quota back unless another policy still holds it.
-func (a *Agent) releaseLocked(t sense.Tenant, why string) {
-	a.dropProbeHoldLocked(t)
-	a.recordLocked(a.d.Now(), t, api.KindRelease, 0, 1, why)
+func (a *Agent) release(t sense.Tenant, why string) {
+	a.dropProbeHold(t)
+	a.record(a.d.Now(), t, api.KindRelease, 0, 1, why)
 }
 
-// dropProbeHoldLocked drops the probe policy's claim on a tenant (a proof's
+// dropProbeHold drops the probe policy's claim on a tenant (a proof's
 // cap, a survey's, a polluter's duty); a failed restore is logged and
 // journalled.
-func (a *Agent) dropProbeHoldLocked(t sense.Tenant) {
+func (a *Agent) dropProbeHold(t sense.Tenant) {
 	if err := a.arb.releaseHold(t.ID, api.PolicyProbe); err != nil {
 		a.arb.releaseFailed(t, api.PolicyProbe, api.LeverCPUQuota, err)
 	}
 }
 
-// hardwareLocked has the hardware policies judge this interval's
+// hardware has the hardware policies judge this interval's
 // observation (nil: none runs) and the arbiter apply their decisions.
 // When discovery succeeded, it then forgets what is kept per tenant for
 // the tenants it no longer found: holds, resctrl classes, warnings and
 // backoffs. (Not on a failed discovery: every tenant would look gone.)
-func (a *Agent) hardwareLocked(now time.Time, o *hwObservation, tenants []sense.Tenant, discovered bool) {
+func (a *Agent) hardware(now time.Time, o *hwObservation, tenants []sense.Tenant, discovered bool) {
 	if a.d.Hardware != nil && o != nil {
 		a.arb.apply(o, a.d.Hardware.decide(o))
 		if o.resctrlRead {
@@ -83,12 +83,12 @@ func (a *Agent) hardwareLocked(now time.Time, o *hwObservation, tenants []sense.
 func (a *Agent) handleWriteErr(t sense.Tenant, err error) {
 	if errors.Is(err, act.ErrGone) {
 		delete(a.throttled, t.ID)
-		a.forgetHoldsLocked(t.ID)
+		a.forgetHolds(t.ID)
 		a.log.Info("tenant vanished while acting on it", "tenant", t.ID)
 		return
 	}
 	if errors.Is(err, act.ErrUnavailable) {
-		a.unavailableLocked(t, err)
+		a.unavailable(t, err)
 		return
 	}
 	a.log.Error("cgroup write failed", "tenant", t.ID, "err", err)
@@ -98,20 +98,20 @@ func (a *Agent) handleWriteErr(t sense.Tenant, err error) {
 	}
 }
 
-// recordLocked notes an action of the probe policy (through CPU quota).
-func (a *Agent) recordLocked(now time.Time, t sense.Tenant, kind api.ActionKind, quota, duty float64, reason string) {
-	a.recordActionLocked(api.ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: api.PolicyProbe, Lever: api.LeverCPUQuota, Quota: quota, Duty: duty, Reason: reason})
+// record notes an action of the probe policy (through CPU quota).
+func (a *Agent) record(now time.Time, t sense.Tenant, kind api.ActionKind, quota, duty float64, reason string) {
+	a.recordAction(api.ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: api.PolicyProbe, Lever: api.LeverCPUQuota, Quota: quota, Duty: duty, Reason: reason})
 }
 
-// recordSlotLocked notes a proof's cap or release for one trial's slot: on
+// recordSlot notes a proof's cap or release for one trial's slot: on
 // the timeline and in the journal like any action, at debug level in the log
 // (a proof switches a dozen times).
-func (a *Agent) recordSlotLocked(now time.Time, t sense.Tenant, kind api.ActionKind, quota float64, reason string) {
-	a.recordActionLocked(api.ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: api.PolicyProbe, Lever: api.LeverCPUQuota, Quota: quota, Duty: 1, Reason: reason})
+func (a *Agent) recordSlot(now time.Time, t sense.Tenant, kind api.ActionKind, quota float64, reason string) {
+	a.recordAction(api.ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: api.PolicyProbe, Lever: api.LeverCPUQuota, Quota: quota, Duty: 1, Reason: reason})
 }
 
-// recordActionLocked notes an action for the state, the journal and the hook.
-func (a *Agent) recordActionLocked(r api.ActionRecord) {
+// recordAction notes an action for the state, the journal and the hook.
+func (a *Agent) recordAction(r api.ActionRecord) {
 	// A throttle set or lifted changes what the probes read: the next
 	// proof waits for them to settle. Permits are left out: a tenant at
 	// its booking flips between OVER and UNDER every few intervals by
@@ -121,12 +121,12 @@ func (a *Agent) recordActionLocked(r api.ActionRecord) {
 	if r.Kind != api.KindProof && r.Kind != api.KindProofFree && r.Policy != api.PolicyPermits {
 		a.lastChange = r.Time
 	}
-	a.noteActionLocked(r)
+	a.noteAction(r)
 }
 
-// noteActionLocked records an action for the state, the journal, the log
+// noteAction records an action for the state, the journal, the log
 // and the hook.
-func (a *Agent) noteActionLocked(r api.ActionRecord) {
+func (a *Agent) noteAction(r api.ActionRecord) {
 	r.DryRun = a.cfg.DryRun
 	slot := r.Kind == api.KindProof || r.Kind == api.KindProofFree
 	a.actions = append(a.actions, r)

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,17 +97,13 @@ type Agent struct {
 	// intervals it was counted in, for the metrics' counters (publish.go).
 	perfTotals map[string]map[string]float64
 
-	// mu is taken around the loop's decisions (the *Locked methods expect
-	// it held). It excludes no other goroutine: every field of the agent
-	// but latest, beats and reloads is read and written only by the
-	// goroutine that drives it (Run's loop, or Tick's caller). Other
-	// goroutines reach the agent through latest (the state API, the
-	// metrics), beats (the watchdog) and reloads (Reload, applied between
-	// passes); a probe that outlives its timeout writes only its own
-	// probeRun. A new reader of these fields from another goroutine must
-	// go through a snapshot or the loop, not this lock: the loop reads and
-	// writes much of them (the judges, watchAt, hotKind) outside it.
-	mu        sync.Mutex
+	// The agent has no lock: every field but latest, beats and reloads
+	// is read and written only by the goroutine that drives it (Run's
+	// loop, or Tick's caller). Other goroutines reach it through latest
+	// (the state API, the metrics), beats (the watchdog) and reloads
+	// (Reload, applied between passes); a probe that outlives its timeout
+	// writes only its own probeRun. A new reader from another goroutine
+	// must go through a snapshot or the loop.
 	prev      map[string]sense.TenantStats
 	marks     map[string]sense.DelayMark
 	throttled map[string]*throttled
@@ -351,17 +346,15 @@ func (a *Agent) restoreLeftovers() {
 
 // shutdown restores everything the agent changed.
 func (a *Agent) shutdown() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	for id, t := range a.throttled {
-		a.releaseLocked(t.tenant, "agent stopping")
+		a.release(t.tenant, "agent stopping")
 		delete(a.throttled, id)
 	}
 	if p := a.proof; p != nil {
 		p.p.Abort("agent stopping")
-		a.uncapLocked(a.d.Now(), p, "agent stopping during a proof")
+		a.uncap(a.d.Now(), p, "agent stopping during a proof")
 		a.proof = nil
-		a.recordLocked(a.d.Now(), p.tenant, api.KindRelease, 0, 1, "agent stopping during a proof")
+		a.record(a.d.Now(), p.tenant, api.KindRelease, 0, 1, "agent stopping during a proof")
 	}
 	a.arb.stop(a.d.Now())
 	if a.d.Hardware != nil {
@@ -426,8 +419,8 @@ func (a *Agent) step(now time.Time) (quick bool) {
 		}
 	}
 
-	// The hardware sensors (RAPL, resctrl monitoring) are read now, outside
-	// the lock; their policies decide below, with the rest.
+	// The hardware sensors (RAPL, resctrl monitoring) are read now; their
+	// policies decide below, with the rest.
 	var hw *hwObservation
 	if a.d.Hardware != nil {
 		hw = a.d.Hardware.sense(now, samples, a.protected, a.health)
@@ -478,21 +471,18 @@ func (a *Agent) step(now time.Time) (quick bool) {
 		// sensors — and a CPU starved by a neighbour is exactly where the
 		// probe cannot run.
 		views := a.viewsOf(samples)
-		a.mu.Lock()
 		present := presentOf(samples)
-		a.judgeWaitLocked(samples, views)
-		a.controlLocked(now, judge.Verdict{Ratio: a.lastRatio}, present, false)
-		a.hardwareLocked(now, hw, tenants, discovered)
+		a.judgeWait(samples, views)
+		a.control(now, judge.Verdict{Ratio: a.lastRatio}, present, false)
+		a.hardware(now, hw, tenants, discovered)
 		var ranked []judge.Suspect
 		if a.proof == nil {
-			ranked = a.maybeProveWaitLocked(now, views, present)
+			ranked = a.maybeProveWait(now, views, present)
 		}
-		a.publishLocked(now, judge.Verdict{Ratio: a.lastRatio}, samples, ranked, nil, cpuBefore)
-		a.mu.Unlock()
+		a.publish(now, judge.Verdict{Ratio: a.lastRatio}, samples, ranked, nil, cpuBefore)
 		return false
 	}
-	a.mu.Lock()
-	held := a.heldDomainsLocked()
+	held := a.heldDomains()
 	a.anyBusy = false
 	for _, s := range samples {
 		if s.usage >= minBusy {
@@ -507,7 +497,6 @@ func (a *Agent) step(now time.Time) (quick bool) {
 			}
 		}
 	}
-	a.mu.Unlock()
 	a.cont.Hold(held)
 	for _, r := range a.cont.Rate(readings) {
 		if a.cont.Above(r) {
@@ -531,16 +520,14 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	views := a.viewsOf(samples)
 	a.susp.Observe(v, views)
 
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	present := presentOf(samples)
-	a.judgeWaitLocked(samples, views)
-	idle := a.controlLocked(now, v, present, true)
-	a.hardwareLocked(now, hw, tenants, discovered)
+	a.judgeWait(samples, views)
+	idle := a.control(now, v, present, true)
+	a.hardware(now, hw, tenants, discovered)
 
 	var ranked []judge.Suspect
 	if v.Contended && a.proof == nil {
-		a.rethrottleLocked(now, v, present)
+		a.rethrottle(now, v, present)
 	}
 	if v.Contended {
 		ranked = a.susp.Rank(v, views, a.domain, func(id string) bool {
@@ -549,7 +536,7 @@ func (a *Agent) step(now time.Time) (quick bool) {
 			}
 			// Held down by another policy already (a budget, a permit):
 			// proving it now would measure that policy's throttle.
-			if a.heldLocked(id, "") {
+			if a.held(id, "") {
 				return true
 			}
 			if a.proof != nil && a.proof.tenant.ID == id {
@@ -558,13 +545,13 @@ func (a *Agent) step(now time.Time) (quick bool) {
 			return now.Before(a.backoff[id].until) || a.overBudget(id, now)
 		})
 		if a.proof == nil && v.Persistent && now.Sub(a.lastChange) >= 2*a.cfg.Interval {
-			a.maybeProveLocked(now, v, ranked, present)
+			a.maybeProve(now, v, ranked, present)
 		}
 	}
 	if a.proof == nil {
-		ranked = append(ranked, a.maybeProveWaitLocked(now, views, present)...)
+		ranked = append(ranked, a.maybeProveWait(now, views, present)...)
 	}
-	a.publishLocked(now, v, samples, ranked, readings, cpuBefore)
+	a.publish(now, v, samples, ranked, readings, cpuBefore)
 	// A first sign of contention, or a throttled polluter that looks idle:
 	// the next interval comes soon, to confirm it (or release it).
 	return idle || a.proof == nil && len(a.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent

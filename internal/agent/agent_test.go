@@ -461,9 +461,16 @@ func TestAgentWriteErrors(t *testing.T) {
 	// not one an interval.
 	before := writes()
 	hs.advance(t, 10*time.Second, nil)
-	hs.stop()
 	if n := writes() - before; n > 3*10+3 {
 		t.Errorf("%d write attempts in 10 s; want at most one a second per tenant", n)
+	}
+	// The backoff doubles (1 s, 2 s, 4 s, …): by now each tenant waits 8 s
+	// or more between attempts, however its aborted proofs ended.
+	before = writes()
+	hs.advance(t, 20*time.Second, nil)
+	hs.stop()
+	if n := writes() - before; n > 3*3 {
+		t.Errorf("%d write attempts in the next 20 s; want the backoff to have grown (at most 3 a tenant)", n)
 	}
 	b, _ := os.ReadFile(hs.journal)
 	if !strings.Contains(string(b), `"kind":"error"`) || !strings.Contains(string(b), "permission denied") {

@@ -62,7 +62,7 @@ func classLever(l api.Lever) bool { return l == api.LeverCAT || l == api.LeverMB
 // actions (state, journal, log, hook), its journal, and its handling of a
 // failed cgroup write (backoff, a vanished tenant).
 type arbiterSink interface {
-	recordActionLocked(api.ActionRecord)
+	recordAction(api.ActionRecord)
 	journal(act.Event)
 	handleWriteErr(t sense.Tenant, err error)
 }
@@ -378,7 +378,7 @@ func (ar *arbiter) record(now time.Time, t sense.Tenant, policy api.Policy, kind
 	if h := ar.holds[t.ID]; h != nil && h.quota.Period > 0 {
 		quota = h.quota.CPUs()
 	}
-	ar.sink.recordActionLocked(api.ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policy, Lever: lever, Quota: quota, Duty: duty, Reason: reason})
+	ar.sink.recordAction(api.ActionRecord{Time: now, Tenant: t.ID, Name: t.Name, Kind: kind, Policy: policy, Lever: lever, Quota: quota, Duty: duty, Reason: reason})
 }
 
 // prune forgets what the arbiter keeps per tenant for the tenants no longer

@@ -23,7 +23,7 @@ type recSink struct {
 	writeErrs []error
 }
 
-func (s *recSink) recordActionLocked(r api.ActionRecord)    { s.records = append(s.records, r) }
+func (s *recSink) recordAction(r api.ActionRecord)          { s.records = append(s.records, r) }
 func (s *recSink) journal(e act.Event)                      { s.events = append(s.events, e) }
 func (s *recSink) handleWriteErr(_ sense.Tenant, err error) { s.writeErrs = append(s.writeErrs, err) }
 
@@ -201,11 +201,11 @@ func TestAgentPrunesBackoffOfVanishedTenants(t *testing.T) {
 	}
 	fill()
 	stays := []sense.Tenant{{ID: "/stays"}}
-	a.hardwareLocked(time.Unix(100, 0), nil, stays, false)
+	a.hardware(time.Unix(100, 0), nil, stays, false)
 	if len(a.backoff) != 4 {
 		t.Errorf("a failed discovery pruned backoffs: %v", a.backoff)
 	}
-	a.hardwareLocked(time.Unix(100, 0), nil, stays, true)
+	a.hardware(time.Unix(100, 0), nil, stays, true)
 	if _, ok := a.backoff["/stays"]; !ok || len(a.backoff) != 2 {
 		t.Errorf("backoffs after prune %v, want the present tenant's two", a.backoff)
 	}

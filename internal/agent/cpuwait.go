@@ -26,10 +26,10 @@ func backoffKey(signal, id string) string {
 	return signal + ":" + id
 }
 
-// judgeWaitLocked feeds this interval's CPU use and run delay to the
+// judgeWait feeds this interval's CPU use and run delay to the
 // CPU-wait judge. Tenants crosstalk is capping are left out: their waits
 // are its own doing.
-func (a *Agent) judgeWaitLocked(samples []sample, views []judge.TenantView) {
+func (a *Agent) judgeWait(samples []sample, views []judge.TenantView) {
 	if !*a.cfg.CPUWait.Enabled {
 		return
 	}
@@ -44,7 +44,7 @@ func (a *Agent) judgeWaitLocked(samples []sample, views []judge.TenantView) {
 			continue
 		}
 		_, capped := a.throttled[s.t.ID]
-		capped = capped || a.proof != nil && a.proof.tenant.ID == s.t.ID || a.heldLocked(s.t.ID, "")
+		capped = capped || a.proof != nil && a.proof.tenant.ID == s.t.ID || a.held(s.t.ID, "")
 		ws = append(ws, judge.WaitSample{ID: s.t.ID, Usage: s.waitUsage, Delay: s.waitDelay, Exclude: capped, Stale: !s.waitFresh, Fair: fair[s.t.ID]})
 		a.waitCPUs[s.t.ID] = s.t.CPUs
 	}
@@ -76,9 +76,9 @@ func fairShares(samples []sample) map[string]float64 {
 	return out
 }
 
-// waitRatioLocked is the worst CPU-wait ratio this interval among the
+// waitRatio is the worst CPU-wait ratio this interval among the
 // tenants sharing CPUs with t: what a throttle on t answers to.
-func (a *Agent) waitRatioLocked(t sense.Tenant) float64 {
+func (a *Agent) waitRatio(t sense.Tenant) float64 {
 	worst := 1.0
 	for _, r := range a.lastWait.Ratings {
 		if r.ID != t.ID && !a.waitCPUs[r.ID].Intersect(t.CPUs).IsEmpty() {
@@ -88,12 +88,12 @@ func (a *Agent) waitRatioLocked(t sense.Tenant) float64 {
 	return worst
 }
 
-// maybeProveWaitLocked ranks suspects for CPU-wait contention (tenants
+// maybeProveWait ranks suspects for CPU-wait contention (tenants
 // active on the waiting tenants' CPUs, by activity and by how their CPU use
 // tracks the waits) and, when the contention is persistent, starts a
 // randomized proof on the top one, read on the victims' CPU wait. It
 // returns the ranking for the state.
-func (a *Agent) maybeProveWaitLocked(now time.Time, views []judge.TenantView, present map[string]sample) []judge.Suspect {
+func (a *Agent) maybeProveWait(now time.Time, views []judge.TenantView, present map[string]sample) []judge.Suspect {
 	wv := a.lastWait
 	if !wv.Contended {
 		return nil
@@ -112,7 +112,7 @@ func (a *Agent) maybeProveWaitLocked(now time.Time, views []judge.TenantView, pr
 		if _, ok := a.throttled[id]; ok {
 			return true
 		}
-		if a.heldLocked(id, "") { // held by another policy: its cap, not its doing
+		if a.held(id, "") { // held by another policy: its cap, not its doing
 			return true
 		}
 		if a.wait.Gain(id, usage[id]) < minWaitGain {
@@ -159,7 +159,7 @@ func (a *Agent) maybeProveWaitLocked(now time.Time, views []judge.TenantView, pr
 	}
 	reason := fmt.Sprintf("%s; suspect score %.2f: %s", waitReason(wv, vt, present), top.Score, strings.Join(top.Reasons, "; "))
 	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{CPUWaitRatio: wv.Ratio, Victims: wv.Victims, Suspects: ranked}})
-	a.startProofLocked(now, &proof{tenant: s.t, reason: reason, signal: signalWait, victims: vt, waitFrom: a.readVictims(vt)}, before)
+	a.startProof(now, &proof{tenant: s.t, reason: reason, signal: signalWait, victims: vt, waitFrom: a.readVictims(vt)}, before)
 	return ranked
 }
 
@@ -183,7 +183,7 @@ func waitReason(wv judge.WaitVerdict, vt []sense.Tenant, present map[string]samp
 	return fmt.Sprintf("CPU wait: %s's work takes %.1f× its usual time (stretch %.2f, quiet %.2f)", name, w.Ratio, w.Stretch, w.Baseline)
 }
 
-// readVictims samples the victims' counters (outside the lock: file reads).
+// readVictims samples the victims' counters.
 func (a *Agent) readVictims(vt []sense.Tenant) map[string]sense.TenantStats {
 	out := make(map[string]sense.TenantStats, len(vt))
 	for _, t := range vt {
@@ -194,9 +194,9 @@ func (a *Agent) readVictims(vt []sense.Tenant) map[string]sense.TenantStats {
 	return out
 }
 
-// waitProofRatioLocked is the worst victim's CPU-wait ratio since the
+// waitProofRatio is the worst victim's CPU-wait ratio since the
 // proof's previous sample, or -1 when no victim ran enough to tell.
-func (a *Agent) waitProofRatioLocked(p *proof, now map[string]sense.TenantStats) float64 {
+func (a *Agent) waitProofRatio(p *proof, now map[string]sense.TenantStats) float64 {
 	worst := -1.0
 	for id, st := range now {
 		from, ok := p.waitFrom[id]
@@ -215,10 +215,10 @@ func (a *Agent) waitProofRatioLocked(p *proof, now map[string]sense.TenantStats)
 	return worst
 }
 
-// unavailableLocked handles an actuator that cannot act now (libvirtd
+// unavailable handles an actuator that cannot act now (libvirtd
 // restarting, a domain libvirt is still starting): the tenant is left alone
 // for a few intervals, for every signal, and the journal says why.
-func (a *Agent) unavailableLocked(t sense.Tenant, err error) {
+func (a *Agent) unavailable(t sense.Tenant, err error) {
 	a.log.Warn("cannot act on tenant now; retrying shortly", "tenant", t.Name, "err", err)
 	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
 	until := a.d.Now().Add(max(time.Second, 4*a.cfg.Interval))

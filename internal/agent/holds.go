@@ -293,10 +293,10 @@ func (h *tenantHolds) describe() []api.HoldState {
 	return out
 }
 
-// heldDomainsLocked are the L3 domains where crosstalk holds a tenant down
+// heldDomains are the L3 domains where crosstalk holds a tenant down
 // now (any policy, any lever, resctrl classes included): their probe
 // baselines must not learn the held state as quiet.
-func (a *Agent) heldDomainsLocked() []int {
+func (a *Agent) heldDomains() []int {
 	set := map[int]bool{}
 	for _, h := range a.arb.holds {
 		if len(h.claims) == 0 {

@@ -130,7 +130,7 @@ func TestHoldsTightestClaimWins(t *testing.T) {
 	if got := q.now["/vm"].CPUs(); got != 1 {
 		t.Errorf("after the permits' release: quota %.3f, want the probe's 1 CPU", got)
 	}
-	if !a.heldLocked(tn.ID, api.PolicyProbe) || a.heldLocked(tn.ID, api.PolicyPermits) {
+	if !a.held(tn.ID, api.PolicyProbe) || a.held(tn.ID, api.PolicyPermits) {
 		t.Error("held-by bookkeeping wrong")
 	}
 	if err := a.arb.releaseHold(tn.ID, api.PolicyProbe); err != nil {
@@ -157,7 +157,7 @@ func TestHoldsFailedWriteIsNotHeld(t *testing.T) {
 	if err := a.arb.hold(tn, api.PolicyBusLocks, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.1), reason: "over budget", since: time.Unix(0, 0)}); err == nil {
 		t.Fatal("no error from a failed write")
 	}
-	if a.heldLocked(tn.ID, "") || a.arb.holds[tn.ID] != nil {
+	if a.held(tn.ID, "") || a.arb.holds[tn.ID] != nil {
 		t.Error("a claim that was never written is counted as held")
 	}
 	// A tighten that fails keeps the claim that was written before.
@@ -191,13 +191,13 @@ func TestHoldsPerCPULevers(t *testing.T) {
 	if !strings.Contains(strings.Join(cm.calls, ";"), "restore 2-3") {
 		t.Errorf("CPUs 2-3 not restored: %v", cm.calls)
 	}
-	a.forgetHoldsLocked(tn.ID)
+	a.forgetHolds(tn.ID)
 	if len(cm.cpu) != 0 || a.arb.holds[tn.ID] != nil {
 		t.Errorf("vanished tenant: CPUs %v still modulated", cm.cpu)
 	}
 	// A claim on a lever that is off fails and is not held.
-	if err := a.arb.hold(tn, api.PolicyPower, claim{lever: judge.LeverCPUFreq, step: 4, steps: 16, cpus: cpuset.Range(0, 3), since: now}); err == nil || a.heldLocked(tn.ID, "") {
-		t.Errorf("claim on an absent lever: err %v, held %v", err, a.heldLocked(tn.ID, ""))
+	if err := a.arb.hold(tn, api.PolicyPower, claim{lever: judge.LeverCPUFreq, step: 4, steps: 16, cpus: cpuset.Range(0, 3), since: now}); err == nil || a.held(tn.ID, "") {
+		t.Errorf("claim on an absent lever: err %v, held %v", err, a.held(tn.ID, ""))
 	}
 }
 
@@ -211,7 +211,7 @@ func TestHoldsDryRun(t *testing.T) {
 	if len(q.log) != 0 || len(cm.calls) != 0 {
 		t.Errorf("dry run wrote: %v %v", q.log, cm.calls)
 	}
-	if !a.heldLocked(tn.ID, api.PolicyPermits) || a.arb.holds[tn.ID].duty() != 0.0625 {
+	if !a.held(tn.ID, api.PolicyPermits) || a.arb.holds[tn.ID].duty() != 0.0625 {
 		t.Errorf("dry run holds not kept: %+v", a.arb.holds[tn.ID])
 	}
 	a.shutdown()

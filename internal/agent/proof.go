@@ -46,8 +46,8 @@ const proofPeriod = time.Second
 // CPUDomain is a CPU and its L3 domain.
 type CPUDomain struct{ Domain, CPU int }
 
-// maybeProveLocked starts a perturbation proof on the top suspect.
-func (a *Agent) maybeProveLocked(now time.Time, v judge.Verdict, ranked []judge.Suspect, present map[string]sample) {
+// maybeProve starts a perturbation proof on the top suspect.
+func (a *Agent) maybeProve(now time.Time, v judge.Verdict, ranked []judge.Suspect, present map[string]sample) {
 	if len(ranked) == 0 || len(a.throttled) >= a.cfg.MaxThrottled {
 		return
 	}
@@ -75,7 +75,7 @@ func (a *Agent) maybeProveLocked(now time.Time, v judge.Verdict, ranked []judge.
 		}
 		reason := fmt.Sprintf("%s; suspect score %.2f: %s", v.Reason, top.Score, strings.Join(top.Reasons, "; "))
 		a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{Ratio: v.Ratio, Suspects: ranked}})
-		a.startProofLocked(now, &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}, before)
+		a.startProof(now, &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}, before)
 		return
 	}
 }
@@ -186,12 +186,12 @@ func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDo
 	return best, kind, before, found
 }
 
-// startProofLocked caps or frees the suspect as the proof's first trial
+// startProof caps or frees the suspect as the proof's first trial
 // asks and schedules its first reading; in dry-run it only says what it
 // would do. before is the contention ratio the proof answers to.
-func (a *Agent) startProofLocked(now time.Time, p *proof, before float64) {
+func (a *Agent) startProof(now time.Time, p *proof, before float64) {
 	if a.cfg.DryRun {
-		a.recordLocked(now, p.tenant, api.KindProof, 0, 1, "dry run: would cap it to prove it: "+p.reason)
+		a.record(now, p.tenant, api.KindProof, 0, 1, "dry run: would cap it to prove it: "+p.reason)
 		key := backoffKey(p.signal, p.tenant.ID)
 		a.backoff[key] = a.nextBackoff(key, now)
 		return
@@ -211,13 +211,13 @@ func (a *Agent) startProofLocked(now time.Time, p *proof, before float64) {
 	delete(a.carry, key)
 	p.p = judge.NewProofCarry(cfg, before, now, uint64(now.UnixNano()), carry)
 	a.proof = p
-	a.recordLocked(now, p.tenant, api.KindProof, 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", a.cfg.Proof.Trials, p.reason))
-	a.followPlanLocked(now, p)
+	a.record(now, p.tenant, api.KindProof, 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", a.cfg.Proof.Trials, p.reason))
+	a.followPlan(now, p)
 }
 
-// followPlanLocked applies the cap state the proof wants now and sets the
+// followPlan applies the cap state the proof wants now and sets the
 // time of its next reading. A failed write ends the proof.
-func (a *Agent) followPlanLocked(now time.Time, p *proof) {
+func (a *Agent) followPlan(now time.Time, p *proof) {
 	plan := p.p.Plan()
 	p.next = plan.SampleAt
 	if plan.Capped == p.capped {
@@ -231,40 +231,36 @@ func (a *Agent) followPlanLocked(now time.Time, p *proof) {
 		if err := a.apply(p.tenant, q, "proof", now); err != nil {
 			a.handleWriteErr(p.tenant, err)
 			p.p.Abort("could not cap it: " + err.Error())
-			a.endProofLocked(now, p)
+			a.endProof(now, p)
 			return
 		}
 		p.capped, p.since = true, now
 		a.capSpent(p.tenant.ID, now, 0)
-		a.recordSlotLocked(now, p.tenant, api.KindProof, q.CPUs(), "proof: capped for a trial")
+		a.recordSlot(now, p.tenant, api.KindProof, q.CPUs(), "proof: capped for a trial")
 		return
 	}
-	a.uncapLocked(now, p, "proof: freed for a trial")
+	a.uncap(now, p, "proof: freed for a trial")
 }
 
-// uncapLocked lifts a proof's cap (if on) and books the time it was on.
-func (a *Agent) uncapLocked(now time.Time, p *proof, why string) {
+// uncap lifts a proof's cap (if on) and books the time it was on.
+func (a *Agent) uncap(now time.Time, p *proof, why string) {
 	if !p.capped {
 		return
 	}
-	a.dropProbeHoldLocked(p.tenant)
+	a.dropProbeHold(p.tenant)
 	p.capped = false
 	a.capSpent(p.tenant.ID, now, now.Sub(p.since))
-	a.recordSlotLocked(now, p.tenant, api.KindProofFree, 0, why)
+	a.recordSlot(now, p.tenant, api.KindProofFree, 0, why)
 }
 
 func (a *Agent) currentProof() *proof {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	return a.proof
 }
 
 // proofSample takes one reading for the proof in progress and moves it
 // on: the cap state of the next slot, or the verdict.
 func (a *Agent) proofSample(now time.Time) {
-	a.mu.Lock()
 	p := a.proof
-	a.mu.Unlock()
 	if p == nil {
 		return
 	}
@@ -282,28 +278,26 @@ func (a *Agent) proofSample(now time.Time) {
 		}
 	}
 
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.proof != p {
 		return // ended meanwhile (the tenant vanished, the agent stopped)
 	}
 	if p.signal == signalWait {
-		ratio = a.waitProofRatioLocked(p, waitNow)
+		ratio = a.waitProofRatio(p, waitNow)
 		ok = ratio > 0 && !p.switched
 	}
 	p.switched = false
 	a.log.Debug("proof reading", "tenant", p.tenant.Name, "capped", p.capped, "ratio", ratio, "ok", ok, "cpu", p.cpu.CPU, "kind", p.kind)
 	if p.p.Observe(now, ratio, ok) {
-		a.endProofLocked(now, p)
+		a.endProof(now, p)
 		return
 	}
-	a.followPlanLocked(now, p)
+	a.followPlan(now, p)
 }
 
-// endProofLocked records a proof's verdict, with every trial's evidence,
+// endProof records a proof's verdict, with every trial's evidence,
 // and acts on it: a polluter is throttled at the start step; anyone else is
 // left free and not tested again for a while.
-func (a *Agent) endProofLocked(now time.Time, p *proof) {
+func (a *Agent) endProof(now time.Time, p *proof) {
 	a.proof = nil
 	verdict, why := p.p.Verdict()
 	a.proofs[verdict]++
@@ -312,7 +306,7 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 			FalseConvictionBound: a.cfg.Proof.FalseConviction()}})
 	key := backoffKey(p.signal, p.tenant.ID)
 	if verdict != judge.ProofGuilty {
-		a.uncapLocked(now, p, verdict+": "+why)
+		a.uncap(now, p, verdict+": "+why)
 		if verdict == judge.ProofInconclusive {
 			// Not acquitted: proved again soon, within the budget, with
 			// the backoff it had, continuing this proof's evidence.
@@ -323,12 +317,16 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 			}
 			a.carry[key] = carried{evidence: p.p.Carry(), at: now}
 			b := a.backoff[key]
-			b.until = now.Add(a.retryAfter(p.p.Carry()))
+			// A longer backoff stands (a write that failed and aborted
+			// the proof set one that doubles).
+			if next := now.Add(a.retryAfter(p.p.Carry())); next.After(b.until) {
+				b.until = next
+			}
 			a.backoff[key] = b
 		} else {
 			a.backoff[key] = a.nextBackoff(key, now)
 		}
-		a.noteActionLocked(api.ActionRecord{Time: now, Tenant: p.tenant.ID, Name: p.tenant.Name, Kind: api.KindRelease, Policy: api.PolicyProbe,
+		a.noteAction(api.ActionRecord{Time: now, Tenant: p.tenant.ID, Name: p.tenant.Name, Kind: api.KindRelease, Policy: api.PolicyProbe,
 			Lever: api.LeverCPUQuota, Duty: 1, Reason: verdict + ": " + why})
 		a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
 		return
@@ -345,7 +343,7 @@ func (a *Agent) endProofLocked(now time.Time, p *proof) {
 	}
 	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal, reason: "proven polluter: " + why, since: now}
 	delete(a.backoff, key)
-	a.recordLocked(now, p.tenant, api.KindThrottle, q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
+	a.record(now, p.tenant, api.KindThrottle, q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
 }
 
 // inconclusiveRetry is how soon a suspect whose proof was inconclusive

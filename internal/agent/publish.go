@@ -11,8 +11,8 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
-// publishLocked builds and publishes the State.
-func (a *Agent) publishLocked(now time.Time, v judge.Verdict, samples []sample, ranked []judge.Suspect, readings []sense.ProbeReading, cpuBefore time.Duration) {
+// publish builds and publishes the State.
+func (a *Agent) publish(now time.Time, v judge.Verdict, samples []sample, ranked []judge.Suspect, readings []sense.ProbeReading, cpuBefore time.Duration) {
 	st := &api.State{
 		Time: now, Interval: a.cfg.Interval.Seconds(), Host: a.d.Host, Version: a.d.Version, DryRun: a.cfg.DryRun,
 		PMU: a.d.PMU, Contention: v.Contended, ContentionRatio: v.Ratio,

@@ -58,8 +58,7 @@ func (a *Agent) Reload(ctx context.Context, cfg Config) (ConfigChange, error) {
 // throttles that still hold are kept. An invalid cfg changes nothing.
 //
 // Call it from the goroutine that drives the agent (Tick's caller), or
-// through Reload while Run runs: the loop reads the configuration outside
-// the lock.
+// through Reload while Run runs: only the loop may touch the agent.
 func (a *Agent) Reconfigure(cfg Config) (ConfigChange, error) {
 	cfg.fill()
 	if err := cfg.Validate(); err != nil {
@@ -85,8 +84,6 @@ func (a *Agent) Reconfigure(cfg Config) (ConfigChange, error) {
 	}
 	change := ConfigChange{Applied: changedKeys(a.cfg, next), Restart: changedKeys(next, cfg)}
 
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.cfg = next
 	a.sp = next.Sparsify()
 	a.duty = next.DutyController()
@@ -99,15 +96,15 @@ func (a *Agent) Reconfigure(cfg Config) (ConfigChange, error) {
 		if !a.protected(t.tenant) {
 			continue
 		}
-		a.releaseLocked(t.tenant, why)
+		a.release(t.tenant, why)
 		delete(a.throttled, id)
 		change.Released = append(change.Released, t.tenant.Name)
 	}
 	if p := a.proof; p != nil && a.protected(p.tenant) {
 		p.p.Abort(why)
-		a.uncapLocked(now, p, why)
+		a.uncap(now, p, why)
 		a.proof = nil
-		a.recordLocked(now, p.tenant, api.KindRelease, 0, 1, why+", during its proof")
+		a.record(now, p.tenant, api.KindRelease, 0, 1, why+", during its proof")
 		change.Released = append(change.Released, p.tenant.Name)
 	}
 	a.journal(act.Event{Time: now.UTC(), Kind: "reload", Detail: change.String()})

@@ -136,8 +136,6 @@ func (a *Agent) sampleTenants(tenants []sense.Tenant) []sample {
 // priority orders tenants for the perf fd budget: throttled and suspected
 // first, then by CPU use.
 func (a *Agent) priority(samples []sample) []sense.Tenant {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	s := slices.Clone(samples)
 	rank := func(x sample) int {
 		if _, ok := a.throttled[x.t.ID]; ok {

@@ -37,19 +37,19 @@ type convict struct {
 // recidivWindow is how long a released polluter's conviction stands.
 const recidivWindow = 5 * time.Minute
 
-// rethrottleLocked throttles again, at the start step, a polluter released
+// rethrottle throttles again, at the start step, a polluter released
 // within recidivWindow because it stopped, now busy again on a domain the
 // probes read contended. Its duty
 // controller then verifies it as after a proof: if the contention stays,
 // it is released as useless and its record dropped.
-func (a *Agent) rethrottleLocked(now time.Time, v judge.Verdict, present map[string]sample) {
+func (a *Agent) rethrottle(now time.Time, v judge.Verdict, present map[string]sample) {
 	for id, c := range a.convicts {
 		if now.Sub(c.at) > recidivWindow {
 			delete(a.convicts, id)
 			continue
 		}
 		s, ok := present[id]
-		if !ok || s.usage < minBusy || len(a.throttled) >= a.cfg.MaxThrottled || a.heldLocked(id, "") || a.protected(s.t) {
+		if !ok || s.usage < minBusy || len(a.throttled) >= a.cfg.MaxThrottled || a.held(id, "") || a.protected(s.t) {
 			continue
 		}
 		if a.proof != nil && a.proof.tenant.ID == id {
@@ -70,7 +70,7 @@ func (a *Agent) rethrottleLocked(now time.Time, v judge.Verdict, present map[str
 		}
 		delete(a.convicts, id)
 		a.throttled[id] = &throttled{tenant: s.t, thr: thr, signal: signalProbe, reason: c.reason, since: now}
-		a.recordLocked(now, s.t, api.KindThrottle, q.CPUs(), a.sp.Duty(thr.Step),
+		a.record(now, s.t, api.KindThrottle, q.CPUs(), a.sp.Duty(thr.Step),
 			fmt.Sprintf("convicted before and released %.1fs ago when it stopped; busy again (%.2f CPU) as the %.2f× contention returns: %s", now.Sub(c.at).Seconds(), s.usage, v.Ratio, c.reason))
 	}
 }
@@ -80,14 +80,14 @@ type backoff struct {
 	next  time.Duration
 }
 
-// controlLocked runs the duty controller of every throttled tenant; with
+// control runs the duty controller of every throttled tenant; with
 // probed false (no probe readings this interval) only those convicted for
 // CPU wait, whose signal does not come from the probes.
 //
 // It returns true when a throttled tenant used less than its idle share:
 // it has likely stopped, and the next interval should come soon to
 // release it.
-func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string]sample, probed bool) (idle bool) {
+func (a *Agent) control(now time.Time, v judge.Verdict, present map[string]sample, probed bool) (idle bool) {
 	for id, t := range a.throttled {
 		if !probed && t.signal != signalWait {
 			if _, ok := present[id]; ok {
@@ -97,16 +97,16 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 		s, ok := present[id]
 		if !ok {
 			// The tenant vanished: nothing to restore, forget it.
-			a.forgetHoldsLocked(id)
+			a.forgetHolds(id)
 			delete(a.throttled, id)
-			a.recordLocked(now, t.tenant, api.KindRelease, 0, 1, "tenant vanished")
+			a.record(now, t.tenant, api.KindRelease, 0, 1, "tenant vanished")
 			continue
 		}
 		ratio := a.cont.Worst(v.Readings, a.domainsOf(t.tenant.CPUs))
 		if t.signal == signalWait {
 			// Convicted for its neighbours' CPU wait: held to that. (The
 			// probes' noise must not make it look useless.)
-			ratio = a.waitRatioLocked(t.tenant)
+			ratio = a.waitRatio(t.tenant)
 		}
 		if ratio == 0 {
 			ratio = 1
@@ -129,7 +129,7 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			// cause. Free it, and do not suspect it again for a while (nor
 			// throttle it again on its record).
 			delete(a.convicts, id)
-			a.releaseLocked(t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× while it was held down", ratio))
+			a.release(t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× while it was held down", ratio))
 			delete(a.throttled, id)
 			key := backoffKey(t.signal, id)
 			a.backoff[key] = a.nextBackoff(key, now)
@@ -138,7 +138,7 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 			if used < a.duty.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
 				why = fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed, never held back by it", s.usage, a.sp.Duty(t.thr.Step)*float64(ncpus))
 			}
-			a.releaseLocked(t.tenant, why)
+			a.release(t.tenant, why)
 			delete(a.throttled, id)
 			if t.signal == signalProbe {
 				a.convicts[id] = convict{at: now, reason: t.reason}
@@ -149,7 +149,7 @@ func (a *Agent) controlLocked(now time.Time, v judge.Verdict, present map[string
 				a.handleWriteErr(t.tenant, err)
 				continue
 			}
-			a.recordLocked(now, t.tenant, api.ActionKind(d), q.CPUs(), a.sp.Duty(t.thr.Step), fmt.Sprintf("contention %.2f×", ratio))
+			a.record(now, t.tenant, api.ActionKind(d), q.CPUs(), a.sp.Duty(t.thr.Step), fmt.Sprintf("contention %.2f×", ratio))
 		}
 	}
 	return idle

@@ -32,9 +32,7 @@ const quickInterval = 100 * time.Millisecond
 // stays quiet while a proof or a throttle is running (the interval then
 // watches closely enough), or before the first interval's readings.
 func (a *Agent) watch() bool {
-	a.mu.Lock()
 	busy := a.proof != nil || len(a.throttled) > 0 || a.watchKind == "" || !a.anyBusy
-	a.mu.Unlock()
 	if busy {
 		return false
 	}
@@ -94,10 +92,9 @@ func (a *Agent) surveyQuiet(now time.Time, samples []sample) {
 	if len(busy) == 0 {
 		return
 	}
-	a.mu.Lock()
 	var capped []sense.Tenant
 	for _, t := range busy {
-		if a.heldLocked(t.ID, "") {
+		if a.held(t.ID, "") {
 			continue
 		}
 		q := cgroup.Quota{Quota: time.Duration(max(1, t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
@@ -106,9 +103,8 @@ func (a *Agent) surveyQuiet(now time.Time, samples []sample) {
 			continue
 		}
 		capped = append(capped, t)
-		a.recordSlotLocked(now, t, api.KindProof, q.CPUs(), "start-up survey: capped for a moment to read the probes' quiet level")
+		a.recordSlot(now, t, api.KindProof, q.CPUs(), "start-up survey: capped for a moment to read the probes' quiet level")
 	}
-	a.mu.Unlock()
 	start := a.d.Now()
 	a.d.Sleep(a.cfg.Proof.Slot / 4)
 	var readings []sense.ProbeReading
@@ -120,14 +116,12 @@ func (a *Agent) surveyQuiet(now time.Time, samples []sample) {
 		}
 	}
 	a.cont.Lower(readings)
-	a.mu.Lock()
 	end := a.d.Now()
 	for _, t := range capped {
-		a.dropProbeHoldLocked(t)
+		a.dropProbeHold(t)
 		a.capSpent(t.ID, end, end.Sub(start))
-		a.recordSlotLocked(end, t, api.KindProofFree, 0, "start-up survey done")
+		a.recordSlot(end, t, api.KindProofFree, 0, "start-up survey done")
 	}
-	a.mu.Unlock()
 	a.log.Info("surveyed the probes' quiet level with busy tenants capped", "tenants", len(capped), "readings", len(readings))
 }
 
