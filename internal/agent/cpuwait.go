@@ -106,9 +106,22 @@ func (a *Agent) maybeProveWait(now time.Time, views []judge.TenantView, present 
 	for _, v := range views {
 		usage[v.ID] = v.Usage
 	}
+	ss := make([]sample, 0, len(present))
+	for _, s := range present {
+		ss = append(ss, s)
+	}
+	fair := fairShares(ss)
 	// A suspect must have taken more CPU than before the waits began (a
-	// tenant that waits may still be one, for its neighbours' waits).
+	// tenant that waits may still be one, for its neighbours' waits), and
+	// more than its fair share, as its victim must have had less: one that
+	// takes no more than the scheduler would give it with everyone busy is
+	// sharing, not crowding anyone out (capping it would relieve the
+	// waiting tenant all the same, and a proof would convict it for a real
+	// effect).
 	ranked := a.waitSusp.RankOn(cpus, views, func(id string) bool {
+		if f := fair[id]; f > 0 && usage[id] <= f {
+			return true
+		}
 		if _, ok := a.throttled[id]; ok {
 			return true
 		}

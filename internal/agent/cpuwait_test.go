@@ -301,3 +301,32 @@ func TestAgentCPUWaitDisabled(t *testing.T) {
 		t.Errorf("with cpu_wait off the hog was proven or throttled %d times", n)
 	}
 }
+
+// Something outside every tenant (a busy host thread) shares CPU 1 with the
+// victim and a hog that takes only its fair share: the victim gets less
+// than its own share and waits, and capping the hog would relieve it, but
+// the hog crowds no one out and is never proved for it. The control: the
+// same world with the hog weighted to take more than its share convicts it.
+func TestAgentCPUWaitSparesATenantWithinItsFairShare(t *testing.T) {
+	run := func(weight float64) *cpuHarness {
+		w := newCPUWorld(t)
+		w.hogWeight = weight
+		hs := newCPUHarness(t, w)
+		hs.advance(t, 400*time.Millisecond, nil)
+		w.set(func(w *cpuWorld) { w.hogOn, w.bg = true, 1 })
+		hs.advance(t, 4*time.Second, nil)
+		hs.stop()
+		return hs
+	}
+	if hs := run(3); hs.count("throttle", "hog") == 0 {
+		t.Fatalf("control: a hog taking 3/5 of CPU 1 (over its fair half) was not throttled: %+v", hs.actions)
+	}
+	hs := run(1)
+	if n := hs.count("proof", "hog") + hs.count("throttle", "hog"); n > 0 {
+		t.Errorf("a hog within its fair share (1/3 of CPU 1, fair 1/2) was proved or throttled %d times", n)
+	}
+	st, _ := hs.a.Latest()
+	if st.CPUWaitRatio < 1.3 {
+		t.Errorf("the victim did not wait (ratio %.2f): the test tests nothing", st.CPUWaitRatio)
+	}
+}
