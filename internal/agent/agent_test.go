@@ -37,6 +37,10 @@ type world struct {
 	busyCPU  int           // a CPU whose probe never returns (-1: none)
 	counters bool          // report PMU counters
 	block    chan struct{} // closed to release a blocked probe
+	// llc adds an LLC reading to every probe reading: 10 ns, or 100 ns
+	// while llcNoise (the physical host's other tenants thrashing the
+	// cache, whatever the tenants here do).
+	llc, llcNoise bool
 	// now is the world's clock: the agent's virtual one, or time.Now
 	// for an agent on its real loop.
 	now func() time.Time
@@ -150,7 +154,18 @@ func (p fakeProbe) reading(cpu int) []sense.ProbeReading {
 	if p.w.polluting() {
 		ns = 2000
 	}
-	return []sense.ProbeReading{{Domain: 0, CPU: cpu, Kind: sense.ProbeDRAM, Ns: ns}}
+	rs := []sense.ProbeReading{{Domain: 0, CPU: cpu, Kind: sense.ProbeDRAM, Ns: ns}}
+	p.w.mu.Lock()
+	llc, noise := p.w.llc, p.w.llcNoise
+	p.w.mu.Unlock()
+	if llc {
+		ns := 10.0
+		if noise {
+			ns = 100
+		}
+		rs = append(rs, sense.ProbeReading{Domain: 0, CPU: cpu, Kind: sense.ProbeLLC, Ns: ns})
+	}
+	return rs
 }
 func (p fakeProbe) Measure() ([]sense.ProbeReading, error) {
 	return append(p.reading(0), p.reading(1)...), nil
@@ -622,5 +637,27 @@ func TestAgentWatchCatchesAPolluterBetweenIntervals(t *testing.T) {
 	took := hs.until(t, "proof of the polluter", 5*time.Second, func() bool { return hs.has(api.KindProof, "polluter") })
 	if limit := 2*hs.agent.WatchEvery() + 100*time.Millisecond; took > limit {
 		t.Errorf("the proof started %s after the polluter, want within %s (two watches)", took, limit)
+	}
+}
+
+// A polluter convicted on the DRAM probe is held to what the DRAM probe
+// reads: the LLC walk reading ten times its quiet level from something
+// no tenant here does (the physical host's other tenants) neither makes
+// its throttle look useless nor releases it.
+func TestAgentThrottleAnswersToItsProofsKind(t *testing.T) {
+	w := newWorld(t)
+	w.llc = true
+	hs := newVirtualHarness(t, w, testConfig(t.TempDir()), nil)
+	hs.until(t, "throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	w.mu.Lock()
+	w.llcNoise = true
+	w.mu.Unlock()
+	hs.advance(t, 4*time.Second, nil)
+	if q := w.quota("polluter"); q.Unlimited() || q.CPUs() > 0.2 {
+		t.Errorf("polluter at %v after 4 s of LLC noise, want still throttled", q)
+	}
+	hs.stop()
+	if n := hs.count("release", "polluter"); n > 1 { // the one at stop
+		t.Errorf("polluter released %d times while the DRAM probe it was convicted on stayed quiet: %+v", n, hs.actions)
 	}
 }

@@ -341,7 +341,7 @@ func (a *Agent) endProof(now time.Time, p *proof) {
 		a.handleWriteErr(p.tenant, err)
 		return
 	}
-	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal, reason: "proven polluter: " + why, since: now}
+	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal, kind: p.kind, reason: "proven polluter: " + why, since: now}
 	delete(a.backoff, key)
 	a.record(now, p.tenant, api.KindThrottle, q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
 }

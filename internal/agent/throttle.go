@@ -14,6 +14,12 @@ type throttled struct {
 	tenant sense.Tenant
 	thr    *judge.DutyThrottle
 	signal string // what convicted it: signalProbe or signalWait
+	// kind is the probe kind its proof read (signalProbe): its duty
+	// controller answers to that kind alone. Another kind's reading says
+	// nothing of what holding it down did (the LLC walk reads what the
+	// physical host's other tenants do to the cache as well), and read
+	// as the contention it would have it released as useless.
+	kind string
 	reason string // the conviction, for a re-throttle on its record
 	since  time.Time
 }
@@ -32,6 +38,7 @@ func (a *Agent) idleGrace() time.Duration { return proofPeriod + 2*a.cfg.Interva
 type convict struct {
 	at     time.Time // released
 	reason string
+	kind   string // the probe kind its proof read
 }
 
 // recidivWindow is how long a released polluter's conviction stands.
@@ -69,7 +76,7 @@ func (a *Agent) rethrottle(now time.Time, v judge.Verdict, present map[string]sa
 			continue
 		}
 		delete(a.convicts, id)
-		a.throttled[id] = &throttled{tenant: s.t, thr: thr, signal: signalProbe, reason: c.reason, since: now}
+		a.throttled[id] = &throttled{tenant: s.t, thr: thr, signal: signalProbe, kind: c.kind, reason: c.reason, since: now}
 		a.record(now, s.t, api.KindThrottle, q.CPUs(), a.sp.Duty(thr.Step),
 			fmt.Sprintf("convicted before and released %.1fs ago when it stopped; busy again (%.2f CPU) as the %.2f× contention returns: %s", now.Sub(c.at).Seconds(), s.usage, v.Ratio, c.reason))
 	}
@@ -102,7 +109,7 @@ func (a *Agent) control(now time.Time, v judge.Verdict, present map[string]sampl
 			a.record(now, t.tenant, api.KindRelease, 0, 1, "tenant vanished")
 			continue
 		}
-		ratio := a.cont.Worst(v.Readings, a.domainsOf(t.tenant.CPUs))
+		ratio := a.cont.Worst(t.readings(v.Readings), a.domainsOf(t.tenant.CPUs))
 		if t.signal == signalWait {
 			// Convicted for its neighbours' CPU wait: held to that. (The
 			// probes' noise must not make it look useless.)
@@ -141,7 +148,7 @@ func (a *Agent) control(now time.Time, v judge.Verdict, present map[string]sampl
 			a.release(t.tenant, why)
 			delete(a.throttled, id)
 			if t.signal == signalProbe {
-				a.convicts[id] = convict{at: now, reason: t.reason}
+				a.convicts[id] = convict{at: now, reason: t.reason, kind: t.kind}
 			}
 		case judge.DutyTighten, judge.DutyRelax:
 			q := a.sp.Quota(t.thr.Step, ncpus)
@@ -153,4 +160,22 @@ func (a *Agent) control(now time.Time, v judge.Verdict, present map[string]sampl
 		}
 	}
 	return idle
+}
+
+// readings are the readings its controller answers to: those of the kind
+// its proof read, where this interval has some; all of them otherwise.
+func (t *throttled) readings(rs []judge.RatedReading) []judge.RatedReading {
+	if t.kind == "" {
+		return rs
+	}
+	var out []judge.RatedReading
+	for _, r := range rs {
+		if r.Kind == t.kind {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		return rs
+	}
+	return out
 }
