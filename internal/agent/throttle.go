@@ -19,7 +19,7 @@ type throttled struct {
 	// nothing of what holding it down did (the LLC walk reads what the
 	// physical host's other tenants do to the cache as well), and read
 	// as the contention it would have it released as useless.
-	kind string
+	kind   string
 	reason string // the conviction, for a re-throttle on its record
 	since  time.Time
 }
