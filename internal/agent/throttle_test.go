@@ -1,0 +1,90 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/api"
+)
+
+// A polluter released because it stopped, that comes back while the
+// contention does, is throttled again on its record at once, without a new
+// proof; its controller then verifies the throttle helps.
+func TestAgentRethrottlesAReturningPolluter(t *testing.T) {
+	w := newWorld(t)
+	hs := newVirtualHarness(t, w, testConfig(t.TempDir()), nil)
+	defer hs.stop()
+	hs.until(t, "throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	w.setRunning(false)
+	hs.until(t, "release", 5*time.Second, func() bool {
+		return hs.has(api.KindRelease, "polluter") && w.quota("polluter").Unlimited()
+	})
+	st, _ := hs.agent.Latest()
+	proofs := st.ProofsTotal["polluter"] + st.ProofsTotal["innocent"] + st.ProofsTotal["inconclusive"]
+	w.setRunning(true)
+	hs.until(t, "second throttle", 3*time.Second, func() bool { return hs.count("throttle", "polluter") >= 2 })
+	st, _ = hs.agent.Latest()
+	if n := st.ProofsTotal["polluter"] + st.ProofsTotal["innocent"] + st.ProofsTotal["inconclusive"]; n != proofs {
+		t.Errorf("proofs went from %d to %d: the returning polluter was proved again", proofs, n)
+	}
+	if q := w.quota("polluter"); q.Unlimited() || q.CPUs() > 0.2 {
+		t.Errorf("polluter quota after the second throttle = %v", q)
+	}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	last := ""
+	for _, a := range hs.actions {
+		if a.Kind == "throttle" && a.Name == "polluter" {
+			last = a.Reason
+		}
+	}
+	if !strings.Contains(last, "busy again") || !strings.Contains(last, "proven polluter") {
+		t.Errorf("second throttle's reason %q should say it is on its record", last)
+	}
+}
+
+// A polluter convicted on the DRAM probe is held to what the DRAM probe
+// reads: the LLC walk reading ten times its quiet level from something
+// no tenant here does (the physical host's other tenants) neither makes
+// its throttle look useless nor releases it.
+func TestAgentThrottleAnswersToItsProofsKind(t *testing.T) {
+	w := newWorld(t)
+	w.llc = true
+	hs := newVirtualHarness(t, w, testConfig(t.TempDir()), nil)
+	hs.until(t, "throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	w.mu.Lock()
+	w.llcNoise = true
+	w.mu.Unlock()
+	hs.advance(t, 4*time.Second, nil)
+	if q := w.quota("polluter"); q.Unlimited() || q.CPUs() > 0.2 {
+		t.Errorf("polluter at %v after 4 s of LLC noise, want still throttled", q)
+	}
+	hs.stop()
+	if n := hs.count("release", "polluter"); n > 1 { // the one at stop
+		t.Errorf("polluter released %d times while the DRAM probe it was convicted on stayed quiet: %+v", n, hs.actions)
+	}
+}
+
+// A polluter that starts just after an interval is caught by the watch
+// between intervals: its proof starts within two watches, not after the
+// next interval and its confirmation.
+func TestAgentWatchCatchesAPolluterBetweenIntervals(t *testing.T) {
+	w := newWorld(t)
+	w.setRunning(false)
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = time.Second
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop()
+	// Quiet intervals at 0, 1, 2 and 3 s: the clock stops just after the
+	// last one.
+	hs.advance(t, 3*time.Second, nil)
+	if hs.has(api.KindProof, "polluter") {
+		t.Fatal("a proof before the polluter started")
+	}
+	w.setRunning(true)
+	took := hs.until(t, "proof of the polluter", 5*time.Second, func() bool { return hs.has(api.KindProof, "polluter") })
+	if limit := 2*hs.agent.WatchEvery() + 100*time.Millisecond; took > limit {
+		t.Errorf("the proof started %s after the polluter, want within %s (two watches)", took, limit)
+	}
+}
