@@ -195,7 +195,7 @@ func TestPowerChainOnTree(t *testing.T) {
 				if d.Lever != judge.LeverClockModulation {
 					t.Fatalf("decision on another lever: %+v", d)
 				}
-				if err := cm.Apply(d.Tenant, levers[d.Tenant].CPUs, d.Step); err != nil {
+				if err := cm.Apply(t.Context(), d.Tenant, levers[d.Tenant].CPUs, d.Step); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -525,7 +525,7 @@ func TestClockModulationMovesTheModel(t *testing.T) {
 	virus, cpus := c.virus()
 	before, victim := c.state("virus"), c.state("victim")
 	powerBefore := c.s.state.Host.SocketPower[0]
-	if err := cm.Apply(virus.ID, cpus, 4); err != nil {
+	if err := cm.Apply(t.Context(), virus.ID, cpus, 4); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(c.s.h.Path("/dev/cpu/0/msr"))
@@ -576,7 +576,7 @@ func TestCPUFreqMovesTheModel(t *testing.T) {
 	virus, cpus := c.virus()
 	before, victim := c.state("virus"), c.state("victim")
 	powerBefore := c.s.state.Host.SocketPower[0]
-	if err := cf.Apply(virus.ID, cpus, 4); err != nil {
+	if err := cf.Apply(t.Context(), virus.ID, cpus, 4); err != nil {
 		t.Fatal(err)
 	}
 	if got := readTree(t, c.s.root, "sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq"); got != "1400000\n" {
@@ -645,7 +645,7 @@ tenants:
 		t.Fatal(err)
 	}
 	virus, cpus := c.virus()
-	if err := cf.Apply(virus.ID, cpus, 10); err != nil { // 1.5 + 2.0×9/15 = 2.7 GHz → the 2.5 GHz P-state
+	if err := cf.Apply(t.Context(), virus.ID, cpus, 10); err != nil { // 1.5 + 2.0×9/15 = 2.7 GHz → the 2.5 GHz P-state
 		t.Fatal(err)
 	}
 	c.run(time.Second)
