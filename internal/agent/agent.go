@@ -398,7 +398,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 		a.saveBaselines()
 	}
 	start := time.Now()
-	tenants, err := a.d.Discoverer.Discover()
+	tenants, err := a.d.Discoverer.Discover(ctx)
 	a.health.record(sensorDiscovery, time.Since(start), err)
 	discovered := err == nil
 	if lh, ok := a.d.Discoverer.(libvirtHealth); ok {

@@ -102,7 +102,7 @@ func (w *world) polluting() bool {
 }
 
 // Discover implements sense.Discoverer.
-func (w *world) Discover() ([]sense.Tenant, error) {
+func (w *world) Discover(context.Context) ([]sense.Tenant, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []sense.Tenant

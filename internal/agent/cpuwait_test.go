@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"sync"
@@ -63,7 +64,7 @@ func newCPUWorld(t *testing.T) *cpuWorld {
 	return w
 }
 
-func (w *cpuWorld) Discover() ([]sense.Tenant, error) {
+func (w *cpuWorld) Discover(context.Context) ([]sense.Tenant, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]sense.Tenant(nil), w.tenants...), nil

@@ -75,7 +75,7 @@ func (l *recLever) Steps() int { return l.steps }
 
 type nopDiscoverer struct{}
 
-func (nopDiscoverer) Discover() ([]sense.Tenant, error) { return nil, nil }
+func (nopDiscoverer) Discover(context.Context) ([]sense.Tenant, error) { return nil, nil }
 
 type nopStats struct{}
 

@@ -191,14 +191,14 @@ type blockingDiscoverer struct {
 	blocked chan struct{} // non-nil: Discover waits for it to close
 }
 
-func (b *blockingDiscoverer) Discover() ([]sense.Tenant, error) {
+func (b *blockingDiscoverer) Discover(ctx context.Context) ([]sense.Tenant, error) {
 	b.mu.Lock()
 	gate := b.blocked
 	b.mu.Unlock()
 	if gate != nil {
 		<-gate
 	}
-	return b.Discoverer.Discover()
+	return b.Discoverer.Discover(ctx)
 }
 
 // The loop beats after its passes, and stops beating while it is stuck.

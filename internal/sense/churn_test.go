@@ -62,7 +62,7 @@ func TestChurnKeepsDescriptorsFlat(t *testing.T) {
 					add(next)
 					next++
 				}
-				tenants, err := d.Discover()
+				tenants, err := d.Discover(t.Context())
 				if err != nil {
 					t.Fatal(err)
 				}

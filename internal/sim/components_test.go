@@ -104,7 +104,7 @@ func (c *compHost) discover() {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	ts, err := d.Discover()
+	ts, err := d.Discover(c.t.Context())
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -192,7 +192,7 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 		}
 		ps := cfg.ProbeSettings()
 		prober := newSimProber(s, ps.CPUsPerDomain, ps.LLCBytes)
-		a, closeA, err := agent.BuildWith(cfg, s.h, agent.BuildOptions{
+		a, closeA, err := agent.BuildWith(ctx, cfg, s.h, agent.BuildOptions{
 			Log: o.Log, Version: "sim", OnAction: r.onAction,
 			PerfOpener: perfOpener{s}, Probe: prober, Sleep: func(time.Duration) {}, Now: vclock,
 		})
