@@ -170,7 +170,7 @@ func TestPowerChainOnTree(t *testing.T) {
 			for _, id := range []string{"hog", "web"} {
 				in = append(in, sense.PowerTenantInput{ID: id, CPUs: tenants[id], Usage: usage[id]})
 			}
-			r, ok, err := sensor.Read(now, in)
+			r, ok, err := sensor.Read(t.Context(), now, in)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -22,8 +22,8 @@ import (
 
 // Counters are per-tenant perf counters (nil on hosts without them).
 type Counters interface {
-	Sync(tenants []sense.Tenant) error
-	Read() (map[string]map[string]float64, error)
+	Sync(ctx context.Context, tenants []sense.Tenant) error
+	Read(ctx context.Context) (map[string]map[string]float64, error)
 	FDs() int
 	Close() error
 }
@@ -32,7 +32,7 @@ type Counters interface {
 // sample (nil for a new tenant), which lets the reader skip what an idle
 // tenant cannot have changed.
 type StatsReader interface {
-	Read(t sense.Tenant, prev *sense.TenantStats) (sense.TenantStats, error)
+	Read(ctx context.Context, t sense.Tenant, prev *sense.TenantStats) (sense.TenantStats, error)
 }
 
 // QuotaActuator throttles and restores tenants' CPU quota.
@@ -406,7 +406,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 		a.health.record(sensorLibvirt, took, err)
 	}
 	a.budgetRunDelay(tenants)
-	samples := a.sampleTenants(tenants)
+	samples := a.sampleTenants(ctx, tenants)
 	if a.survey > 0 {
 		a.surveyQuiet(ctx, now, samples)
 	}
@@ -415,11 +415,11 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	if a.d.Counters != nil {
 		order := a.priority(samples)
 		start := time.Now()
-		syncErr := a.d.Counters.Sync(order)
+		syncErr := a.d.Counters.Sync(ctx, order)
 		if syncErr != nil {
 			syncErr = fmt.Errorf("sync: %w", syncErr)
 		}
-		counters, err = a.d.Counters.Read()
+		counters, err = a.d.Counters.Read(ctx)
 		if err != nil {
 			err = fmt.Errorf("read: %w", err)
 		}
@@ -433,7 +433,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	// policies decide below, with the rest.
 	var hw *hwObservation
 	if a.d.Hardware != nil {
-		hw = a.d.Hardware.sense(now, samples, a.protected, a.health)
+		hw = a.d.Hardware.sense(ctx, now, samples, a.protected, a.health)
 	}
 
 	var readings []sense.ProbeReading

@@ -122,7 +122,7 @@ type fakeStats struct {
 	last  map[string]time.Time
 }
 
-func (s *fakeStats) Read(t sense.Tenant, _ *sense.TenantStats) (sense.TenantStats, error) {
+func (s *fakeStats) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats) (sense.TenantStats, error) {
 	s.w.mu.Lock()
 	gone := s.w.gone[t.ID]
 	s.w.mu.Unlock()
@@ -189,8 +189,8 @@ func (p fakeProbe) Domains() []sense.ProbeDomain {
 // fakeCounters reports bus locks for the polluter, like a PMU would.
 type fakeCounters struct{ w *world }
 
-func (fakeCounters) Sync([]sense.Tenant) error { return nil }
-func (c fakeCounters) Read() (map[string]map[string]float64, error) {
+func (fakeCounters) Sync(context.Context, []sense.Tenant) error { return nil }
+func (c fakeCounters) Read(context.Context) (map[string]map[string]float64, error) {
 	out := map[string]map[string]float64{}
 	for _, t := range c.w.tenants {
 		out[t.ID] = map[string]float64{"bus_locks": 10}

@@ -173,7 +173,7 @@ func (a *Agent) maybeProveWait(ctx context.Context, now time.Time, views []judge
 	}
 	reason := fmt.Sprintf("%s; suspect score %.2f: %s", waitReason(wv, vt, present), top.Score, strings.Join(top.Reasons, "; "))
 	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{CPUWaitRatio: wv.Ratio, Victims: wv.Victims, Suspects: ranked}})
-	a.startProof(ctx, now, &proof{tenant: s.t, reason: reason, signal: signalWait, victims: vt, waitFrom: a.readVictims(vt)}, before)
+	a.startProof(ctx, now, &proof{tenant: s.t, reason: reason, signal: signalWait, victims: vt, waitFrom: a.readVictims(ctx, vt)}, before)
 	return ranked
 }
 
@@ -198,10 +198,10 @@ func waitReason(wv judge.WaitVerdict, vt []sense.Tenant, present map[string]samp
 }
 
 // readVictims samples the victims' counters.
-func (a *Agent) readVictims(vt []sense.Tenant) map[string]sense.TenantStats {
+func (a *Agent) readVictims(ctx context.Context, vt []sense.Tenant) map[string]sense.TenantStats {
 	out := make(map[string]sense.TenantStats, len(vt))
 	for _, t := range vt {
-		if st, err := a.d.Stats.Read(t, nil); err == nil {
+		if st, err := a.d.Stats.Read(ctx, t, nil); err == nil {
 			out[t.ID] = st
 		}
 	}

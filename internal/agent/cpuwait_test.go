@@ -108,7 +108,7 @@ func (w *cpuWorld) rates(name string) (usage, delay float64) {
 }
 
 // Read accumulates counters at the current rates.
-func (w *cpuWorld) Read(t sense.Tenant, _ *sense.TenantStats) (sense.TenantStats, error) {
+func (w *cpuWorld) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats) (sense.TenantStats, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.now()

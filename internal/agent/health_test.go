@@ -66,14 +66,14 @@ func (c *brokenCounters) set(err error) {
 	c.mu.Unlock()
 }
 
-func (c *brokenCounters) Read() (map[string]map[string]float64, error) {
+func (c *brokenCounters) Read(ctx context.Context) (map[string]map[string]float64, error) {
 	c.mu.Lock()
 	err := c.err
 	c.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	return c.fakeCounters.Read()
+	return c.fakeCounters.Read(ctx)
 }
 
 func sensorOf(t *testing.T, a *Agent, name string) api.SensorState {
@@ -183,14 +183,14 @@ type failingStats struct {
 	broken, gone string
 }
 
-func (f failingStats) Read(t sense.Tenant, prev *sense.TenantStats) (sense.TenantStats, error) {
+func (f failingStats) Read(ctx context.Context, t sense.Tenant, prev *sense.TenantStats) (sense.TenantStats, error) {
 	switch t.Name {
 	case f.broken:
 		return sense.TenantStats{}, errors.New("cpuacct.usage: permission denied")
 	case f.gone:
-		return f.StatsReader.Read(sense.Tenant{ID: "/lab/gone"}, prev)
+		return f.StatsReader.Read(ctx, sense.Tenant{ID: "/lab/gone"}, prev)
 	}
-	return f.StatsReader.Read(t, prev)
+	return f.StatsReader.Read(ctx, t, prev)
 }
 
 // A vanished tenant is no sensor failure; a tenant that cannot be read is,

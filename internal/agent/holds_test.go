@@ -79,7 +79,7 @@ func (nopDiscoverer) Discover(context.Context) ([]sense.Tenant, error) { return 
 
 type nopStats struct{}
 
-func (nopStats) Read(sense.Tenant, *sense.TenantStats) (sense.TenantStats, error) {
+func (nopStats) Read(context.Context, sense.Tenant, *sense.TenantStats) (sense.TenantStats, error) {
 	return sense.TenantStats{}, nil
 }
 

@@ -268,7 +268,7 @@ func (a *Agent) proofSample(ctx context.Context, now time.Time) {
 	ratio, ok := -1.0, false
 	var waitNow map[string]sense.TenantStats
 	if p.signal == signalWait {
-		waitNow = a.readVictims(p.victims)
+		waitNow = a.readVictims(ctx, p.victims)
 	} else {
 		var kinds []string
 		if p.kind != "" {

@@ -70,7 +70,7 @@ func TestChurnKeepsDescriptorsFlat(t *testing.T) {
 					t.Fatalf("round %d: %d tenants, want %d", r, len(tenants), live)
 				}
 				for _, ten := range tenants {
-					if _, err := stats.Read(ten, nil); err != nil {
+					if _, err := stats.Read(t.Context(), ten, nil); err != nil {
 						t.Fatal(err)
 					}
 				}
