@@ -20,13 +20,17 @@ import (
 // In auto mode libvirt is used when its socket exists at start — or when the
 // state file holds libvirt throttles a previous run left, which must be
 // undone the way they were made.
-func wireLibvirt(cfg Config, h *host.Host, log *slog.Logger, disc sense.Discoverer, detailEvery int, cq *act.CPUQuota, state *act.StateFile) (sense.Discoverer, QuotaActuator, func()) {
+//
+// ctx is Build's: the client outlives it, until the stop function.
+func wireLibvirt(ctx context.Context, cfg Config, h *host.Host, log *slog.Logger, disc sense.Discoverer, detailEvery int, cq *act.CPUQuota, state *act.StateFile) (sense.Discoverer, QuotaActuator, func()) {
 	lc := cfg.Libvirt
 	sock := libvirt.SocketPath(h, lc.Socket)
 	leftovers := len(state.RecordKeys(act.LibvirtRecordKind)) > 0
 	// The wiring's lifetime: the client runs under it; the returned stop
-	// function ends it.
-	ctx, cancel := context.WithCancel(context.Background())
+	// function ends it. Not the caller's cancellation: the agent's
+	// releases at shutdown go through libvirt after Run's context (in the
+	// CLI, the one Build got) has ended.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	switch lc.Enabled {
 	case "false":
 		defer cancel()

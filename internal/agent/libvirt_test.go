@@ -70,7 +70,7 @@ func TestWireLibvirtAutoWithoutSocket(t *testing.T) {
 	st, _ := act.OpenState(filepath.Join(t.TempDir(), "state.json"))
 	cq := &act.CPUQuota{Host: h, Layout: l, State: st}
 	var logs bytes.Buffer
-	disc, quota, stop := wireLibvirt(Defaults(), h, slog.New(slog.NewTextHandler(&logs, nil)), nil, 1, cq, st)
+	disc, quota, stop := wireLibvirt(t.Context(), Defaults(), h, slog.New(slog.NewTextHandler(&logs, nil)), nil, 1, cq, st)
 	defer stop()
 	if quota != QuotaActuator(cq) || disc != nil {
 		t.Errorf("without libvirt the parts changed: %T %T", disc, quota)
@@ -91,7 +91,7 @@ func TestWireLibvirtDisabledUndoesLeftovers(t *testing.T) {
 	cfg := Defaults()
 	cfg.Libvirt.Enabled = "false"
 	cq := &act.CPUQuota{Host: h, Layout: l, State: st}
-	_, quota, stop := wireLibvirt(cfg, h, slog.New(slog.DiscardHandler), nil, 1, cq, st)
+	_, quota, stop := wireLibvirt(t.Context(), cfg, h, slog.New(slog.DiscardHandler), nil, 1, cq, st)
 	defer stop()
 	if quota != QuotaActuator(cq) {
 		t.Errorf("libvirt off: quota actuator %T", quota)

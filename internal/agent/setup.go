@@ -154,7 +154,7 @@ func BuildWith(ctx context.Context, cfg Config, h *host.Host, o BuildOptions) (*
 	}
 	// libvirt VMs: named and located as libvirt knows them, and throttled
 	// through libvirt (see wireLibvirt).
-	discoverer, quota, stopLibvirt := wireLibvirt(cfg, h, log, disc, disc.DetailEvery, cq, state)
+	discoverer, quota, stopLibvirt := wireLibvirt(ctx, cfg, h, log, disc, disc.DetailEvery, cq, state)
 	closers = append(closers, stopLibvirt)
 	d := Deps{
 		Discoverer: discoverer,
