@@ -245,7 +245,8 @@ func (a *Agent) RestoreBaselines(b map[string]judge.Baseline) {
 	}
 }
 
-// Run loops until ctx ends, then restores every tenant it throttled.
+// Run loops until ctx ends, then restores every tenant it throttled (see
+// shutdown). Its sensors and actuators run under ctx.
 func (a *Agent) Run(ctx context.Context) error {
 	a.restoreLeftovers(ctx)
 	defer a.shutdown(ctx)
@@ -285,7 +286,8 @@ func (a *Agent) Run(ctx context.Context) error {
 // a first sign of contention (see watch). It returns when the next interval
 // is due: an interval on, or WatchEvery while a first sign of
 // contention waits to be confirmed. Call it at least as often as WatchEvery;
-// call Start first and Stop at the end.
+// call Start first and Stop at the end. The sensors and actuators it calls
+// run under ctx.
 func (a *Agent) Tick(ctx context.Context, now, next time.Time) time.Time {
 	if p := a.currentProof(); p != nil && !now.Before(p.next) {
 		a.proofSample(ctx, now)
@@ -327,7 +329,8 @@ func (a *Agent) wakeAt(next time.Time) time.Time {
 // previous run left behind.
 func (a *Agent) Start(ctx context.Context) { a.restoreLeftovers(ctx) }
 
-// Stop restores everything the agent changed, as Run does when it ends.
+// Stop restores everything the agent changed, as Run does when it ends,
+// even under an ended ctx (see shutdown).
 func (a *Agent) Stop(ctx context.Context) { a.shutdown(ctx) }
 
 func (a *Agent) restoreLeftovers(ctx context.Context) {
