@@ -92,7 +92,7 @@ func TestHostLayoutUnderRoot(t *testing.T) {
 	parent, g := tenantCgroup(t, h, l, "layout")
 	dir := t.TempDir()
 	st, _ := act.OpenState(agent.StatePath(dir))
-	if err := (&act.CPUQuota{Host: h, Layout: l, State: st}).Apply(g.Name, "t1", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
+	if err := (&act.CPUQuota{Host: h, Layout: l, State: st}).Apply(t.Context(), g.Name, "t1", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(binary, "restore", "--root", root, "--state-dir", dir).CombinedOutput(); err != nil {

@@ -253,7 +253,7 @@ func TestUnitCapabilitiesRestoreDelegatedCgroups(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := (&act.CPUQuota{Host: h, Layout: l, State: st}).Apply(g.Name, "t1", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
+		if err := (&act.CPUQuota{Host: h, Layout: l, State: st}).Apply(t.Context(), g.Name, "t1", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
 		return dir
@@ -365,7 +365,7 @@ func TestUnitSystemCallFilterCoversTheAgent(t *testing.T) {
 	}
 	// And restore, with something to restore.
 	st, _ := act.OpenState(agent.StatePath(filepath.Join(dir, "state")))
-	if err := (&act.CPUQuota{Host: h, Layout: l, State: st}).Apply(g.Name, "t1", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
+	if err := (&act.CPUQuota{Host: h, Layout: l, State: st}).Apply(t.Context(), g.Name, "t1", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	trace2 := filepath.Join(dir, "trace2")

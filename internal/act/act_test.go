@@ -48,7 +48,7 @@ func TestCPUQuotaApplyRestore(t *testing.T) {
 	a := &CPUQuota{Host: h, Layout: l, State: state}
 	sp := Sparsify{}
 	sp.Fill()
-	if err := a.Apply("/a", "tenant-a", sp.Quota(1, 1)); err != nil {
+	if err := a.Apply(t.Context(), "/a", "tenant-a", sp.Quota(1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	// Exact files after each step: period first, then quota.
@@ -60,7 +60,7 @@ func TestCPUQuotaApplyRestore(t *testing.T) {
 		t.Errorf("state entry %+v", e)
 	}
 	// A second write keeps the first original.
-	if err := a.Apply("/a", "tenant-a", sp.Quota(3, 1)); err != nil {
+	if err := a.Apply(t.Context(), "/a", "tenant-a", sp.Quota(3, 1)); err != nil {
 		t.Fatal(err)
 	}
 	// The intent of the second write: the value in place (the first one,
@@ -68,7 +68,7 @@ func TestCPUQuotaApplyRestore(t *testing.T) {
 	if e, _ := state.Get("/a"); e.OriginalQuotaUS != -1 || e.AppliedQuotaUS != 1000 || e.NextQuotaUS != 3000 {
 		t.Errorf("after tighten: %+v", e)
 	}
-	if err := a.Restore("/a"); err != nil {
+	if err := a.Restore(t.Context(), "/a"); err != nil {
 		t.Fatal(err)
 	}
 	if p, q := file(t, root, "cg/cpu/a/cpu.cfs_period_us"), file(t, root, "cg/cpu/a/cpu.cfs_quota_us"); p != "100000" || q != "-1" {
@@ -78,13 +78,13 @@ func TestCPUQuotaApplyRestore(t *testing.T) {
 		t.Error("restored entry not forgotten")
 	}
 	// A tenant with its own limit gets that limit back.
-	a.Apply("/b", "b", sp.Quota(2, 1))
-	a.Restore("/b")
+	a.Apply(t.Context(), "/b", "b", sp.Quota(2, 1))
+	a.Restore(t.Context(), "/b")
 	if q := file(t, root, "cg/cpu/b/cpu.cfs_quota_us"); q != "200000" {
 		t.Errorf("b quota after restore = %s", q)
 	}
 	// A vanished tenant is ErrGone, not a failure, and leaves no entry.
-	if err := a.Apply("/gone", "gone", sp.Quota(1, 1)); !errors.Is(err, ErrGone) {
+	if err := a.Apply(t.Context(), "/gone", "gone", sp.Quota(1, 1)); !errors.Is(err, ErrGone) {
 		t.Errorf("vanished tenant: %v", err)
 	}
 	if len(state.Entries()) != 0 {
@@ -100,8 +100,8 @@ func TestRestoreAllAfterCrash(t *testing.T) {
 	a1 := &CPUQuota{Host: h, Layout: l, State: s1}
 	sp := Sparsify{}
 	sp.Fill()
-	a1.Apply("/a", "a", sp.Quota(1, 1))
-	a1.Apply("/b", "b", sp.Quota(1, 1))
+	a1.Apply(t.Context(), "/a", "a", sp.Quota(1, 1))
+	a1.Apply(t.Context(), "/b", "b", sp.Quota(1, 1))
 	// Someone else changes b's quota after crosstalk did: leave it alone.
 	os.WriteFile(filepath.Join(root, "cg/cpu/b/cpu.cfs_quota_us"), []byte("50000"), 0o644)
 	// "Crash": a1 is dropped without restoring. A new instance starts.
@@ -113,7 +113,7 @@ func TestRestoreAllAfterCrash(t *testing.T) {
 		t.Fatalf("state after crash: %+v", s2.Entries())
 	}
 	a2 := &CPUQuota{Host: h, Layout: l, State: s2}
-	n, err := a2.RestoreAll()
+	n, err := a2.RestoreAll(t.Context())
 	if err != nil || n != 1 {
 		t.Fatalf("RestoreAll = %d, %v", n, err)
 	}

@@ -1,6 +1,7 @@
 package act
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -211,6 +212,9 @@ func DecodeClockModulation(v uint64, extended bool) (step, steps int) {
 // Before its first write to a CPU it records the register's value in the
 // state file; Restore, RestoreTenant and RestoreAll (after kill -9, at the
 // next start) write it back.
+//
+// Apply and Restore take the agent's context as its other levers do; an
+// MSR write cannot block, so they do not consult it.
 type ClockModulation struct {
 	Host     *host.Host
 	State    *StateFile
@@ -261,7 +265,7 @@ func keyCPU(key string) (int, bool) {
 // Apply sets every CPU of cpus to step/Steps for tenant; step == Steps
 // restores them. cpus must hold whole cores (every SMT sibling of each of
 // its CPUs), so siblings are always programmed alike.
-func (c *ClockModulation) Apply(tenant string, cpus cpuset.Set, step int) error {
+func (c *ClockModulation) Apply(ctx context.Context, tenant string, cpus cpuset.Set, step int) error {
 	steps := c.Steps()
 	if step < 1 || step > steps {
 		return fmt.Errorf("clock modulation of %s: step %d outside 1-%d", tenant, step, steps)
@@ -273,7 +277,7 @@ func (c *ClockModulation) Apply(tenant string, cpus cpuset.Set, step int) error 
 		return fmt.Errorf("clock modulation of %s: %w", tenant, err)
 	}
 	if step == steps {
-		return c.Restore(cpus)
+		return c.Restore(ctx, cpus)
 	}
 	var errs []error
 	for _, cpu := range cpus.List() {
@@ -332,7 +336,11 @@ func (c *ClockModulation) Step(cpu int) (int, error) {
 
 // Restore writes back the recorded original value of every CPU of cpus
 // crosstalk modulated, and forgets them.
-func (c *ClockModulation) Restore(cpus cpuset.Set) error {
+func (c *ClockModulation) Restore(_ context.Context, cpus cpuset.Set) error {
+	return c.restoreCPUs(cpus)
+}
+
+func (c *ClockModulation) restoreCPUs(cpus cpuset.Set) error {
 	var errs []error
 	for _, cpu := range cpus.List() {
 		var rec clockModRecord
@@ -357,7 +365,7 @@ func (c *ClockModulation) Restore(cpus cpuset.Set) error {
 
 // RestoreTenant restores every CPU recorded for tenant.
 func (c *ClockModulation) RestoreTenant(tenant string) error {
-	return c.Restore(c.tenantCPUs(tenant))
+	return c.restoreCPUs(c.tenantCPUs(tenant))
 }
 
 func (c *ClockModulation) tenantCPUs(tenant string) cpuset.Set {

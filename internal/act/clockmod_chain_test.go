@@ -170,7 +170,7 @@ func TestPowerChainOnTree(t *testing.T) {
 			for _, id := range []string{"hog", "web"} {
 				in = append(in, sense.PowerTenantInput{ID: id, CPUs: tenants[id], Usage: usage[id]})
 			}
-			r, ok, err := sensor.Read(now, in)
+			r, ok, err := sensor.Read(t.Context(), now, in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -195,7 +195,7 @@ func TestPowerChainOnTree(t *testing.T) {
 				if d.Lever != judge.LeverClockModulation {
 					t.Fatalf("decision on another lever: %+v", d)
 				}
-				if err := cm.Apply(d.Tenant, levers[d.Tenant].CPUs, d.Step); err != nil {
+				if err := cm.Apply(t.Context(), d.Tenant, levers[d.Tenant].CPUs, d.Step); err != nil {
 					t.Fatal(err)
 				}
 			}

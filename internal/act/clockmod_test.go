@@ -230,7 +230,7 @@ func TestClockModulationWrites(t *testing.T) {
 		step int
 		want uint64
 	}{{15, 0x1F}, {8, 0x18}, {1, 0x11}, {4, 0x14}} {
-		if err := cm.Apply("vm-a", tenant, c.step); err != nil {
+		if err := cm.Apply(t.Context(), "vm-a", tenant, c.step); err != nil {
 			t.Fatal(err)
 		}
 		for _, cpu := range tenant.List() {
@@ -248,10 +248,10 @@ func TestClockModulationWrites(t *testing.T) {
 		t.Errorf("cpu 2's msr written (%d bytes)", n)
 	}
 	// Half a core is refused: its sibling would run at full speed.
-	if err := cm.Apply("vm-a", cpuset.Of(3), 2); err == nil || !strings.Contains(err.Error(), "SMT") {
+	if err := cm.Apply(t.Context(), "vm-a", cpuset.Of(3), 2); err == nil || !strings.Contains(err.Error(), "SMT") {
 		t.Errorf("half a core: %v", err)
 	}
-	if err := cm.Apply("vm-b", cpuset.MustParse("4,20"), 2); err != nil {
+	if err := cm.Apply(t.Context(), "vm-b", cpuset.MustParse("4,20"), 2); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := msrBytes(t, root, 20); !bytes.Equal(got, le(0x8000_0000_0000_0012)) {
@@ -261,7 +261,7 @@ func TestClockModulationWrites(t *testing.T) {
 		t.Errorf("Modulated() = %v", got)
 	}
 	// Step Steps is a release.
-	if err := cm.Apply("vm-a", tenant, 16); err != nil {
+	if err := cm.Apply(t.Context(), "vm-a", tenant, 16); err != nil {
 		t.Fatal(err)
 	}
 	for _, cpu := range tenant.List() {
@@ -291,7 +291,7 @@ func TestClockModulationEightSteps(t *testing.T) {
 		step int
 		want uint64
 	}{{7, 0x1E}, {3, 0x16}, {1, 0x12}} {
-		if err := cm.Apply("vm-a", cpuset.MustParse("0,16"), c.step); err != nil {
+		if err := cm.Apply(t.Context(), "vm-a", cpuset.MustParse("0,16"), c.step); err != nil {
 			t.Fatal(err)
 		}
 		for _, cpu := range []int{0, 16} {
@@ -300,7 +300,7 @@ func TestClockModulationEightSteps(t *testing.T) {
 			}
 		}
 	}
-	if err := cm.Apply("vm-a", cpuset.MustParse("0,16"), 9); err == nil {
+	if err := cm.Apply(t.Context(), "vm-a", cpuset.MustParse("0,16"), 9); err == nil {
 		t.Error("step 9 of 8 accepted")
 	}
 }
@@ -309,7 +309,7 @@ func TestClockModulationEightSteps(t *testing.T) {
 // opens the state file the killed one left and restores from it alone.
 func TestClockModulationRestartRestores(t *testing.T) {
 	root, cm, statePath := newClockMod(t, "intel-skx-2s", true)
-	if err := cm.Apply("vm-a", cpuset.MustParse("5,21,6,22"), 3); err != nil {
+	if err := cm.Apply(t.Context(), "vm-a", cpuset.MustParse("5,21,6,22"), 3); err != nil {
 		t.Fatal(err)
 	}
 	// Someone else reprograms cpu 22 after us: theirs to keep.

@@ -1,6 +1,7 @@
 package act
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -104,6 +105,9 @@ type cpufreqRecord struct {
 // Before its first write to a policy it records the original
 // scaling_max_freq in the state file; Restore, RestoreTenant and RestoreAll
 // write it back.
+//
+// Apply and Restore take the agent's context as its other levers do; a
+// sysfs write cannot block, so they do not consult it.
 type CPUFreq struct {
 	Host     *host.Host
 	State    *StateFile
@@ -138,7 +142,7 @@ func (c *CPUFreq) Domains() ([]sense.FreqPolicy, error) { return sense.FreqPolic
 
 // Apply limits the policies of cpus to step/Steps for tenant; step ==
 // Steps restores them.
-func (c *CPUFreq) Apply(tenant string, cpus cpuset.Set, step int) error {
+func (c *CPUFreq) Apply(ctx context.Context, tenant string, cpus cpuset.Set, step int) error {
 	steps := c.Steps()
 	if step < 1 || step > steps {
 		return fmt.Errorf("cpufreq limit of %s: step %d outside 1-%d", tenant, step, steps)
@@ -169,7 +173,7 @@ func (c *CPUFreq) Apply(tenant string, cpus cpuset.Set, step int) error {
 		return fmt.Errorf("cpufreq limit of %s: cpus %s have no cpufreq policy", tenant, missing)
 	}
 	if step == steps {
-		return c.Restore(cpus)
+		return c.Restore(ctx, cpus)
 	}
 	var errs []error
 	for _, d := range mine {
@@ -206,7 +210,7 @@ func (c *CPUFreq) applyDomain(tenant string, d sense.FreqPolicy, step, steps int
 
 // Restore writes back the original scaling_max_freq of every policy
 // covering cpus that crosstalk limited, and forgets them.
-func (c *CPUFreq) Restore(cpus cpuset.Set) error {
+func (c *CPUFreq) Restore(_ context.Context, cpus cpuset.Set) error {
 	var errs []error
 	for _, k := range c.State.RecordKeys(RecordCPUFreq) {
 		var rec cpufreqRecord

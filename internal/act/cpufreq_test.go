@@ -93,7 +93,7 @@ func TestCPUFreqWrites(t *testing.T) {
 		step int
 		want string
 	}{{15, "2800000"}, {8, "1800000"}, {1, "800000"}, {2, "900000"}} {
-		if err := c.Apply("vm-a", tenant, s.step); err != nil {
+		if err := c.Apply(t.Context(), "vm-a", tenant, s.step); err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range []string{"policy3", "policy19"} {
@@ -110,10 +110,10 @@ func TestCPUFreqWrites(t *testing.T) {
 	if got := c.Limited(); !got["vm-a"].Equal(tenant) {
 		t.Errorf("Limited() = %v", got)
 	}
-	if err := c.Apply("vm-a", cpuset.Of(3), 4); err == nil || !strings.Contains(err.Error(), "SMT") {
+	if err := c.Apply(t.Context(), "vm-a", cpuset.Of(3), 4); err == nil || !strings.Contains(err.Error(), "SMT") {
 		t.Errorf("half a core: %v", err)
 	}
-	if err := c.Apply("vm-a", tenant, 16); err != nil { // step Steps: release
+	if err := c.Apply(t.Context(), "vm-a", tenant, 16); err != nil { // step Steps: release
 		t.Fatal(err)
 	}
 	for _, p := range []string{"policy3", "policy19"} {
@@ -133,7 +133,7 @@ func TestCPUFreqKeepsTighterLimits(t *testing.T) {
 	setPolicyFile(t, root, "policy5", "scaling_max_freq", "2000000\n")
 	setPolicyFile(t, root, "policy21", "scaling_min_freq", "1200000\n")
 	tenant := cpuset.MustParse("5,21")
-	if err := c.Apply("vm-a", tenant, 15); err != nil {
+	if err := c.Apply(t.Context(), "vm-a", tenant, 15); err != nil {
 		t.Fatal(err)
 	}
 	if got := policyFile(t, root, "policy5", "scaling_max_freq"); got != "2000000" {
@@ -142,7 +142,7 @@ func TestCPUFreqKeepsTighterLimits(t *testing.T) {
 	if got := policyFile(t, root, "policy21", "scaling_max_freq"); got != "2800000" {
 		t.Errorf("policy21 step 15: %q", got)
 	}
-	if err := c.Apply("vm-a", tenant, 1); err != nil {
+	if err := c.Apply(t.Context(), "vm-a", tenant, 1); err != nil {
 		t.Fatal(err)
 	}
 	if got := policyFile(t, root, "policy21", "scaling_max_freq"); got != "1200000" {
@@ -161,7 +161,7 @@ func TestCPUFreqKeepsTighterLimits(t *testing.T) {
 func TestCPUFreqRefusesSharedPolicy(t *testing.T) {
 	root, c, _ := newCPUFreq(t, "intel-skx-2s")
 	setPolicyFile(t, root, "policy3", "related_cpus", "3 4 19 20\n")
-	err := c.Apply("vm-a", cpuset.MustParse("3,19"), 4)
+	err := c.Apply(t.Context(), "vm-a", cpuset.MustParse("3,19"), 4)
 	if err == nil || !strings.Contains(err.Error(), "policy3") || !strings.Contains(err.Error(), "4,20") {
 		t.Fatalf("shared policy: %v", err)
 	}
@@ -200,7 +200,7 @@ func TestCPUFreqRecordsBeforeWriting(t *testing.T) {
 	k := &recordFirst{t: t}
 	_, c, _ := newCPUFreq(t, "intel-skx-2s", host.WithKernel(k))
 	k.state = &c.State
-	if err := c.Apply("vm-a", cpuset.MustParse("7,23"), 3); err != nil {
+	if err := c.Apply(t.Context(), "vm-a", cpuset.MustParse("7,23"), 3); err != nil {
 		t.Fatal(err)
 	}
 	if k.writes != 2 {
@@ -211,7 +211,7 @@ func TestCPUFreqRecordsBeforeWriting(t *testing.T) {
 // TestCPUFreqRestartRestores is the kill -9 path.
 func TestCPUFreqRestartRestores(t *testing.T) {
 	root, c, statePath := newCPUFreq(t, "intel-skx-2s")
-	if err := c.Apply("vm-a", cpuset.MustParse("1,17,9,25"), 5); err != nil {
+	if err := c.Apply(t.Context(), "vm-a", cpuset.MustParse("1,17,9,25"), 5); err != nil {
 		t.Fatal(err)
 	}
 	setPolicyFile(t, root, "policy25", "scaling_max_freq", "2500000") // someone else's since
@@ -238,7 +238,7 @@ func TestCPUFreqAMD(t *testing.T) {
 	for _, p := range []string{"policy3", "policy19"} {
 		setPolicyFile(t, root, p, "scaling_available_frequencies", "3000000 2200000 1500000 \n")
 	}
-	if err := c.Apply("vm-a", cpuset.MustParse("3,19"), 9); err != nil {
+	if err := c.Apply(t.Context(), "vm-a", cpuset.MustParse("3,19"), 9); err != nil {
 		t.Fatal(err)
 	}
 	// 1500 + 1500×8/15 = 2300 MHz → the P-state below, 2200 MHz.

@@ -1,6 +1,7 @@
 package act
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -128,7 +129,11 @@ func (a *CPUQuota) read(g *cgroup.Group, cgroupPath string) (cgroup.Quota, error
 // original (on the first write), the value in place now and the value about
 // to be written. A tenant found at a crosstalk-shaped quota that no entry
 // covers is flagged (ErrUnowned) and left alone.
-func (a *CPUQuota) Apply(cgroupPath, tenant string, q cgroup.Quota) error {
+//
+// Apply, Restore and RestoreAll take a context for the callers that also
+// drive LibvirtQuota, whose calls can block; a cgroup file write cannot, so
+// they do not consult it (a restore must go through regardless).
+func (a *CPUQuota) Apply(_ context.Context, cgroupPath, tenant string, q cgroup.Quota) error {
 	if err := q.Validate(); err != nil {
 		return err
 	}
@@ -245,7 +250,7 @@ const (
 // Restore puts the tenant's original quota back and forgets it. A value
 // that is not crosstalk's (an operator's change made while the tenant was
 // throttled) is left as it is, as `crosstalk restore` leaves it.
-func (a *CPUQuota) Restore(cgroupPath string) error {
+func (a *CPUQuota) Restore(_ context.Context, cgroupPath string) error {
 	_, err := a.restore(cgroupPath)
 	return err
 }
@@ -338,7 +343,7 @@ func (a *CPUQuota) RestoreEach() (RestoreResult, error) {
 }
 
 // RestoreAll is RestoreEach counting the cgroups written back.
-func (a *CPUQuota) RestoreAll() (restored int, err error) {
+func (a *CPUQuota) RestoreAll(_ context.Context) (restored int, err error) {
 	res, err := a.RestoreEach()
 	return len(res.Restored), err
 }

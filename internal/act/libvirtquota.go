@@ -176,10 +176,10 @@ func (a *LibvirtQuota) Apply(ctx context.Context, cgroupPath, tenant string, q c
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, isVM := libvirt.ParseMachineCgroup(cgroupPath); !isVM {
-		return a.Cgroups.Apply(cgroupPath, tenant, q)
+		return a.Cgroups.Apply(ctx, cgroupPath, tenant, q)
 	}
 	if _, viaFiles := a.Cgroups.State.Get(cgroupPath); viaFiles {
-		return a.Cgroups.Apply(cgroupPath, tenant, q) // the throttle began that way: keep one path
+		return a.Cgroups.Apply(ctx, cgroupPath, tenant, q) // the throttle began that way: keep one path
 	}
 	ctx, cancel := a.callCtx(ctx)
 	defer cancel()
@@ -206,7 +206,7 @@ func (a *LibvirtQuota) Apply(ctx context.Context, cgroupPath, tenant string, q c
 					a.notOurs[cgroupPath] = true
 					a.log().Info("VM cgroup matches no domain of this libvirt; throttling it through its cgroup files", "cgroup", cgroupPath)
 				}
-				return a.Cgroups.Apply(cgroupPath, tenant, q)
+				return a.Cgroups.Apply(ctx, cgroupPath, tenant, q)
 			}
 		}
 		if !d.Settled {
@@ -277,7 +277,7 @@ func (a *LibvirtQuota) Restore(ctx context.Context, cgroupPath string) error {
 		if a.notOurs[cgroupPath] {
 			a.pruneNotOursLocked()
 		}
-		return a.Cgroups.Restore(cgroupPath)
+		return a.Cgroups.Restore(ctx, cgroupPath)
 	}
 	_, err := a.restoreLocked(ctx, rec)
 	return err
@@ -363,7 +363,7 @@ func (a *LibvirtQuota) fallbackLocked(rec LibvirtRecord, why error) (bool, error
 // through CPUQuota. A VM whose parameters were changed by someone else
 // since is left as it is.
 func (a *LibvirtQuota) RestoreAll(ctx context.Context) (int, error) {
-	n, err := a.Cgroups.RestoreAll()
+	n, err := a.Cgroups.RestoreAll(ctx)
 	errs := []error{err}
 	a.mu.Lock()
 	defer a.mu.Unlock()

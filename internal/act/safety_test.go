@@ -157,7 +157,7 @@ func TestUnownedThrottleFlaggedNotAdopted(t *testing.T) {
 	s, _ := OpenState(filepath.Join(t.TempDir(), "state.json"))
 	a := &CPUQuota{Host: h, Layout: l, State: s, Journal: j, Shapes: DefaultQuotaShapes()}
 	for range 3 {
-		if err := a.Apply("/a", "a", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); !errors.Is(err, ErrUnowned) || !errors.Is(err, ErrUnavailable) {
+		if err := a.Apply(t.Context(), "/a", "a", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); !errors.Is(err, ErrUnowned) || !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("Apply on an unowned throttle: %v", err)
 		}
 	}
@@ -196,11 +196,11 @@ func TestReleaseLeavesAnOperatorsChange(t *testing.T) {
 	h, l, root := cgroupTree(t)
 	s, _ := OpenState(filepath.Join(t.TempDir(), "state.json"))
 	a := &CPUQuota{Host: h, Layout: l, State: s}
-	if err := a.Apply("/a", "a", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
+	if err := a.Apply(t.Context(), "/a", "a", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(root, "cg/cpu/a/cpu.cfs_quota_us"), []byte("8000\n"), 0o644)
-	if err := a.Restore("/a"); err != nil {
+	if err := a.Restore(t.Context(), "/a"); err != nil {
 		t.Fatal(err)
 	}
 	if q := file(t, root, "cg/cpu/a/cpu.cfs_quota_us"); q != "8000" {

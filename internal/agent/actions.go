@@ -18,8 +18,8 @@ import (
 // apply states the probe policy's CPU-quota claim on a tenant (a proof's
 // cap or a proven polluter's duty); the tenant gets the tightest claim of
 // all policies. In dry-run nothing is written.
-func (a *Agent) apply(t sense.Tenant, q cgroup.Quota, reason string, now time.Time) error {
-	return a.arb.hold(t, api.PolicyProbe, claim{lever: judge.LeverCPUQuota, quota: q, reason: reason, since: now})
+func (a *Agent) apply(ctx context.Context, t sense.Tenant, q cgroup.Quota, reason string, now time.Time) error {
+	return a.arb.hold(ctx, t, api.PolicyProbe, claim{lever: judge.LeverCPUQuota, quota: q, reason: reason, since: now})
 }
 
 // held reports whether policy holds tenant id (any policy when
@@ -28,20 +28,20 @@ func (a *Agent) held(id string, policy api.Policy) bool { return a.arb.held(id, 
 
 // forgetHolds drops a vanished tenant's holds, restoring the CPUs it
 // was held on.
-func (a *Agent) forgetHolds(id string) { a.arb.forgetHolds(id) }
+func (a *Agent) forgetHolds(ctx context.Context, id string) { a.arb.forgetHolds(ctx, id) }
 
 // release drops the probe policy's claim on a tenant: it gets its
 // original quota back unless another policy still holds it.
-func (a *Agent) release(t sense.Tenant, why string) {
-	a.dropProbeHold(t)
+func (a *Agent) release(ctx context.Context, t sense.Tenant, why string) {
+	a.dropProbeHold(ctx, t)
 	a.record(a.d.Now(), t, api.KindRelease, 0, 1, why)
 }
 
 // dropProbeHold drops the probe policy's claim on a tenant (a proof's
 // cap, a survey's, a polluter's duty); a failed restore is logged and
 // journalled.
-func (a *Agent) dropProbeHold(t sense.Tenant) {
-	if err := a.arb.releaseHold(t.ID, api.PolicyProbe); err != nil {
+func (a *Agent) dropProbeHold(ctx context.Context, t sense.Tenant) {
+	if err := a.arb.releaseHold(ctx, t.ID, api.PolicyProbe); err != nil {
 		a.arb.releaseFailed(t, api.PolicyProbe, api.LeverCPUQuota, err)
 	}
 }
@@ -51,9 +51,9 @@ func (a *Agent) dropProbeHold(t sense.Tenant) {
 // When discovery succeeded, it then forgets what is kept per tenant for
 // the tenants it no longer found: holds, resctrl classes, warnings and
 // backoffs. (Not on a failed discovery: every tenant would look gone.)
-func (a *Agent) hardware(now time.Time, o *hwObservation, tenants []sense.Tenant, discovered bool) {
+func (a *Agent) hardware(ctx context.Context, now time.Time, o *hwObservation, tenants []sense.Tenant, discovered bool) {
 	if a.d.Hardware != nil && o != nil {
-		a.arb.apply(o, a.d.Hardware.decide(o))
+		a.arb.apply(ctx, o, a.d.Hardware.decide(o))
 		if o.resctrlRead {
 			a.arb.syncClasses(o)
 		}
@@ -66,7 +66,7 @@ func (a *Agent) hardware(now time.Time, o *hwObservation, tenants []sense.Tenant
 		known[t.ID] = true
 	}
 	present := func(id string) bool { return known[id] }
-	a.arb.prune(now, present)
+	a.arb.prune(ctx, now, present)
 	if a.d.Hardware != nil {
 		a.d.Hardware.prune(present)
 	}
@@ -80,10 +80,10 @@ func (a *Agent) hardware(now time.Time, o *hwObservation, tenants []sense.Tenant
 // handleWriteErr deals with a failed cgroup write: a vanished tenant is
 // forgotten; anything else is logged and journalled, and the tenant left
 // alone until the next decision.
-func (a *Agent) handleWriteErr(t sense.Tenant, err error) {
+func (a *Agent) handleWriteErr(ctx context.Context, t sense.Tenant, err error) {
 	if errors.Is(err, act.ErrGone) {
 		delete(a.throttled, t.ID)
-		a.forgetHolds(t.ID)
+		a.forgetHolds(ctx, t.ID)
 		a.log.Info("tenant vanished while acting on it", "tenant", t.ID)
 		return
 	}

@@ -22,8 +22,8 @@ import (
 
 // Counters are per-tenant perf counters (nil on hosts without them).
 type Counters interface {
-	Sync(tenants []sense.Tenant) error
-	Read() (map[string]map[string]float64, error)
+	Sync(ctx context.Context, tenants []sense.Tenant) error
+	Read(ctx context.Context) (map[string]map[string]float64, error)
 	FDs() int
 	Close() error
 }
@@ -32,14 +32,14 @@ type Counters interface {
 // sample (nil for a new tenant), which lets the reader skip what an idle
 // tenant cannot have changed.
 type StatsReader interface {
-	Read(t sense.Tenant, prev *sense.TenantStats) (sense.TenantStats, error)
+	Read(ctx context.Context, t sense.Tenant, prev *sense.TenantStats) (sense.TenantStats, error)
 }
 
 // QuotaActuator throttles and restores tenants' CPU quota.
 type QuotaActuator interface {
-	Apply(cgroupPath, tenant string, q cgroup.Quota) error
-	Restore(cgroupPath string) error
-	RestoreAll() (int, error)
+	Apply(ctx context.Context, cgroupPath, tenant string, q cgroup.Quota) error
+	Restore(ctx context.Context, cgroupPath string) error
+	RestoreAll(ctx context.Context) (int, error)
 }
 
 // Deps are the agent's parts; New wires real ones, tests inject fakes.
@@ -245,10 +245,11 @@ func (a *Agent) RestoreBaselines(b map[string]judge.Baseline) {
 	}
 }
 
-// Run loops until ctx ends, then restores every tenant it throttled.
+// Run loops until ctx ends, then restores every tenant it throttled (see
+// shutdown). Its sensors and actuators run under ctx.
 func (a *Agent) Run(ctx context.Context) error {
-	a.restoreLeftovers()
-	defer a.shutdown()
+	a.restoreLeftovers(ctx)
+	defer a.shutdown(ctx)
 
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -262,17 +263,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case now := <-timer.C:
-			next = a.Tick(now, next)
+			next = a.Tick(ctx, now, next)
 			wake := next
 			if !a.watchAt.IsZero() && a.watchAt.Before(wake) {
 				wake = a.watchAt
 			}
 			timer.Reset(time.Until(wake))
 		case now := <-proofTimer:
-			a.proofSample(now)
+			a.proofSample(ctx, now)
 		case req := <-a.reloads:
 			// Between passes: nothing reads the configuration meanwhile.
-			change, err := a.Reconfigure(req.cfg)
+			change, err := a.Reconfigure(ctx, req.cfg)
 			req.done <- reloadResult{change, err}
 		}
 		a.beat()
@@ -285,10 +286,11 @@ func (a *Agent) Run(ctx context.Context) error {
 // a first sign of contention (see watch). It returns when the next interval
 // is due: an interval on, or WatchEvery while a first sign of
 // contention waits to be confirmed. Call it at least as often as WatchEvery;
-// call Start first and Stop at the end.
-func (a *Agent) Tick(now, next time.Time) time.Time {
+// call Start first and Stop at the end. The sensors and actuators it calls
+// run under ctx.
+func (a *Agent) Tick(ctx context.Context, now, next time.Time) time.Time {
 	if p := a.currentProof(); p != nil && !now.Before(p.next) {
-		a.proofSample(now)
+		a.proofSample(ctx, now)
 	}
 	due := next.IsZero() || !now.Before(next)
 	if !due && !a.watchAt.IsZero() && !now.Before(a.watchAt) {
@@ -298,7 +300,7 @@ func (a *Agent) Tick(now, next time.Time) time.Time {
 	if !due {
 		return next
 	}
-	quick := a.step(now)
+	quick := a.step(ctx, now)
 	a.watchAt = now.Add(a.WatchEvery())
 	if quick {
 		return now.Add(a.WatchEvery())
@@ -325,14 +327,15 @@ func (a *Agent) wakeAt(next time.Time) time.Time {
 
 // Start does what Run does before its first interval: restore throttles a
 // previous run left behind.
-func (a *Agent) Start() { a.restoreLeftovers() }
+func (a *Agent) Start(ctx context.Context) { a.restoreLeftovers(ctx) }
 
-// Stop restores everything the agent changed, as Run does when it ends.
-func (a *Agent) Stop() { a.shutdown() }
+// Stop restores everything the agent changed, as Run does when it ends,
+// even under an ended ctx (see shutdown).
+func (a *Agent) Stop(ctx context.Context) { a.shutdown(ctx) }
 
-func (a *Agent) restoreLeftovers() {
+func (a *Agent) restoreLeftovers(ctx context.Context) {
 	a.journal(act.Event{Kind: "start", Detail: fmt.Sprintf("interval %s, dry-run %v", a.cfg.Interval, a.cfg.DryRun)})
-	if n, err := a.d.Quota.RestoreAll(); n > 0 || err != nil {
+	if n, err := a.d.Quota.RestoreAll(ctx); n > 0 || err != nil {
 		a.log.Warn("restored quotas a previous crosstalk left behind", "restored", n, "err", err)
 		a.journal(act.Event{Kind: "restore", Detail: fmt.Sprintf("restored %d tenant(s) left throttled by a previous run (err: %v)", n, err)})
 	}
@@ -344,24 +347,34 @@ func (a *Agent) restoreLeftovers() {
 	}
 }
 
-// shutdown restores everything the agent changed.
-func (a *Agent) shutdown() {
+// shutdownTimeout bounds the releases at shutdown: long enough for
+// libvirt's calls (each bounded by its own timeout), short enough that a
+// hung actuator cannot keep the agent from exiting.
+const shutdownTimeout = 30 * time.Second
+
+// shutdown restores everything the agent changed. Run's context has ended
+// by the time it runs, yet the throttles must still come off: the releases
+// run detached from its cancellation (keeping its values), under a timeout
+// of their own.
+func (a *Agent) shutdown(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
 	for id, t := range a.throttled {
-		a.release(t.tenant, "agent stopping")
+		a.release(ctx, t.tenant, "agent stopping")
 		delete(a.throttled, id)
 	}
 	if p := a.proof; p != nil {
 		p.p.Abort("agent stopping")
-		a.uncap(a.d.Now(), p, "agent stopping during a proof")
+		a.uncap(ctx, a.d.Now(), p, "agent stopping during a proof")
 		a.proof = nil
 		a.record(a.d.Now(), p.tenant, api.KindRelease, 0, 1, "agent stopping during a proof")
 	}
-	a.arb.stop(a.d.Now())
+	a.arb.stop(ctx, a.d.Now())
 	if a.d.Hardware != nil {
 		a.d.Hardware.stop()
 	}
 	// What the holds could not undo, and anything recorded outside them.
-	if n, err := a.d.Quota.RestoreAll(); err != nil || n > 0 {
+	if n, err := a.d.Quota.RestoreAll(ctx); err != nil || n > 0 {
 		a.log.Warn("restore on exit", "restored", n, "err", err)
 	}
 	if a.d.RestoreRecords != nil {
@@ -381,14 +394,14 @@ func (a *Agent) shutdown() {
 // confirm (or clear) soon rather than an interval later: a reaction waits
 // for persistent contention, and a polluter should not run free for two
 // whole intervals before it is proved.
-func (a *Agent) step(now time.Time) (quick bool) {
+func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	cpuBefore := selfCPU()
 	a.steps++
 	if a.steps%120 == 0 {
 		a.saveBaselines()
 	}
 	start := time.Now()
-	tenants, err := a.d.Discoverer.Discover()
+	tenants, err := a.d.Discoverer.Discover(ctx)
 	a.health.record(sensorDiscovery, time.Since(start), err)
 	discovered := err == nil
 	if lh, ok := a.d.Discoverer.(libvirtHealth); ok {
@@ -396,20 +409,20 @@ func (a *Agent) step(now time.Time) (quick bool) {
 		a.health.record(sensorLibvirt, took, err)
 	}
 	a.budgetRunDelay(tenants)
-	samples := a.sampleTenants(tenants)
+	samples := a.sampleTenants(ctx, tenants)
 	if a.survey > 0 {
-		a.surveyQuiet(now, samples)
+		a.surveyQuiet(ctx, now, samples)
 	}
 
 	var counters map[string]map[string]float64
 	if a.d.Counters != nil {
 		order := a.priority(samples)
 		start := time.Now()
-		syncErr := a.d.Counters.Sync(order)
+		syncErr := a.d.Counters.Sync(ctx, order)
 		if syncErr != nil {
 			syncErr = fmt.Errorf("sync: %w", syncErr)
 		}
-		counters, err = a.d.Counters.Read()
+		counters, err = a.d.Counters.Read(ctx)
 		if err != nil {
 			err = fmt.Errorf("read: %w", err)
 		}
@@ -423,7 +436,7 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	// policies decide below, with the rest.
 	var hw *hwObservation
 	if a.d.Hardware != nil {
-		hw = a.d.Hardware.sense(now, samples, a.protected, a.health)
+		hw = a.d.Hardware.sense(ctx, now, samples, a.protected, a.health)
 	}
 
 	var readings []sense.ProbeReading
@@ -473,11 +486,11 @@ func (a *Agent) step(now time.Time) (quick bool) {
 		views := a.viewsOf(samples)
 		present := presentOf(samples)
 		a.judgeWait(samples, views)
-		a.control(now, judge.Verdict{Ratio: a.lastRatio}, present, false)
-		a.hardware(now, hw, tenants, discovered)
+		a.control(ctx, now, judge.Verdict{Ratio: a.lastRatio}, present, false)
+		a.hardware(ctx, now, hw, tenants, discovered)
 		var ranked []judge.Suspect
 		if a.proof == nil {
-			ranked = a.maybeProveWait(now, views, present)
+			ranked = a.maybeProveWait(ctx, now, views, present)
 		}
 		a.publish(now, judge.Verdict{Ratio: a.lastRatio}, samples, ranked, nil, cpuBefore)
 		return false
@@ -510,7 +523,7 @@ func (a *Agent) step(now time.Time) (quick bool) {
 	if len(a.recent) > 3 {
 		a.recent = a.recent[len(a.recent)-3:]
 	}
-	if a.log.Enabled(context.Background(), slog.LevelDebug) {
+	if a.log.Enabled(ctx, slog.LevelDebug) {
 		var rs []string
 		for _, r := range v.Readings {
 			rs = append(rs, fmt.Sprintf("cpu%d/%s=%.0fns(%.1f×)", r.CPU, r.Kind, r.Ns, r.Ratio))
@@ -522,12 +535,12 @@ func (a *Agent) step(now time.Time) (quick bool) {
 
 	present := presentOf(samples)
 	a.judgeWait(samples, views)
-	idle := a.control(now, v, present, true)
-	a.hardware(now, hw, tenants, discovered)
+	idle := a.control(ctx, now, v, present, true)
+	a.hardware(ctx, now, hw, tenants, discovered)
 
 	var ranked []judge.Suspect
 	if v.Contended && a.proof == nil {
-		a.rethrottle(now, v, present)
+		a.rethrottle(ctx, now, v, present)
 	}
 	if v.Contended {
 		ranked = a.susp.Rank(v, views, a.domain, func(id string) bool {
@@ -545,11 +558,11 @@ func (a *Agent) step(now time.Time) (quick bool) {
 			return now.Before(a.backoff[id].until) || a.overBudget(id, now)
 		})
 		if a.proof == nil && v.Persistent && now.Sub(a.lastChange) >= 2*a.cfg.Interval {
-			a.maybeProve(now, v, ranked, present)
+			a.maybeProve(ctx, now, v, ranked, present)
 		}
 	}
 	if a.proof == nil {
-		ranked = append(ranked, a.maybeProveWait(now, views, present)...)
+		ranked = append(ranked, a.maybeProveWait(ctx, now, views, present)...)
 	}
 	a.publish(now, v, samples, ranked, readings, cpuBefore)
 	// A first sign of contention, or a throttled polluter that looks idle:

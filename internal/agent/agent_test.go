@@ -102,7 +102,7 @@ func (w *world) polluting() bool {
 }
 
 // Discover implements sense.Discoverer.
-func (w *world) Discover() ([]sense.Tenant, error) {
+func (w *world) Discover(context.Context) ([]sense.Tenant, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []sense.Tenant
@@ -122,7 +122,7 @@ type fakeStats struct {
 	last  map[string]time.Time
 }
 
-func (s *fakeStats) Read(t sense.Tenant, _ *sense.TenantStats) (sense.TenantStats, error) {
+func (s *fakeStats) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats) (sense.TenantStats, error) {
 	s.w.mu.Lock()
 	gone := s.w.gone[t.ID]
 	s.w.mu.Unlock()
@@ -189,8 +189,8 @@ func (p fakeProbe) Domains() []sense.ProbeDomain {
 // fakeCounters reports bus locks for the polluter, like a PMU would.
 type fakeCounters struct{ w *world }
 
-func (fakeCounters) Sync([]sense.Tenant) error { return nil }
-func (c fakeCounters) Read() (map[string]map[string]float64, error) {
+func (fakeCounters) Sync(context.Context, []sense.Tenant) error { return nil }
+func (c fakeCounters) Read(context.Context) (map[string]map[string]float64, error) {
 	out := map[string]map[string]float64{}
 	for _, t := range c.w.tenants {
 		out[t.ID] = map[string]float64{"bus_locks": 10}
@@ -253,7 +253,7 @@ func newVirtualHarness(t *testing.T, w *world, cfg Config, quota QuotaActuator) 
 	c := newClock()
 	w.now = c.Now
 	hs := newHarness(t, w, cfg, quota, func(d *Deps) { d.Now, d.Sleep = c.Now, c.Sleep })
-	hs.vloop = startLoop(hs.agent, c, &hs.actionLog)
+	hs.vloop = startLoop(t, hs.agent, c, &hs.actionLog)
 	return hs
 }
 
@@ -354,7 +354,7 @@ func TestAgentThrottlesOnlyThePolluter(t *testing.T) {
 			if !ok || len(st.Tenants) != 3 || st.ActionsTotal["throttle"] < 1 || st.ProofsTotal["polluter"] < 1 {
 				t.Errorf("state: %+v", st)
 			}
-			hs.stop()
+			hs.stop(t)
 			for _, n := range []string{"victim", "polluter", "bystander"} {
 				if q := w.quota(n); !q.Unlimited() || q.Period != 100*time.Millisecond {
 					t.Errorf("%s left at %v after exit", n, q)
@@ -426,7 +426,7 @@ func TestAgentRestoresAfterKill(t *testing.T) {
 func TestAgentTenantVanishes(t *testing.T) {
 	w := newWorld(t)
 	hs := newVirtualHarness(t, w, testConfig(t.TempDir()), nil)
-	defer hs.stop()
+	defer hs.stop(t)
 	hs.until(t, "throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
 	w.mu.Lock()
 	w.gone["/lab/polluter"] = true
@@ -447,14 +447,14 @@ type failingQuota struct {
 	writes int
 }
 
-func (f *failingQuota) Apply(string, string, cgroup.Quota) error {
+func (f *failingQuota) Apply(context.Context, string, string, cgroup.Quota) error {
 	f.mu.Lock()
 	f.writes++
 	f.mu.Unlock()
 	return &fs.PathError{Op: "write", Path: "cpu.cfs_quota_us", Err: syscall.EACCES}
 }
-func (f *failingQuota) Restore(string) error     { return nil }
-func (f *failingQuota) RestoreAll() (int, error) { return 0, nil }
+func (f *failingQuota) Restore(context.Context, string) error   { return nil }
+func (f *failingQuota) RestoreAll(context.Context) (int, error) { return 0, nil }
 
 // Write errors from cgroupfs: journalled, backed off, never a crash or a
 // tight retry loop.
@@ -483,7 +483,7 @@ func TestAgentWriteErrors(t *testing.T) {
 	// or more between attempts, however its aborted proofs ended.
 	before = writes()
 	hs.advance(t, 20*time.Second, nil)
-	hs.stop()
+	hs.stop(t)
 	if n := writes() - before; n > 3*3 {
 		t.Errorf("%d write attempts in the next 20 s; want the backoff to have grown (at most 3 a tenant)", n)
 	}
@@ -500,7 +500,7 @@ func TestAgentProbeCPUBusy(t *testing.T) {
 	w.busyCPU = 0
 	cfg := testConfig(t.TempDir())
 	hs := newVirtualHarness(t, w, cfg, nil)
-	defer hs.stop()
+	defer hs.stop(t)
 	hs.until(t, "throttle despite a busy probe CPU", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
 	steps := hs.agent.steps
 	hs.advance(t, 10*cfg.Interval, nil)
@@ -545,7 +545,7 @@ func TestAgentDryRun(t *testing.T) {
 	// Long enough for a real proof to have capped someone and convicted
 	// the polluter.
 	hs.advance(t, 2*time.Second, written)
-	hs.stop()
+	hs.stop(t)
 	written()
 }
 
@@ -557,7 +557,7 @@ func TestAgentProtect(t *testing.T) {
 	w := newWorld(t)
 	hs := newVirtualHarness(t, w, testConfig(t.TempDir()), nil)
 	took := hs.until(t, "unprotected polluter throttled (control)", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
-	hs.stop()
+	hs.stop(t)
 	if !hs.has("proof", "polluter") {
 		t.Fatal("control: the unprotected polluter was throttled without a proof")
 	}
@@ -567,7 +567,7 @@ func TestAgentProtect(t *testing.T) {
 	cfg.Protect = []string{"polluter"}
 	hs = newVirtualHarness(t, w, cfg, nil)
 	hs.advance(t, max(5*time.Second, 2*took), nil)
-	hs.stop()
+	hs.stop(t)
 	if hs.has("proof", "polluter") || hs.has("throttle", "polluter") {
 		t.Error("protected tenant touched")
 	}

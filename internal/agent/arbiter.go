@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,7 +65,7 @@ func classLever(l api.Lever) bool { return l == api.LeverCAT || l == api.LeverMB
 type arbiterSink interface {
 	recordAction(api.ActionRecord)
 	journal(act.Event)
-	handleWriteErr(t sense.Tenant, err error)
+	handleWriteErr(ctx context.Context, t sense.Tenant, err error)
 }
 
 // arbiter applies every policy's claims and releases, the probe policy's
@@ -118,7 +119,7 @@ func newArbiter(cfg Config, d Deps, log *slog.Logger, sink arbiterSink) *arbiter
 
 // apply applies the decisions in order, each on the tenant of o with its
 // ID (or one known by its ID alone: a vanished tenant's release).
-func (ar *arbiter) apply(o *hwObservation, ds []decision) {
+func (ar *arbiter) apply(ctx context.Context, o *hwObservation, ds []decision) {
 	for _, d := range ds {
 		t, present := o.tenant(d.tenant)
 		switch {
@@ -128,17 +129,17 @@ func (ar *arbiter) apply(o *hwObservation, ds []decision) {
 			// Its cgroup is gone: only the claim is left to drop, without
 			// a record; what the release must still undo (the clock of
 			// the CPUs it ran on) may fail like any release.
-			if err := ar.releaseHold(d.tenant, d.policy); err != nil && !errors.Is(err, act.ErrGone) {
+			if err := ar.releaseHold(ctx, d.tenant, d.policy); err != nil && !errors.Is(err, act.ErrGone) {
 				ar.releaseFailed(t, d.policy, d.lever, err)
 			}
 		default:
-			ar.applyHold(o.now, t, d)
+			ar.applyHold(ctx, o.now, t, d)
 		}
 	}
 }
 
 // applyHold states or drops a policy's claim in the holds and records it.
-func (ar *arbiter) applyHold(now time.Time, t sense.Tenant, d decision) {
+func (ar *arbiter) applyHold(ctx context.Context, now time.Time, t sense.Tenant, d decision) {
 	held := ar.held(t.ID, d.policy)
 	oldDuty, oldLever := 1.0, judge.Lever("")
 	if h := ar.holds[t.ID]; h != nil {
@@ -150,7 +151,7 @@ func (ar *arbiter) applyHold(now time.Time, t sense.Tenant, d decision) {
 		if !held {
 			return
 		}
-		ar.releaseHoldRecorded(now, t, d.policy, d.lever, d.reason)
+		ar.releaseHoldRecorded(ctx, now, t, d.policy, d.lever, d.reason)
 		return
 	}
 	if d.lever == "" {
@@ -158,8 +159,8 @@ func (ar *arbiter) applyHold(now time.Time, t sense.Tenant, d decision) {
 		return
 	}
 	c := ar.claimFor(t, d, now)
-	if err := ar.hold(t, d.policy, c); err != nil {
-		ar.sink.handleWriteErr(t, err)
+	if err := ar.hold(ctx, t, d.policy, c); err != nil {
+		ar.sink.handleWriteErr(ctx, t, err)
 		return
 	}
 	duty := claimDuty(c, t)
@@ -175,8 +176,8 @@ func (ar *arbiter) applyHold(now time.Time, t sense.Tenant, d decision) {
 
 // releaseHoldRecorded drops a policy's claim on t and records the release;
 // a release that could not be written is logged and journalled.
-func (ar *arbiter) releaseHoldRecorded(now time.Time, t sense.Tenant, policy api.Policy, lever api.Lever, reason string) {
-	if err := ar.releaseHold(t.ID, policy); err != nil {
+func (ar *arbiter) releaseHoldRecorded(ctx context.Context, now time.Time, t sense.Tenant, policy api.Policy, lever api.Lever, reason string) {
+	if err := ar.releaseHold(ctx, t.ID, policy); err != nil {
 		ar.releaseFailed(t, policy, lever, err)
 	}
 	ar.record(now, t, policy, api.KindRelease, lever, 1, reason)
@@ -385,10 +386,10 @@ func (ar *arbiter) record(now time.Time, t sense.Tenant, policy api.Policy, kind
 // present: their holds (restoring the CPUs they were held on), classes
 // (released) and warnings. Call it after the policies' decisions, which
 // release a vanished tenant's claims with their own reasons first.
-func (ar *arbiter) prune(now time.Time, present func(id string) bool) {
+func (ar *arbiter) prune(ctx context.Context, now time.Time, present func(id string) bool) {
 	for id := range ar.holds {
 		if !present(id) {
-			ar.forgetHolds(id)
+			ar.forgetHolds(ctx, id)
 		}
 	}
 	for _, p := range slices.Sorted(maps.Keys(ar.classed)) {
@@ -405,11 +406,11 @@ func (ar *arbiter) prune(now time.Time, present func(id string) bool) {
 }
 
 // stop releases every hold and resctrl class, recording each release.
-func (ar *arbiter) stop(now time.Time) {
+func (ar *arbiter) stop(ctx context.Context, now time.Time) {
 	for _, id := range slices.Sorted(maps.Keys(ar.holds)) {
 		h := ar.holds[id]
 		claims := h.claims
-		ar.forgetHolds(id)
+		ar.forgetHolds(ctx, id)
 		for _, p := range slices.Sorted(maps.Keys(claims)) {
 			ar.record(now, h.tenant, p, api.KindRelease, api.Lever(claims[p].lever), 1, "agent stopping")
 		}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,9 +24,11 @@ type recSink struct {
 	writeErrs []error
 }
 
-func (s *recSink) recordAction(r api.ActionRecord)          { s.records = append(s.records, r) }
-func (s *recSink) journal(e act.Event)                      { s.events = append(s.events, e) }
-func (s *recSink) handleWriteErr(_ sense.Tenant, err error) { s.writeErrs = append(s.writeErrs, err) }
+func (s *recSink) recordAction(r api.ActionRecord) { s.records = append(s.records, r) }
+func (s *recSink) journal(e act.Event)             { s.events = append(s.events, e) }
+func (s *recSink) handleWriteErr(_ context.Context, _ sense.Tenant, err error) {
+	s.writeErrs = append(s.writeErrs, err)
+}
 
 func (s *recSink) kinds() string {
 	var out []string
@@ -76,14 +79,14 @@ func TestArbiterReleaseFailureJournalledForEveryLever(t *testing.T) {
 		t.Run(string(tc.lever), func(t *testing.T) {
 			ar, sink, q, cm := testArbiter(t, false)
 			o := observed(t0, tn)
-			ar.apply(o, []decision{tc.claim})
+			ar.apply(t.Context(), o, []decision{tc.claim})
 			if !ar.held(tn.ID, tc.claim.policy) {
 				t.Fatalf("claim not held: %s", sink.kinds())
 			}
 			tc.fail(q, cm)
 			rel := tc.claim
 			rel.release, rel.reason = true, "under again"
-			ar.apply(o, []decision{rel})
+			ar.apply(t.Context(), o, []decision{rel})
 			if len(sink.events) != 1 {
 				t.Fatalf("journal %+v, want one error", sink.events)
 			}
@@ -106,7 +109,7 @@ func TestArbiterDryRunWritesNothing(t *testing.T) {
 	ar, sink, q, cm := testArbiter(t, true)
 	tn := sense.Tenant{ID: "/vm", Name: "vm", Cgroup: "/vm", CPUs: cpuset.Range(0, 3)}
 	o := observed(time.Unix(100, 0), tn)
-	ar.apply(o, []decision{
+	ar.apply(t.Context(), o, []decision{
 		{policy: api.PolicyPermits, tenant: tn.ID, lever: api.LeverCPUQuota, cpuCap: 0.5, reason: "OVER"},
 		{policy: api.PolicyBusLocks, tenant: tn.ID, lever: api.LeverClockModulation, step: 4, steps: 16, cpus: tn.CPUs, reason: "over budget"},
 		{policy: api.PolicyLLC, tenant: tn.ID, lever: api.LeverCAT, domain: 0, ways: 2, fraction: 2.0 / 11, reason: "abuser"},
@@ -134,13 +137,13 @@ func TestArbiterDryRunWritesNothing(t *testing.T) {
 func TestArbiterVanishedTenant(t *testing.T) {
 	ar, sink, q, _ := testArbiter(t, true)
 	tn := sense.Tenant{ID: "/vm", Name: "vm", Cgroup: "/vm", CPUs: cpuset.Range(0, 3)}
-	ar.apply(observed(time.Unix(100, 0), tn), []decision{
+	ar.apply(t.Context(), observed(time.Unix(100, 0), tn), []decision{
 		{policy: api.PolicyPermits, tenant: tn.ID, lever: api.LeverCPUQuota, cpuCap: 0.5, reason: "OVER"},
 		{policy: api.PolicyLLC, tenant: tn.ID, lever: api.LeverCAT, domain: 0, ways: 2, fraction: 0.2, reason: "abuser"},
 	})
 	sink.records = nil
 	gone := observed(time.Unix(101, 0))
-	ar.apply(gone, []decision{
+	ar.apply(t.Context(), gone, []decision{
 		{policy: api.PolicyPermits, tenant: tn.ID, lever: api.LeverCPUQuota, release: true, reason: "gone"},
 		{policy: api.PolicyLLC, tenant: tn.ID, lever: api.LeverCAT, domain: 0, release: true, reason: "gone"},
 		{policy: api.PolicyMBA, tenant: tn.ID, lever: api.LeverMBA, domain: 1, fraction: 0.5, reason: "over share"},
@@ -163,7 +166,7 @@ func TestArbiterPruneForgetsVanishedTenants(t *testing.T) {
 	gone := sense.Tenant{ID: "/gone", Name: "gone", Cgroup: "/gone", CPUs: cpuset.Range(0, 1)}
 	stays := sense.Tenant{ID: "/stays", Name: "stays", Cgroup: "/stays", CPUs: cpuset.Range(2, 3)}
 	o := observed(time.Unix(100, 0), gone, stays)
-	ar.apply(o, []decision{
+	ar.apply(t.Context(), o, []decision{
 		{policy: api.PolicyBusLocks, tenant: gone.ID, lever: api.LeverClockModulation, step: 2, steps: 16, cpus: gone.CPUs, reason: "over budget"},
 		{policy: api.PolicyBusLocks, tenant: stays.ID, lever: api.LeverClockModulation, step: 2, steps: 16, cpus: stays.CPUs, reason: "over budget"},
 		{policy: api.PolicyBusLocks, tenant: gone.ID, reason: "no lever"}, // warned about
@@ -171,7 +174,7 @@ func TestArbiterPruneForgetsVanishedTenants(t *testing.T) {
 	// This host has no resctrl to write: the class is bookkeeping alone.
 	ar.class(api.PolicyMBA, gone.ID, 0, 0.5)
 	sink.records = nil
-	ar.prune(time.Unix(101, 0), func(id string) bool { return id == stays.ID })
+	ar.prune(t.Context(), time.Unix(101, 0), func(id string) bool { return id == stays.ID })
 	if ar.holds[gone.ID] != nil || !ar.held(stays.ID, api.PolicyBusLocks) {
 		t.Errorf("holds after prune: %v", ar.holds)
 	}
@@ -201,11 +204,11 @@ func TestAgentPrunesBackoffOfVanishedTenants(t *testing.T) {
 	}
 	fill()
 	stays := []sense.Tenant{{ID: "/stays"}}
-	a.hardware(time.Unix(100, 0), nil, stays, false)
+	a.hardware(t.Context(), time.Unix(100, 0), nil, stays, false)
 	if len(a.backoff) != 4 {
 		t.Errorf("a failed discovery pruned backoffs: %v", a.backoff)
 	}
-	a.hardware(time.Unix(100, 0), nil, stays, true)
+	a.hardware(t.Context(), time.Unix(100, 0), nil, stays, true)
 	if _, ok := a.backoff["/stays"]; !ok || len(a.backoff) != 2 {
 		t.Errorf("backoffs after prune %v, want the present tenant's two", a.backoff)
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -93,7 +94,7 @@ func (a *Agent) waitRatio(t sense.Tenant) float64 {
 // tracks the waits) and, when the contention is persistent, starts a
 // randomized proof on the top one, read on the victims' CPU wait. It
 // returns the ranking for the state.
-func (a *Agent) maybeProveWait(now time.Time, views []judge.TenantView, present map[string]sample) []judge.Suspect {
+func (a *Agent) maybeProveWait(ctx context.Context, now time.Time, views []judge.TenantView, present map[string]sample) []judge.Suspect {
 	wv := a.lastWait
 	if !wv.Contended {
 		return nil
@@ -172,7 +173,7 @@ func (a *Agent) maybeProveWait(now time.Time, views []judge.TenantView, present 
 	}
 	reason := fmt.Sprintf("%s; suspect score %.2f: %s", waitReason(wv, vt, present), top.Score, strings.Join(top.Reasons, "; "))
 	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{CPUWaitRatio: wv.Ratio, Victims: wv.Victims, Suspects: ranked}})
-	a.startProof(now, &proof{tenant: s.t, reason: reason, signal: signalWait, victims: vt, waitFrom: a.readVictims(vt)}, before)
+	a.startProof(ctx, now, &proof{tenant: s.t, reason: reason, signal: signalWait, victims: vt, waitFrom: a.readVictims(ctx, vt)}, before)
 	return ranked
 }
 
@@ -197,10 +198,10 @@ func waitReason(wv judge.WaitVerdict, vt []sense.Tenant, present map[string]samp
 }
 
 // readVictims samples the victims' counters.
-func (a *Agent) readVictims(vt []sense.Tenant) map[string]sense.TenantStats {
+func (a *Agent) readVictims(ctx context.Context, vt []sense.Tenant) map[string]sense.TenantStats {
 	out := make(map[string]sense.TenantStats, len(vt))
 	for _, t := range vt {
-		if st, err := a.d.Stats.Read(t, nil); err == nil {
+		if st, err := a.d.Stats.Read(ctx, t, nil); err == nil {
 			out[t.ID] = st
 		}
 	}

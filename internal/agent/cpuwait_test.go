@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"sync"
@@ -63,7 +64,7 @@ func newCPUWorld(t *testing.T) *cpuWorld {
 	return w
 }
 
-func (w *cpuWorld) Discover() ([]sense.Tenant, error) {
+func (w *cpuWorld) Discover(context.Context) ([]sense.Tenant, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]sense.Tenant(nil), w.tenants...), nil
@@ -107,7 +108,7 @@ func (w *cpuWorld) rates(name string) (usage, delay float64) {
 }
 
 // Read accumulates counters at the current rates.
-func (w *cpuWorld) Read(t sense.Tenant, _ *sense.TenantStats) (sense.TenantStats, error) {
+func (w *cpuWorld) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats) (sense.TenantStats, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.now()
@@ -178,7 +179,7 @@ func newCPUHarness(t *testing.T, w *cpuWorld, tweak ...func(*Config)) *cpuHarnes
 	a.cont.Calibrate(quietProbe{}.reading(0))
 	a.survey = 0 // calibrated: no start-up survey
 	hs.a = a
-	hs.vloop = startLoop(a, c, &hs.actionLog)
+	hs.vloop = startLoop(t, a, c, &hs.actionLog)
 	return hs
 }
 
@@ -213,7 +214,7 @@ func TestAgentCPUWaitThrottlesTheHog(t *testing.T) {
 	}
 	w.set(func(w *cpuWorld) { w.hogOn = false })
 	hs.until(t, "hog released after it stopped", 10*time.Second, func() bool { return hs.count("release", "hog") > 0 && w.quota("hog").Unlimited() })
-	hs.stop()
+	hs.stop(t)
 	for _, name := range []string{"victim", "bystander"} {
 		if n := hs.count("throttle", name); n > 0 {
 			t.Errorf("%s throttled %d times", name, n)
@@ -238,7 +239,7 @@ func TestAgentCPUWaitAcquitsAnInnocent(t *testing.T) {
 	w.set(func(w *cpuWorld) { w.hogOn, w.noise = true, 1.5 })
 	hs.until(t, "victim's waits seen", 10*time.Second, func() bool { st, _ := hs.a.Latest(); return st.CPUWaitRatio >= 1.5 })
 	hs.advance(t, 3*time.Second, nil)
-	hs.stop()
+	hs.stop(t)
 	if n := hs.count("proof", "hog") + hs.count("throttle", "hog"); n > 0 {
 		t.Errorf("a hog that took no one's fair share was proved or throttled %d times", n)
 	}
@@ -263,7 +264,7 @@ func TestAgentCPUWaitNewcomerAlsoWaits(t *testing.T) {
 	hs.advance(t, 400*time.Millisecond, nil) // its quiet stretch, learned while it boots
 	w.set(func(w *cpuWorld) { w.hogBoot = 0 })
 	hs.advance(t, 3*time.Second, nil)
-	hs.stop()
+	hs.stop(t)
 	if n := hs.count("proof", "victim") + hs.count("throttle", "victim"); n > 0 {
 		t.Errorf("the victim was proven or throttled %d times for the newcomer's waits", n)
 	}
@@ -292,11 +293,11 @@ func TestAgentCPUWaitDisabled(t *testing.T) {
 
 	hs := start()
 	took := hs.until(t, "hog proven with cpu_wait on (control)", 10*time.Second, func() bool { return hs.count("proof", "hog") > 0 })
-	hs.stop()
+	hs.stop(t)
 
 	hs = start(func(c *Config) { c.CPUWait.Enabled = ptrTo(false) })
 	hs.advance(t, max(3*time.Second, 2*took), nil)
-	hs.stop()
+	hs.stop(t)
 	if n := hs.count("proof", "hog") + hs.count("throttle", "hog"); n > 0 {
 		t.Errorf("with cpu_wait off the hog was proven or throttled %d times", n)
 	}
@@ -315,7 +316,7 @@ func TestAgentCPUWaitSparesATenantWithinItsFairShare(t *testing.T) {
 		hs.advance(t, 400*time.Millisecond, nil)
 		w.set(func(w *cpuWorld) { w.hogOn, w.bg = true, 1 })
 		hs.advance(t, 4*time.Second, nil)
-		hs.stop()
+		hs.stop(t)
 		return hs
 	}
 	if hs := run(3); hs.count("throttle", "hog") == 0 {

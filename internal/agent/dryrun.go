@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+
 	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
@@ -12,15 +14,15 @@ import (
 
 type dryQuota struct{}
 
-func (dryQuota) Apply(string, string, cgroup.Quota) error { return nil }
-func (dryQuota) Restore(string) error                     { return nil }
-func (dryQuota) RestoreAll() (int, error)                 { return 0, nil }
+func (dryQuota) Apply(context.Context, string, string, cgroup.Quota) error { return nil }
+func (dryQuota) Restore(context.Context, string) error                     { return nil }
+func (dryQuota) RestoreAll(context.Context) (int, error)                   { return 0, nil }
 
 type dryLever struct{ steps int }
 
-func (dryLever) Apply(string, cpuset.Set, int) error { return nil }
-func (dryLever) Restore(cpuset.Set) error            { return nil }
-func (l dryLever) Steps() int                        { return l.steps }
+func (dryLever) Apply(context.Context, string, cpuset.Set, int) error { return nil }
+func (dryLever) Restore(context.Context, cpuset.Set) error            { return nil }
+func (l dryLever) Steps() int                                         { return l.steps }
 
 type dryClasses struct{}
 

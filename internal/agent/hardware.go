@@ -9,6 +9,7 @@ package agent
 // (State.Hardware.Off).
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -229,7 +230,7 @@ func (o *hwObservation) tenant(id string) (sense.Tenant, bool) {
 
 // sense reads the hardware sensors for this interval (outside the agent's
 // lock: it does I/O).
-func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.Tenant) bool, health *sensorHealth) *hwObservation {
+func (hw *Hardware) sense(ctx context.Context, now time.Time, samples []sample, protected func(sense.Tenant) bool, health *sensorHealth) *hwObservation {
 	if !hw.active() {
 		return nil
 	}
@@ -246,7 +247,7 @@ func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.
 	}
 	for _, p := range hw.policies {
 		if sp, ok := p.(sensingPolicy); ok {
-			sp.sense(o, health)
+			sp.sense(ctx, o, health)
 		}
 	}
 	if hw.resmon != nil {
@@ -258,12 +259,12 @@ func (hw *Hardware) sense(now time.Time, samples []sample, protected func(sense.
 		if phase == 0 {
 			ts := hw.monitorOrder(samples)
 			start := time.Now()
-			err := hw.resmon.Sync(ts)
+			err := hw.resmon.Sync(ctx, ts)
 			health.record(sensorResctrlSync, time.Since(start), err)
 		}
 		if phase == min(1, every-1) {
 			start := time.Now()
-			u, err := hw.resmon.Read()
+			u, err := hw.resmon.Read(ctx)
 			health.record(sensorResctrlRead, time.Since(start), err)
 			o.resctrl = u
 			o.resctrlRead = true

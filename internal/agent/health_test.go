@@ -66,14 +66,14 @@ func (c *brokenCounters) set(err error) {
 	c.mu.Unlock()
 }
 
-func (c *brokenCounters) Read() (map[string]map[string]float64, error) {
+func (c *brokenCounters) Read(ctx context.Context) (map[string]map[string]float64, error) {
 	c.mu.Lock()
 	err := c.err
 	c.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	return c.fakeCounters.Read()
+	return c.fakeCounters.Read(ctx)
 }
 
 func sensorOf(t *testing.T, a *Agent, name string) api.SensorState {
@@ -105,14 +105,14 @@ func TestSensorHealthFailingSensor(t *testing.T) {
 	hs.agent.health = newSensorHealth(slog.New(logs))
 	a := hs.agent
 
-	a.step(time.Now())
+	a.step(t.Context(), time.Now())
 	if s := sensorOf(t, a, sensorPerfCounters); !s.Success || s.Errors != 0 || s.LastError != "" {
 		t.Fatalf("working counters: %+v", s)
 	}
 
 	pc.set(errors.New("too many open files"))
 	for i := 1; i <= 3; i++ {
-		a.step(time.Now())
+		a.step(t.Context(), time.Now())
 		s := sensorOf(t, a, sensorPerfCounters)
 		if s.Success || s.Errors != uint64(i) || !strings.Contains(s.LastError, "too many open files") || s.FailingSince.IsZero() {
 			t.Fatalf("failing counters, interval %d: %+v", i, s)
@@ -156,13 +156,13 @@ crosstalk_sensor_success{sensor="tenant_stats"} 1
 
 	// A different error is news.
 	pc.set(errors.New("no such device"))
-	a.step(time.Now())
+	a.step(t.Context(), time.Now())
 	if n := logs.count(slog.LevelWarn, sensorPerfCounters); n != 2 {
 		t.Errorf("%d warnings after the error changed; want 2", n)
 	}
 
 	pc.set(nil)
-	a.step(time.Now())
+	a.step(t.Context(), time.Now())
 	s := sensorOf(t, a, sensorPerfCounters)
 	if !s.Success || s.Errors != 4 || s.LastError != "" || !s.FailingSince.IsZero() {
 		t.Errorf("recovered counters: %+v", s)
@@ -170,7 +170,7 @@ crosstalk_sensor_success{sensor="tenant_stats"} 1
 	if n := logs.count(slog.LevelInfo, sensorPerfCounters); n != 1 {
 		t.Errorf("%d info lines on recovery; want 1", n)
 	}
-	a.step(time.Now())
+	a.step(t.Context(), time.Now())
 	if n := logs.count(slog.LevelInfo, sensorPerfCounters) + logs.count(slog.LevelWarn, sensorPerfCounters); n != 3 {
 		t.Errorf("a working sensor logged again: %d info and warn lines; want 3 in all", n)
 	}
@@ -183,14 +183,14 @@ type failingStats struct {
 	broken, gone string
 }
 
-func (f failingStats) Read(t sense.Tenant, prev *sense.TenantStats) (sense.TenantStats, error) {
+func (f failingStats) Read(ctx context.Context, t sense.Tenant, prev *sense.TenantStats) (sense.TenantStats, error) {
 	switch t.Name {
 	case f.broken:
 		return sense.TenantStats{}, errors.New("cpuacct.usage: permission denied")
 	case f.gone:
-		return f.StatsReader.Read(sense.Tenant{ID: "/lab/gone"}, prev)
+		return f.StatsReader.Read(ctx, sense.Tenant{ID: "/lab/gone"}, prev)
 	}
-	return f.StatsReader.Read(t, prev)
+	return f.StatsReader.Read(ctx, t, prev)
 }
 
 // A vanished tenant is no sensor failure; a tenant that cannot be read is,
@@ -203,13 +203,13 @@ func TestSensorHealthTenantStats(t *testing.T) {
 	a := hs.agent
 	stats := failingStats{StatsReader: a.d.Stats, gone: "bystander"}
 	a.d.Stats = stats
-	a.step(time.Now())
+	a.step(t.Context(), time.Now())
 	if s := sensorOf(t, a, sensorTenantStats); !s.Success || s.Errors != 0 {
 		t.Errorf("a vanished tenant counted as a failure: %+v", s)
 	}
 	stats.broken = "victim"
 	a.d.Stats = stats
-	a.step(time.Now())
+	a.step(t.Context(), time.Now())
 	if s := sensorOf(t, a, sensorTenantStats); s.Success || s.Errors != 1 || !strings.Contains(s.LastError, "/lab/victim") {
 		t.Errorf("an unreadable tenant: %+v", s)
 	}
@@ -231,7 +231,7 @@ func TestSensorHealthLibvirt(t *testing.T) {
 	w.running = false
 	hs := newHarness(t, w, testConfig(t.TempDir()), nil)
 	a := hs.agent
-	a.step(time.Now())
+	a.step(t.Context(), time.Now())
 	st, _ := a.Latest()
 	for _, s := range st.Sensors {
 		if s.Sensor == sensorLibvirt {
@@ -240,7 +240,7 @@ func TestSensorHealthLibvirt(t *testing.T) {
 	}
 	lw := &libvirtWorld{world: w, stale: sense.ErrLibvirtStale}
 	a.d.Discoverer = lw
-	a.step(time.Now())
+	a.step(t.Context(), time.Now())
 	if s := sensorOf(t, a, sensorLibvirt); s.Success || s.Errors != 1 || s.DurationSeconds != 0.001 || s.LastError != sense.ErrLibvirtStale.Error() {
 		t.Errorf("stale libvirt: %+v", s)
 	}
@@ -248,7 +248,7 @@ func TestSensorHealthLibvirt(t *testing.T) {
 		t.Errorf("the cgroup walk failed with libvirt: %+v", s)
 	}
 	lw.stale = nil
-	a.step(time.Now())
+	a.step(t.Context(), time.Now())
 	if s := sensorOf(t, a, sensorLibvirt); !s.Success || s.Errors != 1 {
 		t.Errorf("libvirt back: %+v", s)
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -58,15 +59,15 @@ type tenantHolds struct {
 // CPULever is a per-CPU actuator (act.ClockModulation, act.CPUFreq): it
 // sets CPUs to step/Steps for a tenant (step == Steps restores them).
 type CPULever interface {
-	Apply(tenant string, cpus cpuset.Set, step int) error
-	Restore(cpus cpuset.Set) error
+	Apply(ctx context.Context, tenant string, cpus cpuset.Set, step int) error
+	Restore(ctx context.Context, cpus cpuset.Set) error
 	Steps() int
 }
 
 // hold states a claim; a policy has one claim per tenant, so a claim
 // through another lever replaces its previous one (the lever chooser
 // moved the tenant to another lever: its CPUs changed).
-func (ar *arbiter) hold(t sense.Tenant, policy api.Policy, c claim) error {
+func (ar *arbiter) hold(ctx context.Context, t sense.Tenant, policy api.Policy, c claim) error {
 	h := ar.holds[t.ID]
 	if h == nil {
 		h = &tenantHolds{tenant: t, claims: map[api.Policy]claim{}, perCPU: map[judge.Lever]map[int]int{}, created: c.since}
@@ -78,7 +79,7 @@ func (ar *arbiter) hold(t sense.Tenant, policy api.Policy, c claim) error {
 		c.since = old.since
 	}
 	h.claims[policy] = c
-	if err := ar.enforce(h); err != nil {
+	if err := ar.enforce(ctx, h); err != nil {
 		// What failed to be written is not held: take the claim back, so
 		// a tenant is never counted as held (and skipped) by a throttle
 		// that is not there. A later claim or release writes again.
@@ -97,7 +98,7 @@ func (ar *arbiter) hold(t sense.Tenant, policy api.Policy, c claim) error {
 
 // releaseHold drops policy's claim on tenant id; the tenant keeps
 // the other policies' claims, or is restored when none is left.
-func (ar *arbiter) releaseHold(id string, policy api.Policy) error {
+func (ar *arbiter) releaseHold(ctx context.Context, id string, policy api.Policy) error {
 	h := ar.holds[id]
 	if h == nil {
 		return nil
@@ -106,7 +107,7 @@ func (ar *arbiter) releaseHold(id string, policy api.Policy) error {
 		return nil
 	}
 	delete(h.claims, policy)
-	err := ar.enforce(h)
+	err := ar.enforce(ctx, h)
 	if len(h.claims) == 0 && h.quota.Period == 0 && len(h.perCPU) == 0 {
 		delete(ar.holds, id)
 	}
@@ -115,13 +116,13 @@ func (ar *arbiter) releaseHold(id string, policy api.Policy) error {
 
 // forgetHolds drops a vanished tenant's holds: its cgroup is gone,
 // but CPUs it was modulated on must get their clock back.
-func (ar *arbiter) forgetHolds(id string) {
+func (ar *arbiter) forgetHolds(ctx context.Context, id string) {
 	h := ar.holds[id]
 	if h == nil {
 		return
 	}
 	h.claims = map[api.Policy]claim{}
-	if err := ar.enforce(h); err != nil {
+	if err := ar.enforce(ctx, h); err != nil {
 		ar.log.Warn("restoring a vanished tenant's levers", "tenant", id, "err", err)
 	}
 	delete(ar.holds, id)
@@ -146,7 +147,7 @@ func (ar *arbiter) held(id string, policy api.Policy) bool {
 // lowest step of each per-CPU lever (restored where no claim covers it).
 // In dry run the arbiter's actuators write nothing (dryrun.go). Errors
 // are joined; what could be written is.
-func (ar *arbiter) enforce(h *tenantHolds) error {
+func (ar *arbiter) enforce(ctx context.Context, h *tenantHolds) error {
 	var errs []error
 	// CPU quota: the fewest CPUs wins; ties keep the earlier policy's
 	// (sorted by name) so the choice is stable.
@@ -165,27 +166,27 @@ func (ar *arbiter) enforce(h *tenantHolds) error {
 	switch {
 	case want == h.quota:
 	case want.Period == 0:
-		if err := ar.quota.Restore(h.tenant.Cgroup); err != nil {
+		if err := ar.quota.Restore(ctx, h.tenant.Cgroup); err != nil {
 			errs = append(errs, fmt.Errorf("restore quota of %s: %w", h.tenant.ID, err))
 		} else {
 			h.quota = cgroup.Quota{}
 		}
 	default:
-		if err := ar.quota.Apply(h.tenant.Cgroup, h.tenant.Name, want); err != nil {
+		if err := ar.quota.Apply(ctx, h.tenant.Cgroup, h.tenant.Name, want); err != nil {
 			errs = append(errs, err)
 		} else {
 			h.quota = want
 		}
 	}
 	for _, lever := range []judge.Lever{judge.LeverClockModulation, judge.LeverCPUFreq} {
-		if err := ar.enforceCPULever(h, lever, policies); err != nil {
+		if err := ar.enforceCPULever(ctx, h, lever, policies); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (ar *arbiter) enforceCPULever(h *tenantHolds, lever judge.Lever, policies []api.Policy) error {
+func (ar *arbiter) enforceCPULever(ctx context.Context, h *tenantHolds, lever judge.Lever, policies []api.Policy) error {
 	act := ar.levers[lever]
 	want := map[int]int{}
 	for _, p := range policies {
@@ -224,7 +225,7 @@ func (ar *arbiter) enforceCPULever(h *tenantHolds, lever judge.Lever, policies [
 	}
 	var errs []error
 	if len(freed) > 0 {
-		if err := act.Restore(cpuset.Of(freed...)); err != nil {
+		if err := act.Restore(ctx, cpuset.Of(freed...)); err != nil {
 			errs = append(errs, fmt.Errorf("restore %s of %s: %w", lever, h.tenant.ID, err))
 		} else {
 			for _, cpu := range freed {
@@ -239,7 +240,7 @@ func (ar *arbiter) enforceCPULever(h *tenantHolds, lever judge.Lever, policies [
 	slices.Sort(order)
 	for _, s := range order {
 		cpus := cpuset.Of(byStep[s]...)
-		if err := act.Apply(h.tenant.Name, cpus, min(s, steps)); err != nil {
+		if err := act.Apply(ctx, h.tenant.Name, cpus, min(s, steps)); err != nil {
 			errs = append(errs, fmt.Errorf("%s of %s: %w", lever, h.tenant.ID, err))
 			continue
 		}

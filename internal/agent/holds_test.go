@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,7 +24,7 @@ type recQuota struct {
 	failRestore error // Restore fails with it when set
 }
 
-func (r *recQuota) Apply(cg, _ string, q cgroup.Quota) error {
+func (r *recQuota) Apply(_ context.Context, cg, _ string, q cgroup.Quota) error {
 	if r.fail != nil {
 		return r.fail
 	}
@@ -31,7 +32,7 @@ func (r *recQuota) Apply(cg, _ string, q cgroup.Quota) error {
 	r.log = append(r.log, fmt.Sprintf("apply %s %.3f", cg, q.CPUs()))
 	return nil
 }
-func (r *recQuota) Restore(cg string) error {
+func (r *recQuota) Restore(_ context.Context, cg string) error {
 	if r.failRestore != nil {
 		return r.failRestore
 	}
@@ -39,7 +40,7 @@ func (r *recQuota) Restore(cg string) error {
 	r.log = append(r.log, "restore "+cg)
 	return nil
 }
-func (r *recQuota) RestoreAll() (int, error) { return 0, nil }
+func (r *recQuota) RestoreAll(context.Context) (int, error) { return 0, nil }
 
 // recLever records a per-CPU lever's writes.
 type recLever struct {
@@ -49,7 +50,7 @@ type recLever struct {
 	failRestore error // Restore fails with it when set
 }
 
-func (l *recLever) Apply(tenant string, cpus cpuset.Set, step int) error {
+func (l *recLever) Apply(_ context.Context, tenant string, cpus cpuset.Set, step int) error {
 	l.calls = append(l.calls, fmt.Sprintf("%s %s %d", tenant, cpus, step))
 	for _, c := range cpus.List() {
 		if step == l.steps {
@@ -60,7 +61,7 @@ func (l *recLever) Apply(tenant string, cpus cpuset.Set, step int) error {
 	}
 	return nil
 }
-func (l *recLever) Restore(cpus cpuset.Set) error {
+func (l *recLever) Restore(_ context.Context, cpus cpuset.Set) error {
 	if l.failRestore != nil {
 		return l.failRestore
 	}
@@ -74,11 +75,11 @@ func (l *recLever) Steps() int { return l.steps }
 
 type nopDiscoverer struct{}
 
-func (nopDiscoverer) Discover() ([]sense.Tenant, error) { return nil, nil }
+func (nopDiscoverer) Discover(context.Context) ([]sense.Tenant, error) { return nil, nil }
 
 type nopStats struct{}
 
-func (nopStats) Read(sense.Tenant, *sense.TenantStats) (sense.TenantStats, error) {
+func (nopStats) Read(context.Context, sense.Tenant, *sense.TenantStats) (sense.TenantStats, error) {
 	return sense.TenantStats{}, nil
 }
 
@@ -115,16 +116,16 @@ func TestHoldsTightestClaimWins(t *testing.T) {
 	a, q, _ := holdsAgent(t, false)
 	tn := sense.Tenant{ID: "/vm", Name: "vm", Cgroup: "/vm", CPUs: cpuset.Range(0, 3)}
 	now := time.Unix(0, 0)
-	if err := a.arb.hold(tn, api.PolicyPermits, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.25), reason: "OVER", since: now}); err != nil {
+	if err := a.arb.hold(t.Context(), tn, api.PolicyPermits, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.25), reason: "OVER", since: now}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.arb.hold(tn, api.PolicyProbe, claim{lever: judge.LeverCPUQuota, quota: quotaOf(1), reason: "duty", since: now}); err != nil {
+	if err := a.arb.hold(t.Context(), tn, api.PolicyProbe, claim{lever: judge.LeverCPUQuota, quota: quotaOf(1), reason: "duty", since: now}); err != nil {
 		t.Fatal(err)
 	}
 	if got := q.now["/vm"].CPUs(); got != 0.25 {
 		t.Fatalf("quota %.3f, want the permits' 0.25 (tightest)", got)
 	}
-	if err := a.arb.releaseHold(tn.ID, api.PolicyPermits); err != nil {
+	if err := a.arb.releaseHold(t.Context(), tn.ID, api.PolicyPermits); err != nil {
 		t.Fatal(err)
 	}
 	if got := q.now["/vm"].CPUs(); got != 1 {
@@ -133,16 +134,16 @@ func TestHoldsTightestClaimWins(t *testing.T) {
 	if !a.held(tn.ID, api.PolicyProbe) || a.held(tn.ID, api.PolicyPermits) {
 		t.Error("held-by bookkeeping wrong")
 	}
-	if err := a.arb.releaseHold(tn.ID, api.PolicyProbe); err != nil {
+	if err := a.arb.releaseHold(t.Context(), tn.ID, api.PolicyProbe); err != nil {
 		t.Fatal(err)
 	}
 	if _, held := q.now["/vm"]; held || a.arb.holds[tn.ID] != nil {
 		t.Errorf("after the last release: still held (%v) or not forgotten", q.now)
 	}
 	// Re-stating the same claim writes nothing.
-	a.arb.hold(tn, api.PolicyProbe, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.5), reason: "duty", since: now})
+	a.arb.hold(t.Context(), tn, api.PolicyProbe, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.5), reason: "duty", since: now})
 	n := len(q.log)
-	a.arb.hold(tn, api.PolicyProbe, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.5), reason: "duty", since: now})
+	a.arb.hold(t.Context(), tn, api.PolicyProbe, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.5), reason: "duty", since: now})
 	if len(q.log) != n {
 		t.Errorf("an unchanged claim wrote again: %v", q.log[n:])
 	}
@@ -154,7 +155,7 @@ func TestHoldsFailedWriteIsNotHeld(t *testing.T) {
 	a, q, _ := holdsAgent(t, false)
 	tn := sense.Tenant{ID: "/c", Name: "c", Cgroup: "/c", CPUs: cpuset.Range(0, 1)}
 	q.fail = errors.New("EACCES")
-	if err := a.arb.hold(tn, api.PolicyBusLocks, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.1), reason: "over budget", since: time.Unix(0, 0)}); err == nil {
+	if err := a.arb.hold(t.Context(), tn, api.PolicyBusLocks, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.1), reason: "over budget", since: time.Unix(0, 0)}); err == nil {
 		t.Fatal("no error from a failed write")
 	}
 	if a.held(tn.ID, "") || a.arb.holds[tn.ID] != nil {
@@ -162,9 +163,9 @@ func TestHoldsFailedWriteIsNotHeld(t *testing.T) {
 	}
 	// A tighten that fails keeps the claim that was written before.
 	q.fail = nil
-	a.arb.hold(tn, api.PolicyBusLocks, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.5), reason: "", since: time.Unix(0, 0)})
+	a.arb.hold(t.Context(), tn, api.PolicyBusLocks, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.5), reason: "", since: time.Unix(0, 0)})
 	q.fail = errors.New("EIO")
-	a.arb.hold(tn, api.PolicyBusLocks, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.1), reason: "", since: time.Unix(1, 0)})
+	a.arb.hold(t.Context(), tn, api.PolicyBusLocks, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.1), reason: "", since: time.Unix(1, 0)})
 	if c := a.arb.holds[tn.ID].claims[api.PolicyBusLocks]; c.quota.CPUs() != 0.5 {
 		t.Errorf("failed tighten replaced the claim: %.3f CPUs", c.quota.CPUs())
 	}
@@ -179,24 +180,24 @@ func TestHoldsPerCPULevers(t *testing.T) {
 	now := time.Unix(0, 0)
 	// The bus-lock budget holds all four CPUs at 2/16; the power budget
 	// holds socket 0's two of them at 8/16.
-	must(t, a.arb.hold(tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3), since: now}))
-	must(t, a.arb.hold(tn, api.PowerSocketPolicy(0), claim{lever: judge.LeverClockModulation, step: 8, steps: 16, cpus: cpuset.Range(0, 1), since: now}))
+	must(t, a.arb.hold(t.Context(), tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3), since: now}))
+	must(t, a.arb.hold(t.Context(), tn, api.PowerSocketPolicy(0), claim{lever: judge.LeverClockModulation, step: 8, steps: 16, cpus: cpuset.Range(0, 1), since: now}))
 	if fmt.Sprint(cm.cpu) != "map[0:2 1:2 2:2 3:2]" {
 		t.Fatalf("steps %v, want 2/16 everywhere (the tightest)", cm.cpu)
 	}
-	must(t, a.arb.releaseHold(tn.ID, api.PolicyBusLocks))
+	must(t, a.arb.releaseHold(t.Context(), tn.ID, api.PolicyBusLocks))
 	if fmt.Sprint(cm.cpu) != "map[0:8 1:8]" {
 		t.Fatalf("after the bus-lock release: %v, want CPUs 0-1 at 8/16 and 2-3 restored", cm.cpu)
 	}
 	if !strings.Contains(strings.Join(cm.calls, ";"), "restore 2-3") {
 		t.Errorf("CPUs 2-3 not restored: %v", cm.calls)
 	}
-	a.forgetHolds(tn.ID)
+	a.forgetHolds(t.Context(), tn.ID)
 	if len(cm.cpu) != 0 || a.arb.holds[tn.ID] != nil {
 		t.Errorf("vanished tenant: CPUs %v still modulated", cm.cpu)
 	}
 	// A claim on a lever that is off fails and is not held.
-	if err := a.arb.hold(tn, api.PolicyPower, claim{lever: judge.LeverCPUFreq, step: 4, steps: 16, cpus: cpuset.Range(0, 3), since: now}); err == nil || a.held(tn.ID, "") {
+	if err := a.arb.hold(t.Context(), tn, api.PolicyPower, claim{lever: judge.LeverCPUFreq, step: 4, steps: 16, cpus: cpuset.Range(0, 3), since: now}); err == nil || a.held(tn.ID, "") {
 		t.Errorf("claim on an absent lever: err %v, held %v", err, a.held(tn.ID, ""))
 	}
 }
@@ -206,15 +207,15 @@ func TestHoldsPerCPULevers(t *testing.T) {
 func TestHoldsDryRun(t *testing.T) {
 	a, q, cm := holdsAgent(t, true)
 	tn := sense.Tenant{ID: "/vm", Name: "vm", Cgroup: "/vm", CPUs: cpuset.Range(0, 3)}
-	must(t, a.arb.hold(tn, api.PolicyPermits, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.25), reason: "OVER", since: time.Unix(0, 0)}))
-	must(t, a.arb.hold(tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3)}))
+	must(t, a.arb.hold(t.Context(), tn, api.PolicyPermits, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.25), reason: "OVER", since: time.Unix(0, 0)}))
+	must(t, a.arb.hold(t.Context(), tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3)}))
 	if len(q.log) != 0 || len(cm.calls) != 0 {
 		t.Errorf("dry run wrote: %v %v", q.log, cm.calls)
 	}
 	if !a.held(tn.ID, api.PolicyPermits) || a.arb.holds[tn.ID].duty() != 0.0625 {
 		t.Errorf("dry run holds not kept: %+v", a.arb.holds[tn.ID])
 	}
-	a.shutdown()
+	a.shutdown(t.Context())
 	if len(q.log) != 0 || len(cm.calls) != 0 || len(a.arb.holds) != 0 {
 		t.Errorf("dry-run shutdown wrote or kept holds: %v %v %v", q.log, cm.calls, a.arb.holds)
 	}
@@ -230,9 +231,9 @@ func TestHoldsShutdownReleasesAll(t *testing.T) {
 		}
 	}
 	tn := sense.Tenant{ID: "/vm", Name: "vm", Cgroup: "/vm", CPUs: cpuset.Range(0, 3)}
-	must(t, a.arb.hold(tn, api.PolicyPermits, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.25), reason: "OVER", since: time.Unix(0, 0)}))
-	must(t, a.arb.hold(tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3)}))
-	a.shutdown()
+	must(t, a.arb.hold(t.Context(), tn, api.PolicyPermits, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.25), reason: "OVER", since: time.Unix(0, 0)}))
+	must(t, a.arb.hold(t.Context(), tn, api.PolicyBusLocks, claim{lever: judge.LeverClockModulation, step: 2, steps: 16, cpus: cpuset.Range(0, 3)}))
+	a.shutdown(t.Context())
 	if len(q.now) != 0 || len(cm.cpu) != 0 {
 		t.Errorf("left held after shutdown: quota %v, clock %v", q.now, cm.cpu)
 	}
@@ -269,7 +270,7 @@ func TestPolicyActionKindFollowsTheDuty(t *testing.T) {
 	}
 	for _, s := range steps {
 		n := len(a.actions)
-		a.arb.applyHold(now, tn, decision{policy: api.PolicyPower, tenant: tn.ID, lever: api.LeverClockModulation, step: s.step, steps: 16, cpus: tn.CPUs, reason: s.reason})
+		a.arb.applyHold(t.Context(), now, tn, decision{policy: api.PolicyPower, tenant: tn.ID, lever: api.LeverClockModulation, step: s.step, steps: 16, cpus: tn.CPUs, reason: s.reason})
 		var got api.ActionKind
 		if len(a.actions) > n {
 			got = a.actions[len(a.actions)-1].Kind

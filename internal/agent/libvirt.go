@@ -6,7 +6,6 @@ import (
 	"os"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
-	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/host"
 	"github.com/crosstalk-project/crosstalk/internal/libvirt"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
@@ -21,13 +20,17 @@ import (
 // In auto mode libvirt is used when its socket exists at start — or when the
 // state file holds libvirt throttles a previous run left, which must be
 // undone the way they were made.
-func wireLibvirt(cfg Config, h *host.Host, log *slog.Logger, disc sense.Discoverer, detailEvery int, cq *act.CPUQuota, state *act.StateFile) (sense.Discoverer, QuotaActuator, func()) {
+//
+// ctx is Build's: the client outlives it, until the stop function.
+func wireLibvirt(ctx context.Context, cfg Config, h *host.Host, log *slog.Logger, disc sense.Discoverer, detailEvery int, cq *act.CPUQuota, state *act.StateFile) (sense.Discoverer, QuotaActuator, func()) {
 	lc := cfg.Libvirt
 	sock := libvirt.SocketPath(h, lc.Socket)
 	leftovers := len(state.RecordKeys(act.LibvirtRecordKind)) > 0
-	// The wiring's lifetime: the client runs, and the VM actuator calls
-	// libvirt, under it; the returned stop function ends it.
-	ctx, cancel := context.WithCancel(context.Background())
+	// The wiring's lifetime: the client runs under it; the returned stop
+	// function ends it. Not the caller's cancellation: the agent's
+	// releases at shutdown go through libvirt after Run's context (in the
+	// CLI, the one Build got) has ended.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	switch lc.Enabled {
 	case "false":
 		defer cancel()
@@ -62,30 +65,18 @@ func wireLibvirt(cfg Config, h *host.Host, log *slog.Logger, disc sense.Discover
 	wcancel()
 	enricher := &sense.LibvirtDiscoverer{Inner: disc, Libvirt: client, Log: log, Grace: max(10*cfg.Interval, lc.Timeout),
 		Host: h, Layout: cq.Layout, ThreadsEvery: detailEvery}
-	return enricher, vmQuota{ctx: ctx, q: quota}, func() {
+	return enricher, quota, func() {
 		cancel()
 		<-done
 	}
 }
 
-// vmQuota is act.LibvirtQuota as the agent's QuotaActuator. The agent's
-// loop calls its actuator without a context (Tick runs on the simulator's
-// virtual clock too), so each call runs under the libvirt wiring's
-// lifetime: once its stop function has run no throttle is put on, while
-// lifting one still goes through (act.LibvirtQuota detaches lifts from the
-// caller's cancellation, bounded by its timeout).
-type vmQuota struct {
-	ctx context.Context
-	q   *act.LibvirtQuota
-}
-
-func (v vmQuota) Apply(cgroupPath, tenant string, q cgroup.Quota) error {
-	return v.q.Apply(v.ctx, cgroupPath, tenant, q)
-}
-
-func (v vmQuota) Restore(cgroupPath string) error { return v.q.Restore(v.ctx, cgroupPath) }
-
-func (v vmQuota) RestoreAll() (int, error) { return v.q.RestoreAll(v.ctx) }
+// act.LibvirtQuota is the agent's QuotaActuator as it is: each call runs
+// under the agent's context (Run's, detached for the releases at its end),
+// and lifting a throttle goes through even once that has ended
+// (act.LibvirtQuota detaches lifts from cancellation, bounded by its
+// timeout).
+var _ QuotaActuator = (*act.LibvirtQuota)(nil)
 
 // offline is a libvirt that is never reachable: with libvirt.enabled false,
 // LibvirtQuota still undoes what a previous run did through libvirt, through

@@ -70,7 +70,7 @@ func TestWireLibvirtAutoWithoutSocket(t *testing.T) {
 	st, _ := act.OpenState(filepath.Join(t.TempDir(), "state.json"))
 	cq := &act.CPUQuota{Host: h, Layout: l, State: st}
 	var logs bytes.Buffer
-	disc, quota, stop := wireLibvirt(Defaults(), h, slog.New(slog.NewTextHandler(&logs, nil)), nil, 1, cq, st)
+	disc, quota, stop := wireLibvirt(t.Context(), Defaults(), h, slog.New(slog.NewTextHandler(&logs, nil)), nil, 1, cq, st)
 	defer stop()
 	if quota != QuotaActuator(cq) || disc != nil {
 		t.Errorf("without libvirt the parts changed: %T %T", disc, quota)
@@ -91,7 +91,7 @@ func TestWireLibvirtDisabledUndoesLeftovers(t *testing.T) {
 	cfg := Defaults()
 	cfg.Libvirt.Enabled = "false"
 	cq := &act.CPUQuota{Host: h, Layout: l, State: st}
-	_, quota, stop := wireLibvirt(cfg, h, slog.New(slog.DiscardHandler), nil, 1, cq, st)
+	_, quota, stop := wireLibvirt(t.Context(), cfg, h, slog.New(slog.DiscardHandler), nil, 1, cq, st)
 	defer stop()
 	if quota != QuotaActuator(cq) {
 		t.Errorf("libvirt off: quota actuator %T", quota)
@@ -148,10 +148,10 @@ func (s *webLibvirt) SetSchedParams(ctx context.Context, d libvirt.Domain, p lib
 	return cgroup.Open(s.h, s.l, webCgroup).SetCPUQuota(q)
 }
 
-// The agent's VM actuator runs under the libvirt wiring's lifetime: once
-// that has ended it puts no throttle on, but still lifts one through
-// libvirt (not the cgroup-file fallback).
-func TestVMQuotaRunsUnderTheWiringLifetime(t *testing.T) {
+// The agent's VM actuator runs under the agent's context: once that has
+// ended it puts no throttle on, but still lifts one through libvirt (not
+// the cgroup-file fallback), as the agent's releases at shutdown need.
+func TestVMQuotaRunsUnderTheCallersContext(t *testing.T) {
 	h, l, root := libvirtHost(t)
 	os.WriteFile(filepath.Join(root, "cg/cpu", webCgroup, "cpu.cfs_quota_us"), []byte("-1\n"), 0o644)
 	st, err := act.OpenState(filepath.Join(t.TempDir(), "state.json"))
@@ -161,21 +161,21 @@ func TestVMQuotaRunsUnderTheWiringLifetime(t *testing.T) {
 	lv := &webLibvirt{h: h, l: l}
 	cq := &act.CPUQuota{Host: h, Layout: l, State: st}
 	ctx, stop := context.WithCancel(t.Context())
-	var q QuotaActuator = vmQuota{ctx: ctx, q: &act.LibvirtQuota{Libvirt: lv, Cgroups: cq, State: st, Log: slog.New(slog.DiscardHandler)}}
+	var q QuotaActuator = &act.LibvirtQuota{Libvirt: lv, Cgroups: cq, State: st, Log: slog.New(slog.DiscardHandler)}
 	throttle := cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}
 	quota := func() string {
 		b, _ := os.ReadFile(filepath.Join(root, "cg/cpu", webCgroup, "cpu.cfs_quota_us"))
 		return strings.TrimSpace(string(b))
 	}
 
-	if err := q.Apply(webCgroup, "web", throttle); err != nil || quota() != "1000" || lv.sets != 1 {
-		t.Fatalf("throttle while wired: err %v, quota %s, libvirt sets %d", err, quota(), lv.sets)
+	if err := q.Apply(ctx, webCgroup, "web", throttle); err != nil || quota() != "1000" || lv.sets != 1 {
+		t.Fatalf("throttle while running: err %v, quota %s, libvirt sets %d", err, quota(), lv.sets)
 	}
 	stop()
-	if err := q.Restore(webCgroup); err != nil || quota() != "-1" || lv.sets != 2 {
-		t.Errorf("lift after the wiring ended: err %v, quota %s, libvirt sets %d (want the lift through libvirt)", err, quota(), lv.sets)
+	if err := q.Restore(ctx, webCgroup); err != nil || quota() != "-1" || lv.sets != 2 {
+		t.Errorf("lift after the context ended: err %v, quota %s, libvirt sets %d (want the lift through libvirt)", err, quota(), lv.sets)
 	}
-	if err := q.Apply(webCgroup, "web", throttle); err == nil || quota() != "-1" {
-		t.Errorf("throttle after the wiring ended: err %v, quota %s; want it refused", err, quota())
+	if err := q.Apply(ctx, webCgroup, "web", throttle); err == nil || quota() != "-1" {
+		t.Errorf("throttle after the context ended: err %v, quota %s; want it refused", err, quota())
 	}
 }

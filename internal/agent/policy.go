@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/crosstalk-project/crosstalk/internal/api"
@@ -30,7 +31,7 @@ type policy interface {
 // policy judges it.
 type sensingPolicy interface {
 	policy
-	sense(o *hwObservation, health *sensorHealth)
+	sense(ctx context.Context, o *hwObservation, health *sensorHealth)
 }
 
 // policyEnv is what a policy's constructor may look at to decide whether

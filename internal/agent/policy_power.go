@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/api"
@@ -35,13 +36,13 @@ func newPowerPolicy(env policyEnv) (policy, string) {
 func (p *powerPolicy) name() api.Policy { return api.PolicyPower }
 
 // sense reads RAPL and attributes it to the tenants by their CPU use.
-func (p *powerPolicy) sense(o *hwObservation, health *sensorHealth) {
+func (p *powerPolicy) sense(ctx context.Context, o *hwObservation, health *sensorHealth) {
 	in := make([]sense.PowerTenantInput, 0, len(o.samples))
 	for _, s := range o.samples {
 		in = append(in, sense.PowerTenantInput{ID: s.t.ID, CPUs: s.t.CPUs, Usage: s.usage})
 	}
 	start := time.Now()
-	r, ok, err := p.sensor.Read(o.now, in)
+	r, ok, err := p.sensor.Read(ctx, o.now, in)
 	health.record(sensorPower, time.Since(start), err)
 	o.power, o.powerOK = r, ok
 }

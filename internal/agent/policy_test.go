@@ -28,7 +28,7 @@ func TestPermitsPolicyClaimsAndReleases(t *testing.T) {
 		if len(st.Permits) != 1 {
 			t.Fatalf("status %+v, want the tenant's permit", st.Permits)
 		}
-		ar.apply(o, ds)
+		ar.apply(t.Context(), o, ds)
 		return ds
 	}
 	// Polluting at 10,000 against a booking of 1,000: OVER within seconds.
@@ -64,12 +64,12 @@ func TestPowerPolicyReleasesAVanishedTenant(t *testing.T) {
 	ar, sink, _, cm := testArbiter(t, false)
 	tn := sense.Tenant{ID: "/vm", Name: "vm", Cgroup: "/vm", CPUs: cpuset.Range(0, 3)}
 	o := observed(time.Unix(100, 0), tn)
-	ar.apply(o, []decision{
+	ar.apply(t.Context(), o, []decision{
 		{policy: api.PowerSocketPolicy(0), tenant: tn.ID, lever: api.LeverClockModulation, step: 8, steps: 16, cpus: tn.CPUs, reason: "socket 0 over budget"},
 	})
 	sink.records = nil
 	ds := (&powerPolicy{}).decisionsFor(observed(time.Unix(101, 0)), judge.PowerDecision{Tenant: tn.ID, Socket: 0, Lever: judge.LeverClockModulation, Action: judge.PowerTighten, Step: 4, Steps: 16})
-	ar.apply(observed(time.Unix(101, 0)), ds)
+	ar.apply(t.Context(), observed(time.Unix(101, 0)), ds)
 	if ar.held(tn.ID, "") || len(cm.cpu) != 0 {
 		t.Errorf("vanished tenant still held: %v, clock %v", ar.holds[tn.ID], cm.cpu)
 	}

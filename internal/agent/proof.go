@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -47,7 +48,7 @@ const proofPeriod = time.Second
 type CPUDomain struct{ Domain, CPU int }
 
 // maybeProve starts a perturbation proof on the top suspect.
-func (a *Agent) maybeProve(now time.Time, v judge.Verdict, ranked []judge.Suspect, present map[string]sample) {
+func (a *Agent) maybeProve(ctx context.Context, now time.Time, v judge.Verdict, ranked []judge.Suspect, present map[string]sample) {
 	if len(ranked) == 0 || len(a.throttled) >= a.cfg.MaxThrottled {
 		return
 	}
@@ -75,7 +76,7 @@ func (a *Agent) maybeProve(now time.Time, v judge.Verdict, ranked []judge.Suspec
 		}
 		reason := fmt.Sprintf("%s; suspect score %.2f: %s", v.Reason, top.Score, strings.Join(top.Reasons, "; "))
 		a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{Ratio: v.Ratio, Suspects: ranked}})
-		a.startProof(now, &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}, before)
+		a.startProof(ctx, now, &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}, before)
 		return
 	}
 }
@@ -189,7 +190,7 @@ func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDo
 // startProof caps or frees the suspect as the proof's first trial
 // asks and schedules its first reading; in dry-run it only says what it
 // would do. before is the contention ratio the proof answers to.
-func (a *Agent) startProof(now time.Time, p *proof, before float64) {
+func (a *Agent) startProof(ctx context.Context, now time.Time, p *proof, before float64) {
 	if a.cfg.DryRun {
 		a.record(now, p.tenant, api.KindProof, 0, 1, "dry run: would cap it to prove it: "+p.reason)
 		key := backoffKey(p.signal, p.tenant.ID)
@@ -212,12 +213,12 @@ func (a *Agent) startProof(now time.Time, p *proof, before float64) {
 	p.p = judge.NewProofCarry(cfg, before, now, uint64(now.UnixNano()), carry)
 	a.proof = p
 	a.record(now, p.tenant, api.KindProof, 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", a.cfg.Proof.Trials, p.reason))
-	a.followPlan(now, p)
+	a.followPlan(ctx, now, p)
 }
 
 // followPlan applies the cap state the proof wants now and sets the
 // time of its next reading. A failed write ends the proof.
-func (a *Agent) followPlan(now time.Time, p *proof) {
+func (a *Agent) followPlan(ctx context.Context, now time.Time, p *proof) {
 	plan := p.p.Plan()
 	p.next = plan.SampleAt
 	if plan.Capped == p.capped {
@@ -228,10 +229,10 @@ func (a *Agent) followPlan(now time.Time, p *proof) {
 		// Capped hard: the kernel's minimum quota (1 ms) per CPU a period,
 		// so the suspect runs in rare 1 ms slots while the probe reads.
 		q := cgroup.Quota{Quota: time.Duration(max(1, p.tenant.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
-		if err := a.apply(p.tenant, q, "proof", now); err != nil {
-			a.handleWriteErr(p.tenant, err)
+		if err := a.apply(ctx, p.tenant, q, "proof", now); err != nil {
+			a.handleWriteErr(ctx, p.tenant, err)
 			p.p.Abort("could not cap it: " + err.Error())
-			a.endProof(now, p)
+			a.endProof(ctx, now, p)
 			return
 		}
 		p.capped, p.since = true, now
@@ -239,15 +240,15 @@ func (a *Agent) followPlan(now time.Time, p *proof) {
 		a.recordSlot(now, p.tenant, api.KindProof, q.CPUs(), "proof: capped for a trial")
 		return
 	}
-	a.uncap(now, p, "proof: freed for a trial")
+	a.uncap(ctx, now, p, "proof: freed for a trial")
 }
 
 // uncap lifts a proof's cap (if on) and books the time it was on.
-func (a *Agent) uncap(now time.Time, p *proof, why string) {
+func (a *Agent) uncap(ctx context.Context, now time.Time, p *proof, why string) {
 	if !p.capped {
 		return
 	}
-	a.dropProbeHold(p.tenant)
+	a.dropProbeHold(ctx, p.tenant)
 	p.capped = false
 	a.capSpent(p.tenant.ID, now, now.Sub(p.since))
 	a.recordSlot(now, p.tenant, api.KindProofFree, 0, why)
@@ -259,7 +260,7 @@ func (a *Agent) currentProof() *proof {
 
 // proofSample takes one reading for the proof in progress and moves it
 // on: the cap state of the next slot, or the verdict.
-func (a *Agent) proofSample(now time.Time) {
+func (a *Agent) proofSample(ctx context.Context, now time.Time) {
 	p := a.proof
 	if p == nil {
 		return
@@ -267,7 +268,7 @@ func (a *Agent) proofSample(now time.Time) {
 	ratio, ok := -1.0, false
 	var waitNow map[string]sense.TenantStats
 	if p.signal == signalWait {
-		waitNow = a.readVictims(p.victims)
+		waitNow = a.readVictims(ctx, p.victims)
 	} else {
 		var kinds []string
 		if p.kind != "" {
@@ -288,16 +289,16 @@ func (a *Agent) proofSample(now time.Time) {
 	p.switched = false
 	a.log.Debug("proof reading", "tenant", p.tenant.Name, "capped", p.capped, "ratio", ratio, "ok", ok, "cpu", p.cpu.CPU, "kind", p.kind)
 	if p.p.Observe(now, ratio, ok) {
-		a.endProof(now, p)
+		a.endProof(ctx, now, p)
 		return
 	}
-	a.followPlan(now, p)
+	a.followPlan(ctx, now, p)
 }
 
 // endProof records a proof's verdict, with every trial's evidence,
 // and acts on it: a polluter is throttled at the start step; anyone else is
 // left free and not tested again for a while.
-func (a *Agent) endProof(now time.Time, p *proof) {
+func (a *Agent) endProof(ctx context.Context, now time.Time, p *proof) {
 	a.proof = nil
 	verdict, why := p.p.Verdict()
 	a.proofs[verdict]++
@@ -306,7 +307,7 @@ func (a *Agent) endProof(now time.Time, p *proof) {
 			FalseConvictionBound: a.cfg.Proof.FalseConviction()}})
 	key := backoffKey(p.signal, p.tenant.ID)
 	if verdict != judge.ProofGuilty {
-		a.uncap(now, p, verdict+": "+why)
+		a.uncap(ctx, now, p, verdict+": "+why)
 		if verdict == judge.ProofInconclusive {
 			// Not acquitted: proved again soon, within the budget, with
 			// the backoff it had, continuing this proof's evidence.
@@ -337,8 +338,8 @@ func (a *Agent) endProof(now time.Time, p *proof) {
 	a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
 	thr := a.duty.Start(now, p.p.Before())
 	q := a.sp.Quota(thr.Step, p.tenant.CPUs.Len())
-	if err := a.apply(p.tenant, q, "proven polluter", now); err != nil {
-		a.handleWriteErr(p.tenant, err)
+	if err := a.apply(ctx, p.tenant, q, "proven polluter", now); err != nil {
+		a.handleWriteErr(ctx, p.tenant, err)
 		return
 	}
 	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal, kind: p.kind, reason: "proven polluter: " + why, since: now}

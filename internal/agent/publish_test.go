@@ -50,7 +50,7 @@ func TestStateCumulativeCounters(t *testing.T) {
 	w := newWorld(t)
 	w.counters = true
 	hs := newVirtualHarness(t, w, testConfig(t.TempDir()), nil)
-	defer hs.stop()
+	defer hs.stop(t)
 	victim := func() api.TenantState {
 		st, _ := hs.agent.Latest()
 		for _, ts := range st.Tenants {

@@ -59,7 +59,7 @@ func (a *Agent) Reload(ctx context.Context, cfg Config) (ConfigChange, error) {
 //
 // Call it from the goroutine that drives the agent (Tick's caller), or
 // through Reload while Run runs: only the loop may touch the agent.
-func (a *Agent) Reconfigure(cfg Config) (ConfigChange, error) {
+func (a *Agent) Reconfigure(ctx context.Context, cfg Config) (ConfigChange, error) {
 	cfg.fill()
 	if err := cfg.Validate(); err != nil {
 		return ConfigChange{}, err
@@ -96,13 +96,13 @@ func (a *Agent) Reconfigure(cfg Config) (ConfigChange, error) {
 		if !a.protected(t.tenant) {
 			continue
 		}
-		a.release(t.tenant, why)
+		a.release(ctx, t.tenant, why)
 		delete(a.throttled, id)
 		change.Released = append(change.Released, t.tenant.Name)
 	}
 	if p := a.proof; p != nil && a.protected(p.tenant) {
 		p.p.Abort(why)
-		a.uncap(now, p, why)
+		a.uncap(ctx, now, p, why)
 		a.proof = nil
 		a.record(now, p.tenant, api.KindRelease, 0, 1, why+", during its proof")
 		change.Released = append(change.Released, p.tenant.Name)

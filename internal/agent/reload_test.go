@@ -35,7 +35,7 @@ func TestReloadKeepsAThrottle(t *testing.T) {
 	next.Judge.Ratio = 1.6
 	next.Proof.Trials = cfg.Proof.Trials + 2
 	next.LogLevel = "debug"
-	change, err := hs.agent.Reconfigure(next)
+	change, err := hs.agent.Reconfigure(t.Context(), next)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestReloadKeepsAThrottle(t *testing.T) {
 	if n := hs.count("release", "polluter"); n != releases {
 		t.Errorf("the reload released the polluter (%d releases, were %d)", n, releases)
 	}
-	hs.stop()
+	hs.stop(t)
 	if got := hs.agent.cont.Thresholds().Ratio; got != 1.6 {
 		t.Errorf("judge ratio in use %v, want 1.6", got)
 	}
@@ -127,7 +127,7 @@ func TestReloadRefusesAndDefers(t *testing.T) {
 		next := cfg
 		next.Protect = nil
 		bad(&next)
-		if _, err := a.Reconfigure(next); err == nil {
+		if _, err := a.Reconfigure(t.Context(), next); err == nil {
 			t.Errorf("%s: invalid configuration accepted", name)
 		}
 		if a.cfg.Judge.Ratio != cfg.Judge.Ratio || a.cfg.Interval != cfg.Interval || a.sp.Steps != cfg.Sparsify().Steps || a.cfg.LogLevel != "info" {
@@ -140,7 +140,7 @@ func TestReloadRefusesAndDefers(t *testing.T) {
 	next.StateDir = "/elsewhere"
 	next.Throttle.Steps = 8
 	next.MaxThrottled = 3
-	change, err := a.Reconfigure(next)
+	change, err := a.Reconfigure(t.Context(), next)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,14 +191,14 @@ type blockingDiscoverer struct {
 	blocked chan struct{} // non-nil: Discover waits for it to close
 }
 
-func (b *blockingDiscoverer) Discover() ([]sense.Tenant, error) {
+func (b *blockingDiscoverer) Discover(ctx context.Context) ([]sense.Tenant, error) {
 	b.mu.Lock()
 	gate := b.blocked
 	b.mu.Unlock()
 	if gate != nil {
 		<-gate
 	}
-	return b.Discoverer.Discover()
+	return b.Discoverer.Discover(ctx)
 }
 
 // The loop beats after its passes, and stops beating while it is stuck.

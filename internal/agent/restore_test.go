@@ -69,7 +69,7 @@ func TestRestoreAllUndoesWhatTheStateFileRecords(t *testing.T) {
 	q := &act.CPUQuota{Host: h, Layout: l, State: st}
 	throttle := cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}
 	for _, name := range []string{"/vms/polluter", "/vms/changed", "/vms/gone"} {
-		if err := q.Apply(name, filepath.Base(name), throttle); err != nil {
+		if err := q.Apply(t.Context(), name, filepath.Base(name), throttle); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -131,7 +131,7 @@ func TestRestoreAllRefusesWhileAnAgentHoldsTheStateDir(t *testing.T) {
 	h, l := v2Tree(t, "t1")
 	dir := t.TempDir()
 	st, _ := act.OpenState(StatePath(dir))
-	if err := (&act.CPUQuota{Host: h, Layout: l, State: st}).Apply("/t1", "t1", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
+	if err := (&act.CPUQuota{Host: h, Layout: l, State: st}).Apply(t.Context(), "/t1", "t1", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	lock, err := LockStateDir(dir)

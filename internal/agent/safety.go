@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -113,8 +114,8 @@ func openStateOrMoveAside(path string, journal *act.Journal, safety *Safety, log
 // quota no state covers (after the leftovers the state does cover were
 // restored), so a throttle whose record was lost is flagged even if the
 // agent never acts on its tenant.
-func flagUnowned(cq *act.CPUQuota, disc sense.Discoverer, log *slog.Logger) {
-	tenants, err := disc.Discover()
+func flagUnowned(ctx context.Context, cq *act.CPUQuota, disc sense.Discoverer, log *slog.Logger) {
+	tenants, err := disc.Discover(ctx)
 	if err != nil && len(tenants) == 0 {
 		log.Warn("looking for unowned throttles: discovery failed", "err", err)
 		return

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -81,7 +82,7 @@ func presentOf(samples []sample) map[string]sample {
 }
 
 // sampleTenants reads every tenant's counters and turns them into rates.
-func (a *Agent) sampleTenants(tenants []sense.Tenant) []sample {
+func (a *Agent) sampleTenants(ctx context.Context, tenants []sense.Tenant) []sample {
 	out := make([]sample, 0, len(tenants))
 	seen := map[string]bool{}
 	// One attempt over all tenants: it fails with the first tenant that
@@ -94,7 +95,7 @@ func (a *Agent) sampleTenants(tenants []sense.Tenant) []sample {
 		if p, ok := a.prev[t.ID]; ok {
 			prev = &p
 		}
-		st, err := a.d.Stats.Read(t, prev)
+		st, err := a.d.Stats.Read(ctx, t, prev)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) && failed == nil {
 				failed = fmt.Errorf("tenant %s: %w", t.ID, err)

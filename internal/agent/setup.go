@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,9 +29,11 @@ import (
 // schedstat sampling, the canary probe, perf counters where the host has
 // them, and the CPU-quota actuator with its state file and journal in
 // cfg.StateDir. The returned close function releases what Build opened (it
-// does not restore quotas: Run does that when it ends).
-func Build(cfg Config, h *host.Host, log *slog.Logger, version string, onAction func(api.ActionRecord)) (*Agent, func(), error) {
-	return BuildWith(cfg, h, BuildOptions{Log: log, Version: version, OnAction: onAction})
+// does not restore quotas: Run does that when it ends). ctx bounds the
+// work Build does itself (the first look at the tenants); the agent's loop
+// runs under Run's.
+func Build(ctx context.Context, cfg Config, h *host.Host, log *slog.Logger, version string, onAction func(api.ActionRecord)) (*Agent, func(), error) {
+	return BuildWith(ctx, cfg, h, BuildOptions{Log: log, Version: version, OnAction: onAction})
 }
 
 // BuildOptions replace the parts of Build that touch the live machine: the
@@ -58,7 +61,7 @@ type BuildOptions struct {
 }
 
 // BuildWith is Build with parts replaced (see BuildOptions).
-func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error) {
+func BuildWith(ctx context.Context, cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error) {
 	log, version, onAction := o.Log, o.Version, o.OnAction
 	cfg.fill()
 	if err := cfg.Validate(); err != nil {
@@ -146,12 +149,12 @@ func BuildWith(cfg Config, h *host.Host, o BuildOptions) (*Agent, func(), error)
 		// behind must be flagged wherever it is. Their details read now
 		// are cached, so this front-loads the spread-out first reads.
 		disc.MaxNew = 0
-		flagUnowned(cq, disc, log)
+		flagUnowned(ctx, cq, disc, log)
 		disc.MaxNew = 50
 	}
 	// libvirt VMs: named and located as libvirt knows them, and throttled
 	// through libvirt (see wireLibvirt).
-	discoverer, quota, stopLibvirt := wireLibvirt(cfg, h, log, disc, disc.DetailEvery, cq, state)
+	discoverer, quota, stopLibvirt := wireLibvirt(ctx, cfg, h, log, disc, disc.DetailEvery, cq, state)
 	closers = append(closers, stopLibvirt)
 	d := Deps{
 		Discoverer: discoverer,

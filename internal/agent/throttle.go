@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -49,7 +50,7 @@ const recidivWindow = 5 * time.Minute
 // probes read contended. Its duty
 // controller then verifies it as after a proof: if the contention stays,
 // it is released as useless and its record dropped.
-func (a *Agent) rethrottle(now time.Time, v judge.Verdict, present map[string]sample) {
+func (a *Agent) rethrottle(ctx context.Context, now time.Time, v judge.Verdict, present map[string]sample) {
 	for id, c := range a.convicts {
 		if now.Sub(c.at) > recidivWindow {
 			delete(a.convicts, id)
@@ -71,8 +72,8 @@ func (a *Agent) rethrottle(now time.Time, v judge.Verdict, present map[string]sa
 		}
 		thr := a.duty.Start(now, v.Ratio)
 		q := a.sp.Quota(thr.Step, s.t.CPUs.Len())
-		if err := a.apply(s.t, q, "convicted polluter busy again", now); err != nil {
-			a.handleWriteErr(s.t, err)
+		if err := a.apply(ctx, s.t, q, "convicted polluter busy again", now); err != nil {
+			a.handleWriteErr(ctx, s.t, err)
 			continue
 		}
 		delete(a.convicts, id)
@@ -94,7 +95,7 @@ type backoff struct {
 // It returns true when a throttled tenant used less than its idle share:
 // it has likely stopped, and the next interval should come soon to
 // release it.
-func (a *Agent) control(now time.Time, v judge.Verdict, present map[string]sample, probed bool) (idle bool) {
+func (a *Agent) control(ctx context.Context, now time.Time, v judge.Verdict, present map[string]sample, probed bool) (idle bool) {
 	for id, t := range a.throttled {
 		if !probed && t.signal != signalWait {
 			if _, ok := present[id]; ok {
@@ -104,7 +105,7 @@ func (a *Agent) control(now time.Time, v judge.Verdict, present map[string]sampl
 		s, ok := present[id]
 		if !ok {
 			// The tenant vanished: nothing to restore, forget it.
-			a.forgetHolds(id)
+			a.forgetHolds(ctx, id)
 			delete(a.throttled, id)
 			a.record(now, t.tenant, api.KindRelease, 0, 1, "tenant vanished")
 			continue
@@ -136,7 +137,7 @@ func (a *Agent) control(now time.Time, v judge.Verdict, present map[string]sampl
 			// cause. Free it, and do not suspect it again for a while (nor
 			// throttle it again on its record).
 			delete(a.convicts, id)
-			a.release(t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× while it was held down", ratio))
+			a.release(ctx, t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× while it was held down", ratio))
 			delete(a.throttled, id)
 			key := backoffKey(t.signal, id)
 			a.backoff[key] = a.nextBackoff(key, now)
@@ -145,15 +146,15 @@ func (a *Agent) control(now time.Time, v judge.Verdict, present map[string]sampl
 			if used < a.duty.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
 				why = fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed, never held back by it", s.usage, a.sp.Duty(t.thr.Step)*float64(ncpus))
 			}
-			a.release(t.tenant, why)
+			a.release(ctx, t.tenant, why)
 			delete(a.throttled, id)
 			if t.signal == signalProbe {
 				a.convicts[id] = convict{at: now, reason: t.reason, kind: t.kind}
 			}
 		case judge.DutyTighten, judge.DutyRelax:
 			q := a.sp.Quota(t.thr.Step, ncpus)
-			if err := a.apply(t.tenant, q, fmt.Sprintf("duty %d/%d", t.thr.Step, a.sp.Steps), now); err != nil {
-				a.handleWriteErr(t.tenant, err)
+			if err := a.apply(ctx, t.tenant, q, fmt.Sprintf("duty %d/%d", t.thr.Step, a.sp.Steps), now); err != nil {
+				a.handleWriteErr(ctx, t.tenant, err)
 				continue
 			}
 			a.record(now, t.tenant, api.ActionKind(d), q.CPUs(), a.sp.Duty(t.thr.Step), fmt.Sprintf("contention %.2f×", ratio))

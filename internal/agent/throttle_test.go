@@ -14,7 +14,7 @@ import (
 func TestAgentRethrottlesAReturningPolluter(t *testing.T) {
 	w := newWorld(t)
 	hs := newVirtualHarness(t, w, testConfig(t.TempDir()), nil)
-	defer hs.stop()
+	defer hs.stop(t)
 	hs.until(t, "throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
 	w.setRunning(false)
 	hs.until(t, "release", 5*time.Second, func() bool {
@@ -60,7 +60,7 @@ func TestAgentThrottleAnswersToItsProofsKind(t *testing.T) {
 	if q := w.quota("polluter"); q.Unlimited() || q.CPUs() > 0.2 {
 		t.Errorf("polluter at %v after 4 s of LLC noise, want still throttled", q)
 	}
-	hs.stop()
+	hs.stop(t)
 	if n := hs.count("release", "polluter"); n > 1 { // the one at stop
 		t.Errorf("polluter released %d times while the DRAM probe it was convicted on stayed quiet: %+v", n, hs.actions)
 	}
@@ -75,7 +75,7 @@ func TestAgentWatchCatchesAPolluterBetweenIntervals(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.Interval = time.Second
 	hs := newVirtualHarness(t, w, cfg, nil)
-	defer hs.stop()
+	defer hs.stop(t)
 	// Quiet intervals at 0, 1, 2 and 3 s: the clock stops just after the
 	// last one.
 	hs.advance(t, 3*time.Second, nil)

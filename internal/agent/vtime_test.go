@@ -57,8 +57,8 @@ type vloop struct {
 	passes int
 }
 
-func startLoop(a *Agent, c *clock, log *actionLog) *vloop {
-	a.Start()
+func startLoop(t *testing.T, a *Agent, c *clock, log *actionLog) *vloop {
+	a.Start(t.Context())
 	return &vloop{a: a, clock: c, log: log}
 }
 
@@ -89,7 +89,7 @@ func (l *vloop) advance(t *testing.T, d time.Duration, done func() bool) bool {
 		} else {
 			last, stall = now, 0
 		}
-		l.next = l.a.Tick(now, l.next)
+		l.next = l.a.Tick(t.Context(), now, l.next)
 		l.passes++
 		if done != nil && done() {
 			return true
@@ -113,7 +113,7 @@ func (l *vloop) until(t *testing.T, what string, limit time.Duration, cond func(
 }
 
 // stop does what Run does when it ends: restore everything.
-func (l *vloop) stop() { l.a.Stop() }
+func (l *vloop) stop(t *testing.T) { l.a.Stop(t.Context()) }
 
 // String lists the actions, one a line, for a failing test.
 func (l *actionLog) String() string {
@@ -133,7 +133,7 @@ func TestVirtualLoopKeepsTheInterval(t *testing.T) {
 	w.setRunning(false)
 	cfg := testConfig(t.TempDir())
 	hs := newVirtualHarness(t, w, cfg, nil)
-	defer hs.stop()
+	defer hs.stop(t)
 	start := hs.clock.Now()
 	hs.advance(t, 10*cfg.Interval, nil)
 	st, ok := hs.agent.Latest()
@@ -161,7 +161,7 @@ func TestVirtualLoopTakesProofReadingsWhenDue(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.Interval = time.Second
 	hs := newVirtualHarness(t, w, cfg, nil)
-	defer hs.stop()
+	defer hs.stop(t)
 	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has("throttle", "polluter") })
 	var proved, throttled time.Time
 	hs.mu.Lock()

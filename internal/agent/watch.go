@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/api"
@@ -72,7 +73,7 @@ const surveyMax = 16
 // It runs surveyRounds times, on intervals where tenants have rates, and
 // costs each busy tenant a few tens of milliseconds of CPU once; in
 // dry-run it is skipped (nothing may be written).
-func (a *Agent) surveyQuiet(now time.Time, samples []sample) {
+func (a *Agent) surveyQuiet(ctx context.Context, now time.Time, samples []sample) {
 	if a.cfg.DryRun {
 		a.survey = 0
 		return
@@ -98,8 +99,8 @@ func (a *Agent) surveyQuiet(now time.Time, samples []sample) {
 			continue
 		}
 		q := cgroup.Quota{Quota: time.Duration(max(1, t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
-		if err := a.apply(t, q, "survey", now); err != nil {
-			a.handleWriteErr(t, err)
+		if err := a.apply(ctx, t, q, "survey", now); err != nil {
+			a.handleWriteErr(ctx, t, err)
 			continue
 		}
 		capped = append(capped, t)
@@ -118,7 +119,7 @@ func (a *Agent) surveyQuiet(now time.Time, samples []sample) {
 	a.cont.Lower(readings)
 	end := a.d.Now()
 	for _, t := range capped {
-		a.dropProbeHold(t)
+		a.dropProbeHold(ctx, t)
 		a.capSpent(t.ID, end, end.Sub(start))
 		a.recordSlot(end, t, api.KindProofFree, 0, "start-up survey done")
 	}

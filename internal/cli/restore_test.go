@@ -44,7 +44,7 @@ func throttledTree(t *testing.T) (root, stateDir, quotaFile string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (&act.CPUQuota{Host: h, Layout: l, State: st}).Apply("/crosstalk-ops-test/left", "left",
+	if err := (&act.CPUQuota{Host: h, Layout: l, State: st}).Apply(t.Context(), "/crosstalk-ops-test/left", "left",
 		cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}

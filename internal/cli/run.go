@@ -160,7 +160,7 @@ docs/configuration.md for the configuration file (unknown keys are rejected).`,
 				log.Warn("restored what a previous crosstalk left behind", "restored", rep.Restored, "kept", rep.Kept, "err", err)
 			}
 			safety := agent.NewSafety()
-			a, closeFn, err := agent.BuildWith(cfg, h, agent.BuildOptions{Log: log, Version: g.build.Version, Safety: safety})
+			a, closeFn, err := agent.BuildWith(ctx, cfg, h, agent.BuildOptions{Log: log, Version: g.build.Version, Safety: safety})
 			if err != nil {
 				return err
 			}

@@ -46,7 +46,7 @@ func TestRunRestoresWhatAKilledAgentLeft(t *testing.T) {
 	dir := t.TempDir()
 	st, _ := act.OpenState(agent.StatePath(dir))
 	q := &act.CPUQuota{Host: h, Layout: l, State: st}
-	if err := q.Apply(name, "left", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
+	if err := q.Apply(t.Context(), name, "left", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if cur, _ := g.CPUQuota(); cur.Unlimited() {

@@ -137,9 +137,9 @@ func TestHelperThrottleSequence(t *testing.T) {
 	cg := os.Getenv("CGROUP")
 	for _, step := range throttleSequence {
 		if step.restore {
-			err = q.Restore(cg)
+			err = q.Restore(t.Context(), cg)
 		} else {
-			err = q.Apply(cg, "victim", step.q)
+			err = q.Apply(t.Context(), cg, "victim", step.q)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -225,12 +225,12 @@ func TestHelperSignal(t *testing.T) {
 	st, _ := act.OpenState(agent.StatePath(os.Getenv("STATE_DIR")))
 	q := &act.CPUQuota{Host: h, Layout: l, State: st}
 	cg := os.Getenv("CGROUP")
-	if err := q.Apply(cg, "victim", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
+	if err := q.Apply(t.Context(), cg, "victim", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Println("throttled")
 	<-ctx.Done()
-	if err := q.Restore(cg); err != nil {
+	if err := q.Restore(t.Context(), cg); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Println("restored")

@@ -55,7 +55,7 @@ func (p *agentPolicy) Begin(ctx context.Context, env *PolicyEnv) error {
 	record := func(r api.ActionRecord) {
 		env.Record(Action{T: env.Since().Seconds(), Tenant: r.Name, Kind: string(r.Kind), Detail: r.Reason, Quota: r.Quota})
 	}
-	a, closeFn, err := agent.Build(cfg, env.Host, env.Log, "lab", record)
+	a, closeFn, err := agent.Build(ctx, cfg, env.Host, env.Log, "lab", record)
 	if err != nil {
 		os.RemoveAll(dir)
 		return fmt.Errorf("crosstalk agent: %w", err)

@@ -1,6 +1,7 @@
 package sense
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -115,7 +116,10 @@ func (c CgroupStats) Forget(cg string) {
 // used no CPU since then costs one read: an idle tenant can be neither
 // throttled nor stalled, so its other counters have not moved either. prev
 // also carries the run delay between its turns (see RunDelayEvery).
-func (c CgroupStats) Read(t Tenant, prev *TenantStats) (TenantStats, error) {
+//
+// It reads only cgroupfs and procfs, which do not block, so it does not
+// consult ctx.
+func (c CgroupStats) Read(_ context.Context, t Tenant, prev *TenantStats) (TenantStats, error) {
 	now := c.Now
 	if now == nil {
 		now = time.Now

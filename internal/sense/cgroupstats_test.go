@@ -33,7 +33,7 @@ func TestCgroupStatsRead(t *testing.T) {
 	ten := Tenant{ID: "/vm", Cgroup: "/vm", Threads: []int{101, 102, 103}} // 103 exited
 	for _, files := range []*host.Rereader{nil, h.NewRereader(8)} {
 		c := CgroupStats{Host: h, Layout: l, Files: files}
-		st, err := c.Read(ten, nil)
+		st, err := c.Read(t.Context(), ten, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +42,7 @@ func TestCgroupStatsRead(t *testing.T) {
 		}
 		// Idle since: one read, the rest carried over (even with PSI gone).
 		os.Remove(filepath.Join(root, "cg2/vm/cpu.pressure"))
-		idle, err := c.Read(ten, &st)
+		idle, err := c.Read(t.Context(), ten, &st)
 		if err != nil || idle.PSISome != st.PSISome || idle.Throttled != st.Throttled || !idle.At.After(st.At) {
 			t.Errorf("idle read = %+v, %v", idle, err)
 		}
@@ -51,7 +51,7 @@ func TestCgroupStatsRead(t *testing.T) {
 	// A vanished tenant reads as not existing.
 	os.RemoveAll(filepath.Join(root, "cg2/vm"))
 	os.RemoveAll(filepath.Join(root, "cg/cpu/vm"))
-	if _, err := (CgroupStats{Host: h, Layout: l}).Read(ten, nil); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := (CgroupStats{Host: h, Layout: l}).Read(t.Context(), ten, nil); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("vanished tenant: %v", err)
 	}
 	if d, ok := PSITotal("some avg10=0 total=42\n", "some"); !ok || d != 42*time.Microsecond {

@@ -62,7 +62,7 @@ func TestChurnKeepsDescriptorsFlat(t *testing.T) {
 					add(next)
 					next++
 				}
-				tenants, err := d.Discover()
+				tenants, err := d.Discover(t.Context())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -70,7 +70,7 @@ func TestChurnKeepsDescriptorsFlat(t *testing.T) {
 					t.Fatalf("round %d: %d tenants, want %d", r, len(tenants), live)
 				}
 				for _, ten := range tenants {
-					if _, err := stats.Read(ten, nil); err != nil {
+					if _, err := stats.Read(t.Context(), ten, nil); err != nil {
 						t.Fatal(err)
 					}
 				}

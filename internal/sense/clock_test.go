@@ -24,7 +24,7 @@ func TestSensorsUseTheirClock(t *testing.T) {
 	defer h.Close()
 	virtual := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	c := CgroupStats{Host: h, Layout: cgroup.Layout{Mode: cgroup.ModeV2, V2: "/cg2", V2Controllers: []string{"cpu"}}, Now: func() time.Time { return virtual }}
-	st, err := c.Read(Tenant{ID: "/vm", Cgroup: "/vm"}, nil)
+	st, err := c.Read(t.Context(), Tenant{ID: "/vm", Cgroup: "/vm"}, nil)
 	if err != nil || !st.At.Equal(virtual) {
 		t.Errorf("sample at %v (%v), want the virtual %v", st.At, err, virtual)
 	}
@@ -38,13 +38,13 @@ func TestSensorsUseTheirClock(t *testing.T) {
 	now := virtual
 	p.SetClock(func() time.Time { return now })
 	ten := []Tenant{{ID: "/t", Cgroup: "/t", CPUs: cpuset.Of(0)}}
-	if err := p.Sync(ten); err != nil {
+	if err := p.Sync(t.Context(), ten); err != nil {
 		t.Fatal(err)
 	}
-	p.Read()
+	p.Read(t.Context())
 	f.add(filepath.Join(real, "t"), evTask, 0, uint64(time.Second), uint64(time.Second), uint64(time.Second))
 	now = now.Add(4 * time.Second) // four virtual seconds, however long the test took
-	rates, err := p.Read()
+	rates, err := p.Read(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

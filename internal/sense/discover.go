@@ -1,6 +1,7 @@
 package sense
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -158,7 +159,9 @@ func compileGlob(g string, maxDepth int) ([]string, error) {
 // vanishes while it is read is left out without error; any other read error
 // is returned (joined) together with every tenant found, so the caller can
 // log it and go on.
-func (d *CgroupDiscoverer) Discover() ([]Tenant, error) {
+// The walk reads only cgroupfs, which does not block, so it does not consult
+// ctx.
+func (d *CgroupDiscoverer) Discover(_ context.Context) ([]Tenant, error) {
 	if d.Host == nil {
 		return nil, errors.New("cgroup discovery: no host")
 	}

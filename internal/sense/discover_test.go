@@ -304,7 +304,7 @@ func TestDiscoverLayouts(t *testing.T) {
 				t.Fatal(err)
 			}
 			d.Builtin = tc.builtin
-			got, err := d.Discover()
+			got, err := d.Discover(t.Context())
 			if err != nil {
 				t.Fatalf("Discover: %v", err)
 			}
@@ -325,16 +325,16 @@ func TestDiscoverMaxDepth(t *testing.T) {
 	}
 	d.MaxDepth = 2 // /docker/<id> is 2 deep, /a/b/c 3
 	// The glob is deeper than the walk goes: say so rather than never match.
-	if got, err := d.Discover(); err == nil || !strings.Contains(err.Error(), `"/a/*/*"`) {
+	if got, err := d.Discover(t.Context()); err == nil || !strings.Contains(err.Error(), `"/a/*/*"`) {
 		t.Errorf("glob deeper than MaxDepth: %v, %v", got, err)
 	}
 	d.Globs = nil
-	got, err := d.Discover()
+	got, err := d.Discover(t.Context())
 	if err != nil || len(got) != 1 || got[0].ID != "/docker/"+hexA {
 		t.Errorf("MaxDepth 2: %v, %v", got, err)
 	}
 	d.MaxDepth = 1
-	if got, err = d.Discover(); err != nil || len(got) != 0 {
+	if got, err = d.Discover(t.Context()); err != nil || len(got) != 0 {
 		t.Errorf("MaxDepth 1: %v, %v", got, err)
 	}
 }
@@ -348,10 +348,10 @@ func TestDiscoverErrors(t *testing.T) {
 		}
 	}
 	// A literal CgroupDiscoverer is checked by Discover.
-	if _, err := (&CgroupDiscoverer{Host: h, Layout: layoutV2, Globs: []string{"/x/[a-"}}).Discover(); err == nil || !strings.Contains(err.Error(), `"/x/[a-"`) {
+	if _, err := (&CgroupDiscoverer{Host: h, Layout: layoutV2, Globs: []string{"/x/[a-"}}).Discover(t.Context()); err == nil || !strings.Contains(err.Error(), `"/x/[a-"`) {
 		t.Errorf("literal with bad glob: %v", err)
 	}
-	if _, err := (&CgroupDiscoverer{Layout: layoutV2}).Discover(); err == nil {
+	if _, err := (&CgroupDiscoverer{Layout: layoutV2}).Discover(t.Context()); err == nil {
 		t.Error("no host: no error")
 	}
 	if _, err := NewCgroupDiscoverer(nil, layoutV2, nil); err == nil {
@@ -366,13 +366,13 @@ func TestDiscoverErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := d.Discover(); err == nil || !strings.Contains(err.Error(), "cpu controller") {
+		if _, err := d.Discover(t.Context()); err == nil || !strings.Contains(err.Error(), "cpu controller") {
 			t.Errorf("layout %+v: err = %v, want no cpu controller", l, err)
 		}
 	}
 	// The hierarchy's root missing is an error, not "no tenants".
 	d, _ := NewCgroupDiscoverer(h, layoutV1, nil)
-	if got, err := d.Discover(); err == nil {
+	if got, err := d.Discover(t.Context()); err == nil {
 		t.Errorf("missing hierarchy root: %v, no error", got)
 	}
 }
@@ -420,7 +420,7 @@ func TestDiscoverVanished(t *testing.T) {
 			os.RemoveAll(filepath.Join(root, v2, "system.slice/gone.slice"))
 		}
 	})
-	got, err := d.Discover()
+	got, err := d.Discover(t.Context())
 	if err != nil {
 		t.Fatalf("Discover: %v", err)
 	}
@@ -455,7 +455,7 @@ func TestDiscoverReadErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := d.Discover()
+	got, err := d.Discover(t.Context())
 	if err == nil {
 		t.Fatal("no error for unreadable and garbled files")
 	}
@@ -594,7 +594,7 @@ func TestLiveDiscover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := d.Discover()
+	got, err := d.Discover(t.Context())
 	if err != nil {
 		t.Logf("Discover reported (tenants found anyway): %v", err)
 	}
@@ -654,7 +654,7 @@ func BenchmarkDiscover(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		got, err := d.Discover()
+		got, err := d.Discover(b.Context())
 		if err != nil || len(got) != 200 || len(got[0].Threads) != 6 {
 			b.Fatalf("%d tenants, %v", len(got), err)
 		}

@@ -35,7 +35,7 @@ func turnsTree(t *testing.T, n int) (root string, d *CgroupDiscoverer, reads *[]
 func discoverCall(t *testing.T, d *CgroupDiscoverer, reads *[]map[string]bool) []Tenant {
 	t.Helper()
 	*reads = append(*reads, map[string]bool{})
-	got, err := d.Discover()
+	got, err := d.Discover(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

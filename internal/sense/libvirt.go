@@ -1,6 +1,7 @@
 package sense
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"sync"
@@ -90,8 +91,8 @@ func (d *LibvirtDiscoverer) LibvirtHealth() (time.Duration, error) {
 }
 
 // Discover runs the inner discoverer and enriches its VMs.
-func (d *LibvirtDiscoverer) Discover() ([]Tenant, error) {
-	tenants, err := d.Inner.Discover()
+func (d *LibvirtDiscoverer) Discover(ctx context.Context) ([]Tenant, error) {
+	tenants, err := d.Inner.Discover(ctx)
 	if d.Libvirt == nil {
 		return tenants, err
 	}

@@ -2,6 +2,7 @@ package sense
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -69,7 +70,7 @@ func TestLibvirtDiscovererEnrichesTheWalk(t *testing.T) {
 		domain(t, 4, "my_vm (prod)", uuidProd, 2, ""), // unpinned: keeps the cgroup's CPUs
 	}}
 	d := &LibvirtDiscoverer{Inner: walk, Libvirt: lv, Host: walk.Host, Layout: layoutHybrid}
-	got, err := d.Discover()
+	got, err := d.Discover(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestLibvirtDiscovererEnrichesTheWalk(t *testing.T) {
 // staticDiscoverer returns fixed tenants.
 type staticDiscoverer struct{ tenants []Tenant }
 
-func (s *staticDiscoverer) Discover() ([]Tenant, error) {
+func (s *staticDiscoverer) Discover(context.Context) ([]Tenant, error) {
 	out := make([]Tenant, len(s.tenants))
 	copy(out, s.tenants)
 	return out, nil
@@ -115,14 +116,14 @@ func TestLibvirtDiscovererMismatches(t *testing.T) {
 
 	// "later" runs but has no cgroup tenant yet: nothing reported within the grace.
 	for range 3 {
-		d.Discover()
+		d.Discover(t.Context())
 		clock = clock.Add(time.Second)
 	}
 	if strings.Contains(logs.String(), "finds no cgroup") {
 		t.Fatalf("reported a domain inside its grace period:\n%s", logs.String())
 	}
 	for range 5 {
-		d.Discover()
+		d.Discover(t.Context())
 		clock = clock.Add(time.Second)
 	}
 	if n := strings.Count(logs.String(), "finds no cgroup"); n != 1 {
@@ -133,7 +134,7 @@ func TestLibvirtDiscovererMismatches(t *testing.T) {
 	}
 	// Its cgroup shows up: it is enriched and the recovery logged.
 	inner.tenants = append(inner.tenants, Tenant{ID: "/machine/qemu-5-later.libvirt-qemu", Kind: KindVM, Name: "later", Cgroup: "/machine/qemu-5-later.libvirt-qemu", CPUs: cpuset.MustParse("0-3")})
-	got, _ := d.Discover()
+	got, _ := d.Discover(t.Context())
 	if len(got) != 2 || got[1].UUID != uuidLater || got[1].CPUs.String() != "0" {
 		t.Errorf("after its cgroup appeared: %+v", got)
 	}
@@ -147,7 +148,7 @@ func TestLibvirtDiscovererMismatches(t *testing.T) {
 	lv.doms = lv.doms[:1]
 	logs.Reset()
 	for range 20 {
-		got, _ = d.Discover()
+		got, _ = d.Discover(t.Context())
 		clock = clock.Add(time.Second)
 	}
 	if got[0].UUID != uuidWeb || got[1].UUID != "" || got[1].Name != "later" {
@@ -160,7 +161,7 @@ func TestLibvirtDiscovererMismatches(t *testing.T) {
 		t.Errorf("health with a stale list: %v, want ErrLibvirtStale", err)
 	}
 	lv.current = true
-	d.Discover()
+	d.Discover(t.Context())
 	if _, err := d.LibvirtHealth(); err != nil {
 		t.Errorf("health with the list current again: %v", err)
 	}
@@ -170,7 +171,7 @@ func TestLibvirtDiscovererMismatches(t *testing.T) {
 func TestLibvirtDiscovererWithoutConfig(t *testing.T) {
 	inner := &staticDiscoverer{tenants: []Tenant{{ID: "/m/qemu-2-db.libvirt-qemu", Kind: KindVM, Name: "db", Cgroup: "/m/qemu-2-db.libvirt-qemu", CPUs: cpuset.MustParse("0-1")}}}
 	lv := &fakeDomains{current: true, doms: []libvirt.Domain{{Name: "db", UUID: uuidProd, ID: 2, VCPUs: 2, ConfigErr: libvirt.ErrMalformedXML}}}
-	got, err := (&LibvirtDiscoverer{Inner: inner, Libvirt: lv}).Discover()
+	got, err := (&LibvirtDiscoverer{Inner: inner, Libvirt: lv}).Discover(t.Context())
 	if err != nil || got[0].UUID != uuidProd || got[0].CPUs.String() != "0-1" || got[0].VCPUs != 2 {
 		t.Errorf("got %+v, %v", got, err)
 	}

@@ -18,6 +18,7 @@ package sense
 
 import (
 	"cmp"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -363,7 +364,10 @@ type perfCandidate struct {
 // could be opened. An event the host cannot count is disabled for all
 // tenants, reported once as a *PerfEventDisabledError. A tenant whose cgroup
 // vanished is dropped quietly.
-func (p *PerfCounters) Sync(tenants []Tenant) error {
+//
+// Sync and Read make only perf_event syscalls and cgroupfs reads, which do
+// not block, so they do not consult ctx.
+func (p *PerfCounters) Sync(_ context.Context, tenants []Tenant) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -750,7 +754,7 @@ func (p *PerfCounters) warnOnce(warn []error, key string, err error) []error {
 //
 // Read errors are returned joined, the rates that could be read with them;
 // the event concerned is omitted and re-baselined.
-func (p *PerfCounters) Read() (map[string]map[string]float64, error) {
+func (p *PerfCounters) Read(_ context.Context) (map[string]map[string]float64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {

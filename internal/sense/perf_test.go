@@ -365,10 +365,10 @@ func TestNewPerfCountersHierarchy(t *testing.T) {
 	if b := p.Budget(); b >= int(rl.Cur) || b < 1 {
 		t.Errorf("budget %d with RLIMIT_NOFILE %d", b, rl.Cur)
 	}
-	if err := p.Sync(nil); err == nil || !strings.Contains(err.Error(), "RLIMIT_NOFILE") {
+	if err := p.Sync(t.Context(), nil); err == nil || !strings.Contains(err.Error(), "RLIMIT_NOFILE") {
 		t.Errorf("first Sync: %v", err)
 	}
-	if err := p.Sync(nil); err != nil {
+	if err := p.Sync(t.Context(), nil); err != nil {
 		t.Errorf("second Sync: %v", err)
 	}
 	t.Logf("RLIMIT_NOFILE %d/%d: budget 1<<30 lowered to %d", rl.Cur, rl.Max, p.Budget())
@@ -402,7 +402,7 @@ func TestPerfCountersAttrs(t *testing.T) {
 				perfTenant("/gone", cpuset.Of(0)),          // no directory: dropped quietly
 				perfTenant("/other", cpuset.Of(2, 7)),      // CPU 7 is not online
 			}
-			if err := p.Sync(tenants); err != nil {
+			if err := p.Sync(t.Context(), tenants); err != nil {
 				t.Fatal(err)
 			}
 			wantCPUs := map[string][]int{
@@ -466,7 +466,7 @@ func TestPerfCountersAttrs(t *testing.T) {
 			}
 			// A second Sync with the same tenants opens nothing.
 			n := len(f.calls)
-			if err := p.Sync(tenants); err != nil || len(f.calls) != n {
+			if err := p.Sync(t.Context(), tenants); err != nil || len(f.calls) != n {
 				t.Errorf("resync: %v, %d new opens", err, len(f.calls)-n)
 			}
 			if !slices.Equal(p.Counted(), []string{"/kubepods/pod1", "/machine.slice/vm1", "/other"}) {
@@ -474,7 +474,7 @@ func TestPerfCountersAttrs(t *testing.T) {
 			}
 			// A changed cpuset reopens the tenant on its new CPUs.
 			tenants[0].CPUs = cpuset.Of(0)
-			if err := p.Sync(tenants); err != nil {
+			if err := p.Sync(t.Context(), tenants); err != nil {
 				t.Fatal(err)
 			}
 			if want := fds - 3*2 + 3*1; p.FDs() != want || f.openNow() != want {
@@ -495,12 +495,12 @@ func TestPerfCountersRates(t *testing.T) {
 	p, clk := newCounters(t, h, v1PerfLayout, []PerfEvent{evCycles, evInstr, evTask, evCS}, 100, f)
 	a, b := filepath.Join(mount, "a"), filepath.Join(mount, "b")
 	tenants := []Tenant{perfTenant("/a", cpuset.Of(0, 1)), perfTenant("/b", cpuset.Of(0, 1))}
-	if err := p.Sync(tenants); err != nil {
+	if err := p.Sync(t.Context(), tenants); err != nil {
 		t.Fatal(err)
 	}
 	// Counters ran a while before the first Read: no rate yet, only a baseline.
 	f.add(a, evCycles, 0, 5000, 100, 100)
-	rates, err := p.Read()
+	rates, err := p.Read(t.Context())
 	if err != nil || len(rates) != 0 {
 		t.Fatalf("first Read = %v, %v; want no rates", rates, err)
 	}
@@ -521,7 +521,7 @@ func TestPerfCountersRates(t *testing.T) {
 	// never running anywhere: not measured, so omitted.
 	f.add(b, evCycles, 0, 0, 100*ms, 0)
 	clk.advance(500 * time.Millisecond)
-	rates, err = p.Read()
+	rates, err = p.Read(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +534,7 @@ func TestPerfCountersRates(t *testing.T) {
 	// Next interval, 250 ms: rates are per second of this interval.
 	f.add(a, evCycles, 0, 100, 10*ms, 10*ms)
 	clk.advance(250 * time.Millisecond)
-	rates, _ = p.Read()
+	rates, _ = p.Read(t.Context())
 	if got := rates["/a"]["cycles"]; !perfNear(got, 400) {
 		t.Errorf("cycles over 250 ms = %v, want 400", got)
 	}
@@ -550,7 +550,7 @@ func TestPerfCountersRates(t *testing.T) {
 	f.mu.Unlock()
 	f.add(a, evCS, 1, 5, ms, ms)
 	clk.advance(time.Second)
-	rates, err = p.Read()
+	rates, err = p.Read(t.Context())
 	if err == nil || !errors.Is(err, unix.EIO) {
 		t.Errorf("read error not reported: %v", err)
 	}
@@ -561,29 +561,29 @@ func TestPerfCountersRates(t *testing.T) {
 	f.readErr = nil
 	f.mu.Unlock()
 	clk.advance(time.Second)
-	rates, _ = p.Read()
+	rates, _ = p.Read(t.Context())
 	if _, ok := rates["/a"]["task_clock"]; ok {
 		t.Errorf("task_clock has a rate right after its re-baseline: %v", rates["/a"])
 	}
 	f.add(a, evTask, 0, 200*ms, 200*ms, 200*ms)
 	clk.advance(time.Second)
-	rates, _ = p.Read()
+	rates, _ = p.Read(t.Context())
 	if !perfNear(rates["/a"]["task_clock"], 0.2) {
 		t.Errorf("task_clock after re-baseline: %v", rates["/a"])
 	}
 
 	// A tenant added later gets its baseline first.
 	os.MkdirAll(filepath.Join(mount, "c"), 0o755)
-	if err := p.Sync(append(tenants, perfTenant("/c", cpuset.Of(0)))); err != nil {
+	if err := p.Sync(t.Context(), append(tenants, perfTenant("/c", cpuset.Of(0)))); err != nil {
 		t.Fatal(err)
 	}
 	clk.advance(time.Second)
-	rates, _ = p.Read()
+	rates, _ = p.Read(t.Context())
 	if _, ok := rates["/c"]; ok || len(rates) != 2 {
 		t.Errorf("new tenant has a rate at once: %v", rates)
 	}
 	clk.advance(time.Second)
-	rates, _ = p.Read()
+	rates, _ = p.Read(t.Context())
 	if _, ok := rates["/c"]; !ok {
 		t.Errorf("new tenant has no rate at its second Read: %v", rates)
 	}
@@ -657,7 +657,7 @@ func TestPerfCountersBudgetRotation(t *testing.T) {
 	lastRate := map[string]int{}
 	maxGap := map[string]int{}
 	for round := 1; round <= 3*bound; round++ {
-		if err := p.Sync(tenants); err != nil {
+		if err := p.Sync(t.Context(), tenants); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		if p.FDs() > budget || f.openNow() != p.FDs() {
@@ -669,7 +669,7 @@ func TestPerfCountersBudgetRotation(t *testing.T) {
 			}
 		}
 		clk.advance(500 * time.Millisecond)
-		rates, err := p.Read()
+		rates, err := p.Read(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -710,7 +710,7 @@ func TestPerfCountersBudgetRotation(t *testing.T) {
 	// still within the budget.
 	suspect := tenants[77]
 	reordered := append([]Tenant{suspect}, slices.Delete(slices.Clone(tenants), 77, 78)...)
-	if err := p.Sync(reordered); err != nil {
+	if err := p.Sync(t.Context(), reordered); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(p.Counted(), suspect.ID) || p.FDs() > budget {
@@ -718,7 +718,7 @@ func TestPerfCountersBudgetRotation(t *testing.T) {
 	}
 
 	// Tenants vanish: their fds are closed and everybody left fits.
-	if err := p.Sync(tenants[:5]); err != nil {
+	if err := p.Sync(t.Context(), tenants[:5]); err != nil {
 		t.Fatal(err)
 	}
 	if p.FDs() != 5*8 || f.openNow() != 5*8 {
@@ -740,11 +740,11 @@ func TestPerfCountersTenantOverBudget(t *testing.T) {
 	f := newFakePerfOpener()
 	p, _ := newCounters(t, h, v1PerfLayout, []PerfEvent{evTask, evCS}, 64, f)
 	tenants := []Tenant{perfTenant("/big", cpuset.Set{}), perfTenant("/small", cpuset.Of(0))}
-	err := p.Sync(tenants)
+	err := p.Sync(t.Context(), tenants)
 	if err == nil || !strings.Contains(err.Error(), "/big needs 128 descriptors") {
 		t.Errorf("Sync: %v", err)
 	}
-	if err := p.Sync(tenants); err != nil {
+	if err := p.Sync(t.Context(), tenants); err != nil {
 		t.Errorf("warned twice: %v", err)
 	}
 	if !slices.Equal(p.Counted(), []string{"/small"}) || p.FDs() != 2 {
@@ -772,7 +772,7 @@ func TestPerfCountersVanishedTenants(t *testing.T) {
 	}
 	p, _ := newCounters(t, h, v1PerfLayout, []PerfEvent{evTask, evCS}, 100, f)
 	all := []Tenant{perfTenant("/a", cpuset.Of(0, 1)), perfTenant("/b", cpuset.Of(0, 1)), perfTenant("/racy", cpuset.Of(0)), perfTenant("/missing", cpuset.Of(0)), perfTenant("/notperf", cpuset.Of(0))}
-	err := p.Sync(all)
+	err := p.Sync(t.Context(), all)
 	if len(flattenErrs(err)) != 1 || !strings.Contains(err.Error(), "not a cgroup of the perf_event hierarchy") {
 		t.Errorf("Sync errors: %v", err)
 	}
@@ -782,17 +782,17 @@ func TestPerfCountersVanishedTenants(t *testing.T) {
 	if !slices.Equal(p.Counted(), []string{"/a", "/b"}) || p.FDs() != 8 || f.openNow() != 8 {
 		t.Errorf("counted %v, FDs %d, fake %d", p.Counted(), p.FDs(), f.openNow())
 	}
-	if err := p.Sync(all); err != nil {
+	if err := p.Sync(t.Context(), all); err != nil {
 		t.Errorf("second Sync repeats warnings: %v", err)
 	}
 	// b vanishes: its fds are closed, a's stay.
-	if err := p.Sync(all[:1]); err != nil {
+	if err := p.Sync(t.Context(), all[:1]); err != nil {
 		t.Fatal(err)
 	}
 	if f.perDir[filepath.Join(mount, "b")] != 0 || f.perDir[filepath.Join(mount, "a")] != 4 || p.FDs() != 4 {
 		t.Errorf("after b vanished: %v, FDs %d", f.perDir, p.FDs())
 	}
-	if _, err := p.Read(); err != nil {
+	if _, err := p.Read(t.Context()); err != nil {
 		t.Error(err)
 	}
 }
@@ -815,7 +815,7 @@ func TestPerfCountersUnsupportedEvent(t *testing.T) {
 	}
 	p, _ := newCounters(t, h, v1PerfLayout, []PerfEvent{evCycles, evTask, evBusLocks, evCS}, 100, f)
 	tenants := []Tenant{perfTenant("/a", cpuset.Of(0, 1)), perfTenant("/b", cpuset.Of(0, 1)), perfTenant("/c", cpuset.Of(0, 1))}
-	err := p.Sync(tenants)
+	err := p.Sync(t.Context(), tenants)
 	got := disabledPerfEvents(err)
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"bus_locks", "cycles"}) || len(flattenErrs(err)) != 2 {
@@ -837,11 +837,11 @@ func TestPerfCountersUnsupportedEvent(t *testing.T) {
 		}
 	}
 	n := len(f.calls)
-	if err := p.Sync(tenants); err != nil || len(f.calls) != n {
+	if err := p.Sync(t.Context(), tenants); err != nil || len(f.calls) != n {
 		t.Errorf("second Sync: %v, %d opens", err, len(f.calls)-n)
 	}
-	p.Read()
-	rates, _ := p.Read()
+	p.Read(t.Context())
+	rates, _ := p.Read(t.Context())
 	for id, r := range rates {
 		if _, ok := r["cycles"]; ok {
 			t.Errorf("%s has cycles", id)
@@ -860,7 +860,7 @@ func TestPerfCountersNoPrivilegeOrDescriptors(t *testing.T) {
 	f := newFakePerfOpener()
 	f.fail = func(perfOpenCall) error { return unix.EACCES }
 	p, _ := newCounters(t, h, v1PerfLayout, []PerfEvent{evTask, evCS}, 100, f)
-	err := p.Sync(tenants)
+	err := p.Sync(t.Context(), tenants)
 	if !errors.Is(err, unix.EACCES) || disabledPerfEvents(err) != nil || p.FDs() != 0 || len(p.Events()) != 2 {
 		t.Errorf("EACCES: %v, FDs %d, events %v", err, p.FDs(), p.Events())
 	}
@@ -869,11 +869,11 @@ func TestPerfCountersNoPrivilegeOrDescriptors(t *testing.T) {
 	f = newFakePerfOpener()
 	f.fail = func(perfOpenCall) error { return unix.ENOENT }
 	p, _ = newCounters(t, h, v1PerfLayout, []PerfEvent{evTask, evCS}, 100, f)
-	err = p.Sync(tenants)
+	err = p.Sync(t.Context(), tenants)
 	if d := disabledPerfEvents(err); len(d) != 2 || p.FDs() != 0 || len(p.Counted()) != 0 || len(p.Events()) != 0 {
 		t.Errorf("all unsupported: %v, FDs %d, counted %v", err, p.FDs(), p.Counted())
 	}
-	if err := p.Sync(tenants); err != nil {
+	if err := p.Sync(t.Context(), tenants); err != nil {
 		t.Errorf("second Sync: %v", err)
 	}
 
@@ -891,7 +891,7 @@ func TestPerfCountersNoPrivilegeOrDescriptors(t *testing.T) {
 		return nil
 	}
 	p, _ = newCounters(t, h, v1PerfLayout, []PerfEvent{evTask, evCS}, 100, f)
-	err = p.Sync(tenants)
+	err = p.Sync(t.Context(), tenants)
 	if !errors.Is(err, unix.EMFILE) || disabledPerfEvents(err) != nil || len(p.Events()) != 2 {
 		t.Errorf("EMFILE: %v", err)
 	}
@@ -904,7 +904,7 @@ func TestPerfCountersClose(t *testing.T) {
 	h, _ := perfTree(t, "0-3", "/sys/fs/cgroup/perf_event", "a", "b")
 	f := newFakePerfOpener()
 	p, _ := newCounters(t, h, v1PerfLayout, []PerfEvent{evCycles, evTask, evCS}, 100, f)
-	if err := p.Sync([]Tenant{perfTenant("/a", cpuset.Set{}), perfTenant("/b", cpuset.Of(2))}); err != nil {
+	if err := p.Sync(t.Context(), []Tenant{perfTenant("/a", cpuset.Set{}), perfTenant("/b", cpuset.Of(2))}); err != nil {
 		t.Fatal(err)
 	}
 	if f.openNow() != 3*4+3*1 {
@@ -916,10 +916,10 @@ func TestPerfCountersClose(t *testing.T) {
 	if f.openNow() != 0 || p.FDs() != 0 {
 		t.Errorf("after Close: fake open %d, FDs %d", f.openNow(), p.FDs())
 	}
-	if err := p.Sync(nil); err == nil {
+	if err := p.Sync(t.Context(), nil); err == nil {
 		t.Error("Sync after Close")
 	}
-	if _, err := p.Read(); err == nil {
+	if _, err := p.Read(t.Context()); err == nil {
 		t.Error("Read after Close")
 	}
 }
@@ -1002,7 +1002,7 @@ func TestLivePerfCgroupMode(t *testing.T) {
 		}
 	}()
 	tn := Tenant{ID: name, Kind: KindCgroup, Name: "perf-test", Cgroup: name}
-	err = p.Sync([]Tenant{tn})
+	err = p.Sync(t.Context(), []Tenant{tn})
 	disabled := disabledPerfEvents(err)
 	slices.Sort(disabled)
 	t.Logf("Sync: %v", err)
@@ -1016,11 +1016,11 @@ func TestLivePerfCgroupMode(t *testing.T) {
 	if want := len(p.Events()) * ncpu; p.FDs() != want {
 		t.Errorf("FDs %d, want %d (%d events × %d CPUs)", p.FDs(), want, len(p.Events()), ncpu)
 	}
-	if err := p.Sync([]Tenant{tn}); err != nil {
+	if err := p.Sync(t.Context(), []Tenant{tn}); err != nil {
 		t.Errorf("second Sync: %v", err)
 	}
 
-	if r, err := p.Read(); err != nil || len(r) != 0 {
+	if r, err := p.Read(t.Context()); err != nil || len(r) != 0 {
 		t.Errorf("first Read = %v, %v", r, err)
 	}
 	st0, err := g.CPUStat()
@@ -1029,7 +1029,7 @@ func TestLivePerfCgroupMode(t *testing.T) {
 	}
 	t0 := time.Now()
 	time.Sleep(300 * time.Millisecond)
-	rates, err := p.Read()
+	rates, err := p.Read(t.Context())
 	elapsed := time.Since(t0).Seconds()
 	st1, _ := g.CPUStat()
 	if err != nil {
@@ -1059,11 +1059,11 @@ func TestLivePerfCgroupMode(t *testing.T) {
 	if err := g.Remove(); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Sync(nil); err != nil || p.FDs() != 0 {
+	if err := p.Sync(t.Context(), nil); err != nil || p.FDs() != 0 {
 		t.Errorf("after removal: %v, FDs %d", err, p.FDs())
 	}
 	// Listed but gone (discovery raced with rmdir): quietly not counted.
-	if err := p.Sync([]Tenant{tn}); err != nil || p.FDs() != 0 {
+	if err := p.Sync(t.Context(), []Tenant{tn}); err != nil || p.FDs() != 0 {
 		t.Errorf("vanished tenant: %v, FDs %d", err, p.FDs())
 	}
 }
@@ -1084,13 +1084,13 @@ func BenchmarkPerfReadFake(b *testing.B) {
 	for _, n := range names {
 		tenants = append(tenants, perfTenant("/"+n, cpuset.Of(0, 1)))
 	}
-	if err := p.Sync(tenants); err != nil || p.FDs() != 600 {
+	if err := p.Sync(b.Context(), tenants); err != nil || p.FDs() != 600 {
 		b.Fatalf("%v, %d fds", err, p.FDs())
 	}
-	p.Read()
+	p.Read(b.Context())
 	for b.Loop() {
 		clk.advance(500 * time.Millisecond)
-		if r, _ := p.Read(); len(r) != 100 {
+		if r, _ := p.Read(b.Context()); len(r) != 100 {
 			b.Fatalf("%d tenants", len(r))
 		}
 	}
@@ -1128,13 +1128,13 @@ func BenchmarkPerfReadLive(b *testing.B) {
 	}
 	defer p.Close()
 	t0 := time.Now()
-	if err := p.Sync(tenants); err != nil || p.FDs() != 600 {
+	if err := p.Sync(b.Context(), tenants); err != nil || p.FDs() != 600 {
 		b.Fatalf("%v, %d fds", err, p.FDs())
 	}
 	b.Logf("Sync opening 600 cgroup-mode counters: %v", time.Since(t0))
-	p.Read()
+	p.Read(b.Context())
 	for b.Loop() {
-		if _, err := p.Read(); err != nil {
+		if _, err := p.Read(b.Context()); err != nil {
 			b.Fatal(err)
 		}
 	}

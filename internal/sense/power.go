@@ -1,6 +1,7 @@
 package sense
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"time"
@@ -328,7 +329,10 @@ func NewPowerSensor(h *host.Host, topo *topology.Topology) (*PowerSensor, error)
 
 // Read samples at now. ok is false on the first call (counters primed) and
 // when no package could be measured.
-func (s *PowerSensor) Read(now time.Time, tenants []PowerTenantInput) (r PowerReading, ok bool, err error) {
+//
+// It reads only sysfs and procfs, which do not block, so it does not
+// consult ctx.
+func (s *PowerSensor) Read(_ context.Context, now time.Time, tenants []PowerTenantInput) (r PowerReading, ok bool, err error) {
 	r.At = now
 	pkgs, perr := s.RAPL.Read(now)
 	busy, berr := s.Busy.Read()

@@ -350,7 +350,7 @@ func TestPowerSensor(t *testing.T) {
 	}
 	tenants := []PowerTenantInput{{ID: "vm", CPUs: cpuset.MustParse("0-1,16-17"), Usage: 2}}
 	t0 := time.Unix(0, 0)
-	if _, ok, _ := s.Read(t0, tenants); ok {
+	if _, ok, _ := s.Read(t.Context(), t0, tenants); ok {
 		t.Fatal("first read must only prime")
 	}
 	for _, cpu := range []int{0, 1} {
@@ -358,7 +358,7 @@ func TestPowerSensor(t *testing.T) {
 	}
 	put(t, root, "proc/stat", procStat(stat))
 	put(t, root, "sys/class/powercap/intel-rapl:0/energy_uj", "120000000") // 120 J in 1 s
-	r, ok, err := s.Read(t0.Add(time.Second), tenants)
+	r, ok, err := s.Read(t.Context(), t0.Add(time.Second), tenants)
 	if !ok {
 		t.Fatalf("no reading: %v", err)
 	}

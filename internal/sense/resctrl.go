@@ -28,6 +28,7 @@ package sense
 // Unmonitored lists who and why.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -208,7 +209,10 @@ func (m *ResctrlMonitor) Unmonitored() []UnmonitoredTenant {
 // crosstalk groups a killed predecessor left. Other tools' monitoring
 // groups are never touched. The error joins what went wrong; the rest is
 // still done.
-func (m *ResctrlMonitor) Sync(tenants []Tenant) error {
+//
+// Sync and Read touch only the resctrl filesystem, which does not block,
+// so they do not consult ctx.
+func (m *ResctrlMonitor) Sync(_ context.Context, tenants []Tenant) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.seq++
@@ -548,7 +552,7 @@ func (m *ResctrlMonitor) domainsFor(cpus cpuset.Set) []int {
 // Read returns each monitored tenant's occupancy in the L3 domains its
 // cpuset covers and its memory bandwidth since the previous Read. Tenants whose groups vanished
 // are left out until the next Sync; the error joins read failures.
-func (m *ResctrlMonitor) Read() (map[string]ResctrlUsage, error) {
+func (m *ResctrlMonitor) Read(_ context.Context) (map[string]ResctrlUsage, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()

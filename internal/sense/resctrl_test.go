@@ -96,7 +96,7 @@ func TestResctrlMonitorSyncRead(t *testing.T) {
 		t.Fatalf("domains %v", m.Domains())
 	}
 	a, b := tenantT("a", 100, 101), tenantT("b", 200)
-	if err := m.Sync([]Tenant{a, b}); err != nil {
+	if err := m.Sync(t.Context(), []Tenant{a, b}); err != nil {
 		t.Fatal(err)
 	}
 	if got := tasksOf(t, h, monOf(a, "")); !slices.Equal(got, []int{100, 101}) {
@@ -107,7 +107,7 @@ func TestResctrlMonitorSyncRead(t *testing.T) {
 	}
 	ra := rmidOf(t, k, monOf(a, ""))
 	k.Account(resctrlfs.Sample{RMID: ra, Domain: 0, OccupancyBytes: 6 << 20, TotalBytes: 1e9, LocalBytes: 8e8})
-	u, err := m.Read()
+	u, err := m.Read(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestResctrlMonitorSyncRead(t *testing.T) {
 	clk.add(2 * time.Second)
 	k.Account(resctrlfs.Sample{RMID: ra, Domain: 0, OccupancyBytes: 7 << 20, TotalBytes: 4e9, LocalBytes: 1e9},
 		resctrlfs.Sample{RMID: ra, Domain: 1, OccupancyBytes: 1 << 20, TotalBytes: 2e8})
-	u, _ = m.Read()
+	u, _ = m.Read(t.Context())
 	d0, _ = u[a.ID].Domain(0)
 	d1, _ := u[a.ID].Domain(1)
 	if !d0.BandwidthOK || d0.TotalBytesPerSec != 2e9 || d0.LocalBytesPerSec != 5e8 || d0.OccupancyBytes != 7<<20 {
@@ -133,14 +133,14 @@ func TestResctrlMonitorSyncRead(t *testing.T) {
 	// Unavailable counters: no bandwidth that interval.
 	k.SetUnavailable(ra, 1, true)
 	clk.add(time.Second)
-	u, _ = m.Read()
+	u, _ = m.Read(t.Context())
 	if d1, _ := u[a.ID].Domain(1); d1.BandwidthOK || d1.TotalBytesPerSec != 0 || !d1.OccupancyOK {
 		t.Errorf("unavailable: %+v", d1)
 	}
 	// New threads go in; a thread that exited before Sync wrote it is fine.
 	k.Exit(101)
 	a.Threads = []int{100, 101, 102}
-	if err := m.Sync([]Tenant{a}); err != nil {
+	if err := m.Sync(t.Context(), []Tenant{a}); err != nil {
 		t.Fatalf("sync with an exited thread: %v", err)
 	}
 	if got := tasksOf(t, h, monOf(a, "")); !slices.Equal(got, []int{100, 102}) {
@@ -161,7 +161,7 @@ func TestResctrlMonitorFollowsClass(t *testing.T) {
 	clk := &fakeClock{time.Unix(1000, 0)}
 	m := newMonitor(t, h, ResctrlMonitorOptions{Now: clk.now})
 	a := tenantT("a", 10, 11)
-	m.Sync([]Tenant{a})
+	m.Sync(t.Context(), []Tenant{a})
 	class := resctrl.CtrlGroup(rmnt, resctrl.GroupName("class", a.ID, a.Name))
 	if err := resctrl.Create(h, class); err != nil {
 		t.Fatal(err)
@@ -170,7 +170,7 @@ func TestResctrlMonitorFollowsClass(t *testing.T) {
 	if got := tasksOf(t, h, monOf(a, "")); len(got) != 0 {
 		t.Fatalf("the kernel takes moved threads out of their monitoring group: %v", got)
 	}
-	if err := m.Sync([]Tenant{a}); err != nil {
+	if err := m.Sync(t.Context(), []Tenant{a}); err != nil {
 		t.Fatal(err)
 	}
 	if resctrl.Exists(h, monOf(a, "")) {
@@ -180,17 +180,17 @@ func TestResctrlMonitorFollowsClass(t *testing.T) {
 		t.Errorf("monitoring group in the class: %v", got)
 	}
 	r := rmidOf(t, k, monOf(a, class.Ctrl))
-	m.Read()
+	m.Read(t.Context())
 	clk.add(time.Second)
 	k.Account(resctrlfs.Sample{RMID: r, Domain: 2, OccupancyBytes: 3 << 20, TotalBytes: 5e8, LocalBytes: 5e8})
-	u, _ := m.Read()
+	u, _ := m.Read(t.Context())
 	if d, _ := u[a.ID].Domain(2); !d.BandwidthOK || d.TotalBytesPerSec != 5e8 || d.OccupancyBytes != 3<<20 {
 		t.Errorf("read in the class: %+v", d)
 	}
 	// The class is released: back to the default group, and so is the
 	// monitoring.
 	resctrl.Remove(h, class)
-	m.Sync([]Tenant{a})
+	m.Sync(t.Context(), []Tenant{a})
 	if got := tasksOf(t, h, monOf(a, "")); !slices.Equal(got, []int{10, 11}) {
 		t.Errorf("back in the default group: %v", got)
 	}
@@ -210,7 +210,7 @@ func TestResctrlMonitorForeignGroups(t *testing.T) {
 	before, _ := os.ReadFile(h.Path(rmnt + "/libvirt-vm1/schemata"))
 	m := newMonitor(t, h, ResctrlMonitorOptions{Now: clk.now})
 	vm := tenantT("vm1", 300, 301, 302)
-	if err := m.Sync([]Tenant{vm}); err != nil {
+	if err := m.Sync(t.Context(), []Tenant{vm}); err != nil {
 		t.Fatal(err)
 	}
 	if mons, _ := resctrl.MonGroups(h, rmnt, "libvirt-vm1"); len(mons) != 0 {
@@ -228,14 +228,14 @@ func TestResctrlMonitorForeignGroups(t *testing.T) {
 	_, rl, _ := k.GroupIDs("libvirt-vm1")
 	k.Account(resctrlfs.Sample{RMID: rl, Domain: 0, OccupancyBytes: 5 << 20},
 		resctrlfs.Sample{RMID: rmidOf(t, k, monOf(vm, "")), Domain: 0, OccupancyBytes: 1 << 20})
-	u, _ := m.Read()
+	u, _ := m.Read(t.Context())
 	if d, _ := u[vm.ID].Domain(0); d.OccupancyBytes != 6<<20 || u[vm.ID].Partial != "" {
 		t.Errorf("vm1 = libvirt's group + ours: %+v partial %q", d, u[vm.ID].Partial)
 	}
 	// Someone else's task joins libvirt's group: no longer the VM's alone.
 	resctrl.MoveTasks(h, libvirt, []int{999})
-	m.Sync([]Tenant{vm})
-	u, _ = m.Read()
+	m.Sync(t.Context(), []Tenant{vm})
+	u, _ = m.Read(t.Context())
 	if d, _ := u[vm.ID].Domain(0); d.OccupancyBytes != 1<<20 || !strings.Contains(u[vm.ID].Partial, "2 threads in control group libvirt-vm1") {
 		t.Errorf("shared libvirt group: %+v partial %q", d, u[vm.ID].Partial)
 	}
@@ -243,7 +243,7 @@ func TestResctrlMonitorForeignGroups(t *testing.T) {
 	pqos := resctrl.MonGroup(rmnt, "", "pqos-1")
 	resctrl.Create(h, pqos)
 	resctrl.MoveTasks(h, pqos, []int{302, 303})
-	m.Sync([]Tenant{vm})
+	m.Sync(t.Context(), []Tenant{vm})
 	if got := tasksOf(t, h, pqos); !slices.Equal(got, []int{302, 303}) {
 		t.Errorf("pqos group lost its threads: %v", got)
 	}
@@ -264,16 +264,16 @@ func TestResctrlMonitorPriorityAndLeftovers(t *testing.T) {
 	a, b, c, d := tenantT("a", 1), tenantT("b", 2), tenantT("c", 3), tenantT("d", 4)
 	// The leftover counts against the limit until this Sync removes it: b
 	// evicts nothing (c is lower and has none) and waits a turn.
-	m.Sync([]Tenant{a, b, c})
+	m.Sync(t.Context(), []Tenant{a, b, c})
 	if resctrl.Exists(h, leftover) || !resctrl.Exists(h, resctrl.MonGroup(rmnt, "", "pqos-1")) {
 		t.Error("leftover kept or another tool's group removed")
 	}
-	m.Sync([]Tenant{a, b, c})
+	m.Sync(t.Context(), []Tenant{a, b, c})
 	un := m.Unmonitored()
 	if len(un) != 1 || un[0].ID != c.ID || !strings.Contains(un[0].Reason, "limit of 2") {
 		t.Fatalf("unmonitored %+v", un)
 	}
-	m.Sync([]Tenant{d, a, b, c})
+	m.Sync(t.Context(), []Tenant{d, a, b, c})
 	if !resctrl.Exists(h, monOf(d, "")) || !resctrl.Exists(h, monOf(a, "")) || resctrl.Exists(h, monOf(b, "")) {
 		t.Error("d should have taken b's group")
 	}
@@ -288,7 +288,7 @@ func TestResctrlMonitorPriorityAndLeftovers(t *testing.T) {
 		many = append(many, tenantT(fmt.Sprintf("t%02d", i), 1000+i))
 	}
 	m.Close()
-	m2.Sync(many)
+	m2.Sync(t.Context(), many)
 	un = m2.Unmonitored()
 	if len(un) != 3 || un[0].ID != many[61].ID || !strings.Contains(un[0].Reason, "out of RMIDs") {
 		t.Errorf("exhaustion: %d unmonitored, first %+v", len(un), un)
@@ -315,7 +315,7 @@ func TestResctrlMonitorReadsOnlyItsDomains(t *testing.T) {
 		DomainCPUs: map[int]cpuset.Set{0: cpuset.MustParse("0-7,16-23"), 1: cpuset.MustParse("8-15,24-31")}})
 	pinned, free := tenantT("pinned", 100), tenantT("free", 200)
 	pinned.CPUs = cpuset.MustParse("8-9")
-	if err := m.Sync([]Tenant{pinned, free}); err != nil {
+	if err := m.Sync(t.Context(), []Tenant{pinned, free}); err != nil {
 		t.Fatal(err)
 	}
 	rp, rf := rmidOf(t, k, monOf(pinned, "")), rmidOf(t, k, monOf(free, ""))
@@ -325,10 +325,10 @@ func TestResctrlMonitorReadsOnlyItsDomains(t *testing.T) {
 			resctrlfs.Sample{RMID: rf, Domain: 1, OccupancyBytes: 2 << 20, TotalBytes: total})
 	}
 	account(1e9)
-	m.Read()
+	m.Read(t.Context())
 	clk.add(time.Second)
 	account(3e9)
-	u, err := m.Read()
+	u, err := m.Read(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,8 +340,8 @@ func TestResctrlMonitorReadsOnlyItsDomains(t *testing.T) {
 	}
 	// The tenant moves to the other socket: read there from now on.
 	pinned.CPUs = cpuset.MustParse("0-1")
-	m.Sync([]Tenant{pinned, free})
-	u, _ = m.Read()
+	m.Sync(t.Context(), []Tenant{pinned, free})
+	u, _ = m.Read(t.Context())
 	if ds := u[pinned.ID].Domains; len(ds) != 1 || ds[0].Domain != 0 || ds[0].BandwidthOK {
 		t.Errorf("after moving (no previous reading there yet): %+v", ds)
 	}
@@ -366,7 +366,7 @@ func TestResctrlMonitorMakesFewGroupsPerSync(t *testing.T) {
 		return n
 	}
 	for sync, want := range []int{2, 4, 5, 5} {
-		if err := m.Sync(ts); err != nil {
+		if err := m.Sync(t.Context(), ts); err != nil {
 			t.Fatal(err)
 		}
 		if got := monitored(); got != want {

@@ -91,7 +91,7 @@ func TestRunDelayTurnsGiveWindowRates(t *testing.T) {
 		// Busy (usage moves) and waiting (PSI moves, but on a hybrid host
 		// PSI is not the v1 cpu cgroup's, so it cannot excuse a read).
 		r.usage("/vm", int64(i+1)*1000, int64(i)*10)
-		st, err := c.Read(ten, prev)
+		st, err := c.Read(t.Context(), ten, prev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +161,7 @@ func TestRunDelayTurnsStaggered(t *testing.T) {
 				busy.Usage-- // busy since (cheaper than rewriting 400 cpu.stat files)
 				p = &busy
 			}
-			st, err := c.Read(ten, p)
+			st, err := c.Read(t.Context(), ten, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -199,7 +199,7 @@ func TestRunDelayThreadsComeAndGo(t *testing.T) {
 	r.delay(12, 200*time.Millisecond)
 	r.delay(13, 300*time.Millisecond)
 	r.usage("/vm", 1000, 0)
-	st, err := c.Read(ten, nil)
+	st, err := c.Read(t.Context(), ten, nil)
 	if err != nil || st.RunDelay != 600*time.Millisecond {
 		t.Fatalf("first read %v, %v; want 600ms", st.RunDelay, err)
 	}
@@ -214,7 +214,7 @@ func TestRunDelayThreadsComeAndGo(t *testing.T) {
 	r.delay(14, 10*time.Second)
 	ten.Threads = []int{11, 12, 13, 14}
 	r.usage("/vm", 2000, 0)
-	next, err := c.Read(ten, &st)
+	next, err := c.Read(t.Context(), ten, &st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestRunDelayThreadsComeAndGo(t *testing.T) {
 	r.delay(13, 25*time.Millisecond)
 	r.delay(14, 10*time.Second+70*time.Millisecond)
 	r.usage("/vm", 3000, 0)
-	last, err := c.Read(ten, &next)
+	last, err := c.Read(t.Context(), ten, &next)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestRunDelayThreadsComeAndGo(t *testing.T) {
 		os.RemoveAll(filepath.Join(r.root, fmt.Sprintf("proc/%d", tid)))
 	}
 	r.usage("/vm", 4000, 0)
-	gone, err := c.Read(ten, &last)
+	gone, err := c.Read(t.Context(), ten, &last)
 	if err != nil || gone.RunDelay != last.RunDelay || gone.RunDelayRate != 0 || !gone.RunDelayAt.Equal(now) {
 		t.Errorf("all threads gone: %+v, %v", gone, err)
 	}
@@ -260,7 +260,7 @@ func TestRunDelayKnownUnmoved(t *testing.T) {
 	r.delay(21, 40*time.Millisecond)
 	r.usage("/ct", 1000, 500)
 	c := CgroupStats{Host: r.h, Layout: rdV2, Now: func() time.Time { return now }, RunDelayEvery: time.Hour}
-	st, err := c.Read(ten, nil)
+	st, err := c.Read(t.Context(), ten, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,14 +269,14 @@ func TestRunDelayKnownUnmoved(t *testing.T) {
 	now = now.Add(500 * time.Millisecond)
 	r.delay(21, 90*time.Millisecond) // not read: the kernel would not have moved it
 	r.usage("/ct", 2000, 500)
-	st2, err := c.Read(ten, &st)
+	st2, err := c.Read(t.Context(), ten, &st)
 	if err != nil || !st2.RunDelayAt.Equal(now) || st2.RunDelay != 40*time.Millisecond || st2.RunDelayRate != 0 {
 		t.Errorf("PSI unmoved: %v at %v rate %g (%v); want 40ms brought up to %v at 0", st2.RunDelay, st2.RunDelayAt, st2.RunDelayRate, err, now)
 	}
 
 	// Idle since a known sample: up to date too.
 	now = now.Add(500 * time.Millisecond)
-	st3, err := c.Read(ten, &st2)
+	st3, err := c.Read(t.Context(), ten, &st2)
 	if err != nil || !st3.RunDelayAt.Equal(now) || st3.RunDelay != 40*time.Millisecond {
 		t.Errorf("idle: %v at %v (%v)", st3.RunDelay, st3.RunDelayAt, err)
 	}
@@ -284,13 +284,13 @@ func TestRunDelayKnownUnmoved(t *testing.T) {
 	// PSI moved but its turn (hourly here) has not come: carried over.
 	now = now.Add(500 * time.Millisecond)
 	r.usage("/ct", 3000, 900)
-	st4, err := c.Read(ten, &st3)
+	st4, err := c.Read(t.Context(), ten, &st3)
 	if err != nil || !st4.RunDelayAt.Equal(st3.RunDelayAt) || st4.RunDelay != st3.RunDelay {
 		t.Errorf("waited, off turn: %v at %v (%v), want carried over from %v", st4.RunDelay, st4.RunDelayAt, err, st3.RunDelayAt)
 	}
 	// Idle now, but what it waited before is unread: still not up to date.
 	now = now.Add(500 * time.Millisecond)
-	st5, err := c.Read(ten, &st4)
+	st5, err := c.Read(t.Context(), ten, &st4)
 	if err != nil || !st5.RunDelayAt.Equal(st3.RunDelayAt) {
 		t.Errorf("idle after an unread wait: known at %v (%v), want still %v", st5.RunDelayAt, err, st3.RunDelayAt)
 	}
@@ -298,7 +298,7 @@ func TestRunDelayKnownUnmoved(t *testing.T) {
 	// since the last read.
 	now = now.Add(500 * time.Millisecond)
 	r.usage("/ct", 4000, 900)
-	st6, err := c.Read(ten, &st5)
+	st6, err := c.Read(t.Context(), ten, &st5)
 	if err != nil || !st6.RunDelayAt.Equal(st3.RunDelayAt) {
 		t.Errorf("PSI moved since the last read: known at %v (%v), want still %v", st6.RunDelayAt, err, st3.RunDelayAt)
 	}
@@ -307,7 +307,7 @@ func TestRunDelayKnownUnmoved(t *testing.T) {
 	c.RunDelayEvery = 0
 	now = now.Add(500 * time.Millisecond)
 	r.usage("/ct", 5000, 900)
-	st7, err := c.Read(ten, &st6)
+	st7, err := c.Read(t.Context(), ten, &st6)
 	want := (90 - 40) * time.Millisecond
 	if err != nil || !st7.RunDelayAt.Equal(now) || st7.RunDelay != 90*time.Millisecond ||
 		math.Abs(st7.RunDelayRate-want.Seconds()/now.Sub(st3.RunDelayAt).Seconds()) > 1e-9 {
@@ -318,13 +318,13 @@ func TestRunDelayKnownUnmoved(t *testing.T) {
 	// On a hybrid host the v2 PSI is not the cpu cgroup's: no shortcut.
 	r.write("cg1/ct/cpu.stat", "throttled_time 0\n")
 	h := CgroupStats{Host: r.h, Layout: rdHybrid, Now: func() time.Time { return now }, RunDelayEvery: time.Hour}
-	hs, err := h.Read(ten, nil)
+	hs, err := h.Read(t.Context(), ten, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(500 * time.Millisecond)
 	r.usage("/ct", 6000, 900)
-	hs2, err := h.Read(ten, &hs)
+	hs2, err := h.Read(t.Context(), ten, &hs)
 	if err != nil || !hs2.RunDelayAt.Equal(hs.RunDelayAt) {
 		t.Errorf("hybrid, PSI unmoved: known at %v (%v), want carried over from %v", hs2.RunDelayAt, err, hs.RunDelayAt)
 	}

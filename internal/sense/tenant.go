@@ -1,6 +1,8 @@
 package sense
 
 import (
+	"context"
+
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 )
 
@@ -38,5 +40,5 @@ type Tenant struct {
 // Discoverer lists the tenants present now. Tenants appear and vanish at any
 // time; a tenant that vanishes between listing and reading is not an error.
 type Discoverer interface {
-	Discover() ([]Tenant, error)
+	Discover(ctx context.Context) ([]Tenant, error)
 }

@@ -104,7 +104,7 @@ func (c *compHost) discover() {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	ts, err := d.Discover()
+	ts, err := d.Discover(c.t.Context())
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -197,17 +197,17 @@ func TestResctrlMonitorReadsTheModel(t *testing.T) {
 	}
 	defer mon.Close()
 	names := []string{"victim", "attacker1", "attacker2", "bystander"}
-	if err := mon.Sync(c.list(names...)); err != nil {
+	if err := mon.Sync(t.Context(), c.list(names...)); err != nil {
 		t.Fatal(err)
 	}
 	if u := mon.Unmonitored(); len(u) > 0 {
 		t.Fatalf("unmonitored: %+v", u)
 	}
-	if _, err := mon.Read(); err != nil { // primes the bandwidth counters
+	if _, err := mon.Read(t.Context()); err != nil { // primes the bandwidth counters
 		t.Fatal(err)
 	}
 	c.run(2 * time.Second)
-	usage, err := mon.Read()
+	usage, err := mon.Read(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestCacheClassesMoveTheModel(t *testing.T) {
 	}
 	defer mon.Close()
 	names := []string{"victim", "attacker1", "attacker2", "bystander"}
-	if err := mon.Sync(c.list(names...)); err != nil {
+	if err := mon.Sync(t.Context(), c.list(names...)); err != nil {
 		t.Fatal(err)
 	}
 	c.run(time.Second)
@@ -267,14 +267,14 @@ func TestCacheClassesMoveTheModel(t *testing.T) {
 		}
 	}
 	c.run(time.Second)
-	if err := mon.Sync(c.list(names...)); err != nil {
+	if err := mon.Sync(t.Context(), c.list(names...)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mon.Read(); err != nil {
+	if _, err := mon.Read(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	c.run(time.Second)
-	usage, err := mon.Read()
+	usage, err := mon.Read(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +417,7 @@ func TestPowerSensorReadsTheModel(t *testing.T) {
 		t.Fatalf("temperatures: %v (%s)", ps.Temps, ps.TempsWhy)
 	}
 	names := []string{"victim", "virus", "bystander"}
-	if _, ok, err := ps.Read(c.now(), c.powerInputs(names...)); ok || err != nil {
+	if _, ok, err := ps.Read(t.Context(), c.now(), c.powerInputs(names...)); ok || err != nil {
 		t.Fatalf("first read primes: ok %v err %v", ok, err)
 	}
 	// Two intervals: the idle reference temperature is learned in the first.
@@ -425,7 +425,7 @@ func TestPowerSensorReadsTheModel(t *testing.T) {
 	for range 2 {
 		c.run(2 * time.Second)
 		var ok bool
-		if r, ok, err = ps.Read(c.now(), c.powerInputs(names...)); !ok || err != nil {
+		if r, ok, err = ps.Read(t.Context(), c.now(), c.powerInputs(names...)); !ok || err != nil {
 			t.Fatalf("read: ok %v err %v", ok, err)
 		}
 	}
@@ -482,9 +482,9 @@ tenants:
 	if ps.Temps == nil || ps.Temps.Source() != "k10temp" {
 		t.Fatalf("temperatures: %v (%s)", ps.Temps, ps.TempsWhy)
 	}
-	ps.Read(c.now(), c.powerInputs("hot", "cool"))
+	ps.Read(t.Context(), c.now(), c.powerInputs("hot", "cool"))
 	c.run(2 * time.Second)
-	r, ok, err := ps.Read(c.now(), c.powerInputs("hot", "cool"))
+	r, ok, err := ps.Read(t.Context(), c.now(), c.powerInputs("hot", "cool"))
 	if !ok || err != nil {
 		t.Fatal(ok, err)
 	}
@@ -525,7 +525,7 @@ func TestClockModulationMovesTheModel(t *testing.T) {
 	virus, cpus := c.virus()
 	before, victim := c.state("virus"), c.state("victim")
 	powerBefore := c.s.state.Host.SocketPower[0]
-	if err := cm.Apply(virus.ID, cpus, 4); err != nil {
+	if err := cm.Apply(t.Context(), virus.ID, cpus, 4); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(c.s.h.Path("/dev/cpu/0/msr"))
@@ -576,7 +576,7 @@ func TestCPUFreqMovesTheModel(t *testing.T) {
 	virus, cpus := c.virus()
 	before, victim := c.state("virus"), c.state("victim")
 	powerBefore := c.s.state.Host.SocketPower[0]
-	if err := cf.Apply(virus.ID, cpus, 4); err != nil {
+	if err := cf.Apply(t.Context(), virus.ID, cpus, 4); err != nil {
 		t.Fatal(err)
 	}
 	if got := readTree(t, c.s.root, "sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq"); got != "1400000\n" {
@@ -645,7 +645,7 @@ tenants:
 		t.Fatal(err)
 	}
 	virus, cpus := c.virus()
-	if err := cf.Apply(virus.ID, cpus, 10); err != nil { // 1.5 + 2.0×9/15 = 2.7 GHz → the 2.5 GHz P-state
+	if err := cf.Apply(t.Context(), virus.ID, cpus, 10); err != nil { // 1.5 + 2.0×9/15 = 2.7 GHz → the 2.5 GHz P-state
 		t.Fatal(err)
 	}
 	c.run(time.Second)
@@ -710,17 +710,17 @@ tenants:
 			defer pc.Close()
 			pc.SetClock(c.now)
 			ts := c.list("locker", "worker")
-			if err := pc.Sync(ts); err != nil {
+			if err := pc.Sync(t.Context(), ts); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := pc.Read(); err != nil {
+			if _, err := pc.Read(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 			c.run(2 * time.Second)
-			if err := pc.Sync(ts); err != nil {
+			if err := pc.Sync(t.Context(), ts); err != nil {
 				t.Fatal(err)
 			}
-			rates, err := pc.Read()
+			rates, err := pc.Read(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -801,7 +801,7 @@ func TestResctrlMonitorRMIDExhaustionAtScale(t *testing.T) {
 			all = append(all, c.tenant(tn.Name))
 		}
 	}
-	if err := mon.Sync(all); err != nil {
+	if err := mon.Sync(t.Context(), all); err != nil {
 		t.Fatal(err)
 	}
 	free, _ := c.s.rc.RMIDs()
@@ -810,14 +810,14 @@ func TestResctrlMonitorRMIDExhaustionAtScale(t *testing.T) {
 	} else if !strings.Contains(u[0].Reason, "RMID") && !strings.Contains(u[0].Reason, "space") {
 		t.Errorf("unmonitored %s: %q does not say the RMIDs ran out", u[0].ID, u[0].Reason)
 	}
-	mon.Read()
+	mon.Read(t.Context())
 	c.run(time.Second)
 	c0 := processCPU()
-	if err := mon.Sync(all); err != nil {
+	if err := mon.Sync(t.Context(), all); err != nil {
 		t.Fatal(err)
 	}
 	c1 := processCPU()
-	usage, err := mon.Read()
+	usage, err := mon.Read(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

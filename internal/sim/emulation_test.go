@@ -144,13 +144,13 @@ func TestCPUQuotaActuatorOnEmulation(t *testing.T) {
 	}
 	l := cgroup.Layout{Mode: cgroup.ModeV2, V2: "/sys/fs/cgroup", V2Controllers: []string{"cpu"}}
 	q := &act.CPUQuota{Host: h, Layout: l, State: st}
-	if err := q.Apply("/t", "t", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
+	if err := q.Apply(t.Context(), "/t", "t", cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if got := readTree(t, root, "sys/fs/cgroup/t/cpu.max"); got != "1000 16000\n" {
 		t.Errorf("throttled cpu.max = %q", got)
 	}
-	if err := q.Restore("/t"); err != nil {
+	if err := q.Restore(t.Context(), "/t"); err != nil {
 		t.Fatal(err)
 	}
 	if got := readTree(t, root, "sys/fs/cgroup/t/cpu.max"); got != "max 100000\n" {

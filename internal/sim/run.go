@@ -192,7 +192,7 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 		}
 		ps := cfg.ProbeSettings()
 		prober := newSimProber(s, ps.CPUsPerDomain, ps.LLCBytes)
-		a, closeA, err := agent.BuildWith(cfg, s.h, agent.BuildOptions{
+		a, closeA, err := agent.BuildWith(ctx, cfg, s.h, agent.BuildOptions{
 			Log: o.Log, Version: "sim", OnAction: r.onAction,
 			PerfOpener: perfOpener{s}, Probe: prober, Sleep: func(time.Duration) {}, Now: vclock,
 		})
@@ -208,7 +208,7 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 				return nil, err
 			}
 		}
-		a.Start()
+		a.Start(ctx)
 	}
 
 	var next time.Time
@@ -238,7 +238,7 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 				}
 			}
 			before := processCPU()
-			nn := r.ag.Tick(now, next)
+			nn := r.ag.Tick(ctx, now, next)
 			if due {
 				r.ticks = append(r.ticks, (processCPU() - before).Seconds())
 				if st, ok := r.ag.Latest(); ok {
@@ -259,7 +259,7 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 	switch policy {
 	case PolicyCrosstalk:
 		s.now = sc.Duration
-		r.ag.Stop()
+		r.ag.Stop(ctx)
 		r.closeA()
 	case PolicyStatic:
 		if err := r.endStatic(); err != nil {

@@ -114,7 +114,7 @@ tenants:
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := d.Discover()
+	got, err := d.Discover(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ tenants:
 	if err := s.appear(2); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = d.Discover()
+	got, _ = d.Discover(t.Context())
 	var names []string
 	for _, tn := range got {
 		names = append(names, tn.Name)

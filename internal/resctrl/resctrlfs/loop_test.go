@@ -74,7 +74,7 @@ func TestLoopOnEmulatedHost(t *testing.T) {
 	classed := map[string]bool{}
 	for i := 0; i < 60; i++ {
 		clk = clk.Add(5 * time.Second)
-		if err := mon.Sync(tenants); err != nil {
+		if err := mon.Sync(t.Context(), tenants); err != nil {
 			t.Fatalf("interval %d sync: %v", i, err)
 		}
 		occ := occupancy()
@@ -91,7 +91,7 @@ func TestLoopOnEmulatedHost(t *testing.T) {
 		if err := k.Account(samples...); err != nil {
 			t.Fatal(err)
 		}
-		usage, err := mon.Read()
+		usage, err := mon.Read(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
