@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -64,7 +65,7 @@ func (a *Agent) maybeProve(ctx context.Context, now time.Time, v judge.Verdict, 
 	}
 	// The first suspect that can be proved: one with a CPU to read on
 	// that it does not run on and that shows the contention.
-	for _, top := range ranked[:min(len(ranked), maxProveTries)] {
+	for _, top := range a.leaningFirst(now, ranked)[:min(len(ranked), maxProveTries)] {
 		s, ok := present[top.ID]
 		if !ok {
 			continue
@@ -96,6 +97,32 @@ type hotReading struct {
 	at     time.Time
 	domain int
 	ratio  float64
+}
+
+// leanEvidence is the evidence at which an inconclusive proof leans to
+// guilt: half again what it started from. (An innocent's evidence is a
+// martingale from 1: it ever reaches 1.5 with probability at most 2/3, and
+// futility acquits most innocents well under 1 first.)
+const leanEvidence = 1.5
+
+// leaningFirst orders the suspects for proofs: those whose last proof
+// ended inconclusive with evidence leaning to guilt (its carry at least
+// leanEvidence, within carryWindow) first, most evidence first, then the ranking. The
+// ranking reads CPU use, and a suspect just capped half the time by its
+// own proof reads idle in the windows that span it: a polluter whose proof
+// went quiet would otherwise lose its turn to a bystander that happened to
+// be busy. Which suspect goes first is decided from past trials only, so
+// no bound moves.
+func (a *Agent) leaningFirst(now time.Time, ranked []judge.Suspect) []judge.Suspect {
+	lean := func(id string) float64 {
+		if c, ok := a.carry[backoffKey(signalProbe, id)]; ok && now.Sub(c.at) <= carryWindow && c.evidence >= leanEvidence {
+			return c.evidence
+		}
+		return 0
+	}
+	out := slices.Clone(ranked)
+	slices.SortStableFunc(out, func(x, y judge.Suspect) int { return cmp.Compare(lean(y.ID), lean(x.ID)) })
+	return out
 }
 
 // maxProveTries is how many suspects, best first, the agent looks at for
@@ -353,15 +380,15 @@ const inconclusiveRetry = time.Second
 
 // retryAfter is how soon a suspect whose proof ended inconclusive with
 // this evidence may be proved again: one interval when the evidence leans
-// towards guilt (above 1: its cap lowered the contention more often than
-// not), inconclusiveRetry otherwise. A polluter that shows in few readings
+// towards guilt (leanEvidence: its cap lowered the contention more often
+// than not), inconclusiveRetry otherwise. A polluter that shows in few readings
 // (a split-lock storm the host itself slows in bursts) often ends a proof
 // by going quiet for three trials; its next proof continues the same
 // evidence, so looking again soon costs its victims less and changes no
 // bound: when the next proof starts is decided from past trials only, and
 // each trial's order is still a fresh coin.
 func (a *Agent) retryAfter(evidence float64) time.Duration {
-	if evidence > 1 {
+	if evidence >= leanEvidence {
 		return min(a.cfg.Interval, inconclusiveRetry)
 	}
 	return inconclusiveRetry

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -64,6 +65,7 @@ func TestRetryAfterAnInconclusiveProof(t *testing.T) {
 	}{
 		{0.4, inconclusiveRetry},
 		{1, inconclusiveRetry},
+		{1.49, inconclusiveRetry},
 		{1.64, 250 * time.Millisecond},
 		{28, 250 * time.Millisecond},
 	} {
@@ -74,5 +76,25 @@ func TestRetryAfterAnInconclusiveProof(t *testing.T) {
 	slow := &Agent{cfg: Config{Interval: 5 * time.Second}}
 	if got := slow.retryAfter(3); got != inconclusiveRetry {
 		t.Errorf("5 s interval: retry after %s, want %s at most", got, inconclusiveRetry)
+	}
+}
+
+func TestLeaningFirst(t *testing.T) {
+	now := time.Unix(1000, 0)
+	a := &Agent{carry: map[string]carried{
+		"/polluter": {evidence: 14, at: now.Add(-time.Second)},
+		"/doubtful": {evidence: 0.6, at: now.Add(-time.Second)},
+		"/stale":    {evidence: 50, at: now.Add(-carryWindow - time.Second)},
+		"/weak":     {evidence: 2, at: now.Add(-time.Second)},
+		"/barely":   {evidence: 1.2, at: now.Add(-time.Second)},
+	}}
+	ranked := []judge.Suspect{{ID: "/bystander"}, {ID: "/barely"}, {ID: "/doubtful"}, {ID: "/stale"}, {ID: "/weak"}, {ID: "/polluter"}}
+	var got []string
+	for _, s := range a.leaningFirst(now, ranked) {
+		got = append(got, s.ID)
+	}
+	want := []string{"/polluter", "/weak", "/bystander", "/barely", "/doubtful", "/stale"}
+	if !slices.Equal(got, want) {
+		t.Errorf("order %v, want %v", got, want)
 	}
 }
