@@ -2,16 +2,13 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,6 +18,7 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/humanize"
 	"github.com/crosstalk-project/crosstalk/internal/lab"
+	"github.com/crosstalk-project/crosstalk/internal/resultdir"
 )
 
 func newLabCmd(g *globals) *cobra.Command {
@@ -49,6 +47,25 @@ func labContext(parent context.Context) (context.Context, context.CancelFunc) {
 		parent = context.Background()
 	}
 	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+}
+
+// labError is a lab command's error; an interrupted one exits as a shell's
+// Ctrl-C does and says the host was left clean.
+func labError(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return exitError{code: 130, err: errors.New("interrupted; tenants stopped and cgroups removed")}
+	}
+	return err
+}
+
+// writeOut writes a result directory (--out) and says on stderr what it wrote.
+func (g *globals) writeOut(dir string, files ...resultdir.File) error {
+	paths, err := resultdir.Write(dir, files...)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.errOut, "wrote %s\n", strings.Join(paths, " and "))
+	return nil
 }
 
 func (g *globals) labOptions(policies []string, interval time.Duration) (lab.Options, func(), error) {
@@ -142,21 +159,15 @@ Unknown fields are rejected; errors name the line.`,
 			res, err := lab.Run(ctx, s, opt)
 			bar.finish()
 			if err != nil {
-				if errors.Is(err, context.Canceled) {
-					return exitError{code: 130, err: errors.New("interrupted; tenants stopped and cgroups removed")}
-				}
-				return err
+				return labError(err)
 			}
 			if outDir != "" {
-				if err := writeLabOut(outDir, res); err != nil {
+				if err := g.writeOut(outDir, labRunFiles(res)...); err != nil {
 					return err
 				}
-				fmt.Fprintf(g.errOut, "wrote %s and %s\n", filepath.Join(outDir, "result.json"), filepath.Join(outDir, "report.html"))
 			}
 			if asJSON {
-				enc := json.NewEncoder(g.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
+				return writeJSON(g.out, res)
 			}
 			return lab.WriteText(g.out, res)
 		},
@@ -170,23 +181,13 @@ Unknown fields are rejected; errors name the line.`,
 	return cmd
 }
 
-func writeLabOut(dir string, res *lab.Result) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+// labRunFiles is lab run's result directory: the result, which 'lab
+// report' reads back, and its HTML report.
+func labRunFiles(res *lab.Result) []resultdir.File {
+	return []resultdir.File{
+		resultdir.JSON("result.json", res),
+		resultdir.Rendered("report.html", func(w io.Writer) error { return lab.WriteReport(w, res) }),
 	}
-	if err := writeJSONFile(filepath.Join(dir, "result.json"), res); err != nil {
-		return err
-	}
-	return writeFileWith(filepath.Join(dir, "report.html"), func(w io.Writer) error { return lab.WriteReport(w, res) })
-}
-
-// writeJSONFile writes v as indented JSON, the form 'lab report' reads back.
-func writeJSONFile(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding %s: %w", path, err)
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 func newLabListCmd(g *globals) *cobra.Command {
@@ -201,31 +202,26 @@ fields as an array of objects, with each tenant as an object.`,
   crosstalk lab list --json | jq '.[].name'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			builtins, err := lab.LoadBuiltins()
+			if err != nil {
+				return err
+			}
 			var rows []labListEntry
-			for _, name := range lab.Builtins() {
-				s, err := lab.Load(name)
-				if err != nil {
-					return fmt.Errorf("built-in scenario %s: %w", name, err)
-				}
-				e := labListEntry{Name: name, Phase: s.Phase.String(), Description: oneLine(s.Description)}
+			for _, b := range builtins {
+				s := b.Scenario
+				e := labListEntry{Name: b.Name, Phase: s.Phase.String(), Description: oneLine(s.Description)}
 				for _, t := range s.Tenants {
 					e.Tenants = append(e.Tenants, labListTenant{Name: t.Name, Role: t.Role, Run: t.What(), CPUs: t.CPUs})
 				}
 				rows = append(rows, e)
 			}
-			if asJSON {
-				return writeJSON(g.out, rows)
-			}
-			tw := tabwriter.NewWriter(g.out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tPHASE\tTENANTS\tDESCRIPTION")
-			for _, e := range rows {
+			return writeList(g.out, asJSON, rows, "NAME\tPHASE\tTENANTS\tDESCRIPTION", func(e labListEntry) string {
 				var ts []string
 				for _, t := range e.Tenants {
 					ts = append(ts, fmt.Sprintf("%s=%s@%s", t.Role, t.Run, t.CPUs))
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Name, e.Phase, strings.Join(ts, "  "), e.Description)
-			}
-			return tw.Flush()
+				return fmt.Sprintf("%s\t%s\t%s\t%s", e.Name, e.Phase, strings.Join(ts, "  "), e.Description)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the scenarios as a JSON array")
@@ -288,27 +284,18 @@ about 3 minutes.`,
 			m, err := lab.RunMatrix(ctx, mo, opt)
 			bar.finish()
 			if err != nil {
-				if errors.Is(err, context.Canceled) {
-					return exitError{code: 130, err: errors.New("interrupted; tenants stopped and cgroups removed")}
-				}
-				return err
+				return labError(err)
 			}
 			if outDir != "" {
-				if err := os.MkdirAll(outDir, 0o755); err != nil {
+				err := g.writeOut(outDir,
+					resultdir.JSON("matrix.json", m),
+					resultdir.Rendered("matrix.html", func(w io.Writer) error { return lab.WriteMatrixReport(w, m) }))
+				if err != nil {
 					return err
 				}
-				if err := writeJSONFile(filepath.Join(outDir, "matrix.json"), m); err != nil {
-					return err
-				}
-				if err := writeFileWith(filepath.Join(outDir, "matrix.html"), func(w io.Writer) error { return lab.WriteMatrixReport(w, m) }); err != nil {
-					return err
-				}
-				fmt.Fprintf(g.errOut, "wrote %s and %s\n", filepath.Join(outDir, "matrix.json"), filepath.Join(outDir, "matrix.html"))
 			}
 			if asJSON {
-				enc := json.NewEncoder(g.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(m)
+				return writeJSON(g.out, m)
 			}
 			return lab.WriteMatrixText(g.out, m)
 		},
@@ -347,9 +334,7 @@ removed afterwards.`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(g.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(o)
+				return writeJSON(g.out, o)
 			}
 			// The agent's CPU share is a small fraction of a percent: it
 			// keeps three decimals where humanize.Percent would round to one.

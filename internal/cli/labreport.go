@@ -1,10 +1,6 @@
 package cli
 
 import (
-	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
 
@@ -12,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/crosstalk-project/crosstalk/internal/lab"
+	"github.com/crosstalk-project/crosstalk/internal/resultdir"
 )
 
 func newLabReportCmd(g *globals) *cobra.Command {
@@ -35,14 +32,9 @@ one of these results is an error that says so.`,
 				return err
 			}
 			if outDir != "" {
-				if err := os.MkdirAll(outDir, 0o755); err != nil {
+				if err := g.writeOut(outDir, resultdir.Rendered(s.ReportName(), s.WriteHTML)); err != nil {
 					return err
 				}
-				path := filepath.Join(outDir, s.ReportName())
-				if err := writeFileWith(path, s.WriteHTML); err != nil {
-					return err
-				}
-				fmt.Fprintf(g.errOut, "wrote %s\n", path)
 			}
 			return s.WriteText(g.out)
 		},
@@ -106,18 +98,4 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// writeFileWith creates path and writes it with write, closing it either
-// way and reporting the first error.
-func writeFileWith(path string, write func(w io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return f.Close()
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/lab"
+	"github.com/crosstalk-project/crosstalk/internal/resultdir"
 )
 
 // A result written by lab run's --out and rendered again by lab report gives
@@ -28,7 +29,7 @@ func TestLabReportRendersWhatTheRunWrote(t *testing.T) {
 	res.Meta = &lab.Meta{Kind: lab.KindRun, Version: "v0.0.0-test", Commit: "abc123", Date: time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC),
 		Command: "crosstalk lab run buslock-burst", Kernel: "6.1.0", Hostname: "lab-host-01", CPUModel: "Xeon Gold 6338", CPUs: 64}
 	orig := t.TempDir()
-	if err := writeLabOut(orig, &res); err != nil {
+	if _, err := resultdir.Write(orig, labRunFiles(&res)...); err != nil {
 		t.Fatal(err)
 	}
 	var text bytes.Buffer
@@ -70,7 +71,7 @@ func TestLabReportKinds(t *testing.T) {
 	suite := filepath.Join(t.TempDir(), "suite")
 	sr := &lab.SuiteResult{Policies: []string{"none", "crosstalk"}, Runs: []lab.RunScore{{Name: "gen-1", Repetition: 1, Class: lab.ClassControl, Victim: "server"}}}
 	sr.Summarize()
-	if err := writeSuiteOut(suite, sr); err != nil {
+	if _, err := resultdir.Write(suite, suiteFiles(sr)...); err != nil {
 		t.Fatal(err)
 	}
 	notResult := filepath.Join(t.TempDir(), "other.json")

@@ -1,20 +1,16 @@
 package cli
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/crosstalk-project/crosstalk/internal/lab"
+	"github.com/crosstalk-project/crosstalk/internal/resultdir"
 )
 
 func newLabSuiteCmd(g *globals) *cobra.Command {
@@ -94,21 +90,15 @@ Needs root (it creates cgroups), except --list.`,
 			res, err := lab.RunSuite(ctx, cases, reps, opt, progress)
 			bar.finish()
 			if err != nil {
-				if errors.Is(err, context.Canceled) {
-					return exitError{code: 130, err: errors.New("interrupted; tenants stopped and cgroups removed")}
-				}
-				return err
+				return labError(err)
 			}
 			if outDir != "" {
-				if err := writeSuiteOut(outDir, res); err != nil {
+				if err := g.writeOut(outDir, suiteFiles(res)...); err != nil {
 					return err
 				}
-				fmt.Fprintf(g.errOut, "wrote %s and %s\n", filepath.Join(outDir, "suite.json"), filepath.Join(outDir, "suite.html"))
 			}
 			if asJSON {
-				enc := json.NewEncoder(g.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
+				return writeJSON(g.out, res)
 			}
 			return lab.WriteSuiteText(g.out, res)
 		},
@@ -143,12 +133,11 @@ func writeSuiteList(g *globals, cases []lab.SuiteCase) error {
 	return nil
 }
 
-func writeSuiteOut(dir string, res *lab.SuiteResult) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+// suiteFiles is lab suite's result directory: the result, which 'lab
+// report' reads back, and its HTML page.
+func suiteFiles(res *lab.SuiteResult) []resultdir.File {
+	return []resultdir.File{
+		resultdir.JSON("suite.json", res),
+		resultdir.Rendered("suite.html", func(w io.Writer) error { return lab.WriteSuiteReport(w, res) }),
 	}
-	if err := writeJSONFile(filepath.Join(dir, "suite.json"), res); err != nil {
-		return err
-	}
-	return writeFileWith(filepath.Join(dir, "suite.html"), func(w io.Writer) error { return lab.WriteSuiteReport(w, res) })
 }

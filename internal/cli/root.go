@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -150,6 +151,20 @@ func agentConfig(file string) (agent.Config, error) {
 
 // oneLine folds a YAML block's line breaks and runs of spaces into single spaces.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// writeList prints a list command's rows: a JSON array with asJSON, else
+// a table of header and line(row) for each row, columns separated by tabs.
+func writeList[R any](w io.Writer, asJSON bool, rows []R, header string, line func(R) string) error {
+	if asJSON {
+		return writeJSON(w, rows)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, line(r))
+	}
+	return tw.Flush()
+}
 
 // writeJSON prints v as indented JSON.
 func writeJSON(w io.Writer, v any) error {

@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime/debug"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -125,9 +123,7 @@ The model, its constants and their sources: see docs/simulator.md and
 				}
 			}
 			if asJSON {
-				enc := json.NewEncoder(g.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
+				return writeJSON(g.out, res)
 			}
 			return sim.WriteText(g.out, res)
 		},
@@ -153,27 +149,22 @@ the same fields as an array of objects, with the whole description.`,
   crosstalk sim list --json | jq '.[].name'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			builtins, err := sim.LoadBuiltins()
+			if err != nil {
+				return err
+			}
 			var rows []simListEntry
-			for _, name := range sim.Builtins() {
-				sc, err := sim.Load(name)
-				if err != nil {
-					return fmt.Errorf("built-in scenario %s: %w", name, err)
-				}
-				rows = append(rows, simListEntry{Name: name, Tenants: len(sc.Resolved()), Machine: sc.Machine.CPU, Description: oneLine(sc.Description)})
+			for _, b := range builtins {
+				sc := b.Scenario
+				rows = append(rows, simListEntry{Name: b.Name, Tenants: len(sc.Resolved()), Machine: sc.Machine.CPU, Description: oneLine(sc.Description)})
 			}
-			if asJSON {
-				return writeJSON(g.out, rows)
-			}
-			tw := tabwriter.NewWriter(g.out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tTENANTS\tMACHINE\tDESCRIPTION")
-			for _, e := range rows {
+			return writeList(g.out, asJSON, rows, "NAME\tTENANTS\tMACHINE\tDESCRIPTION", func(e simListEntry) string {
 				desc := e.Description
 				if i := strings.Index(desc, ". "); i > 0 {
 					desc = desc[:i+1]
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", e.Name, e.Tenants, e.Machine, desc)
-			}
-			return tw.Flush()
+				return fmt.Sprintf("%s\t%d\t%s\t%s", e.Name, e.Tenants, e.Machine, desc)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the scenarios as a JSON array")

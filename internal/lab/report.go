@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/crosstalk-project/crosstalk/internal/humanize"
+	"github.com/crosstalk-project/crosstalk/internal/scenario"
 )
 
 // This file renders lab results as one self-contained HTML page: no scripts,
@@ -909,9 +910,8 @@ func throttleTenants(r *Result) []string {
 	for n := range keep {
 		names = append(names, n)
 	}
-	rank := map[string]int{RoleVictim: 0, RolePolluter: 1, RoleBystander: 2}
 	slices.SortFunc(names, func(a, b string) int {
-		if d := rank[role[a]] - rank[role[b]]; d != 0 {
+		if d := scenario.RoleRank(role[a]) - scenario.RoleRank(role[b]); d != 0 {
 			return d
 		}
 		return strings.Compare(a, b)

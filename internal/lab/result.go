@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/crosstalk-project/crosstalk/internal/humanize"
+	"github.com/crosstalk-project/crosstalk/internal/scenario"
 )
 
 // Result is a lab run's outcome; its JSON form is what `lab run --json` prints.
@@ -190,13 +191,12 @@ func fmtRange(s Spread, ok bool) string {
 
 // tenantOrder lists tenants victim first, then polluters, then bystanders.
 func tenantOrder(r *Result, pr PolicyResult) []string {
-	rank := map[string]int{RoleVictim: 0, RolePolluter: 1, RoleBystander: 2}
 	var names []string
 	for n := range pr.Tenants {
 		names = append(names, n)
 	}
 	slices.SortFunc(names, func(a, b string) int {
-		ra, rb := rank[pr.Tenants[a].Role], rank[pr.Tenants[b].Role]
+		ra, rb := scenario.RoleRank(pr.Tenants[a].Role), scenario.RoleRank(pr.Tenants[b].Role)
 		if ra != rb {
 			return ra - rb
 		}

@@ -15,14 +15,14 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/load"
-	"github.com/crosstalk-project/crosstalk/internal/yamlfile"
+	"github.com/crosstalk-project/crosstalk/internal/scenario"
 )
 
 // Roles a tenant can play.
 const (
-	RoleVictim    = "victim"
-	RolePolluter  = "polluter"
-	RoleBystander = "bystander"
+	RoleVictim    = scenario.RoleVictim
+	RolePolluter  = scenario.RolePolluter
+	RoleBystander = scenario.RoleBystander
 )
 
 // MaxSplitLockPhase bounds how long any split-lock tenant may run in one
@@ -111,45 +111,38 @@ func (t Tenant) MetricInfo() (name, unit, direction string) {
 //go:embed scenarios/*.yaml
 var builtinFS embed.FS
 
-var builtins = yamlfile.Catalog{FS: builtinFS, Dir: "scenarios", Kind: "scenario"}
+// scenarios are the built-in scenarios and any scenario file.
+var scenarios = scenario.NewCatalog(builtinFS, (*Scenario).check)
 
 // Builtins lists the built-in scenario names.
-func Builtins() []string { return builtins.Names() }
+func Builtins() []string { return scenarios.Names() }
+
+// LoadBuiltins loads every built-in scenario, in name order.
+func LoadBuiltins() ([]scenario.Builtin[Scenario], error) { return scenarios.Builtins() }
 
 // Load returns a built-in scenario by name, or reads a YAML file.
-func Load(nameOrFile string) (*Scenario, error) {
-	b, source, err := builtins.Read(nameOrFile)
-	if err != nil {
-		return nil, err
-	}
-	return Parse(b, source)
-}
+func Load(nameOrFile string) (*Scenario, error) { return scenarios.Load(nameOrFile) }
 
 // Parse reads a scenario. Unknown keys are rejected and every error names
 // the line it is about.
-func Parse(data []byte, source string) (*Scenario, error) {
-	var s Scenario
-	if err := yamlfile.DecodeStrict(data, source, "empty scenario", &s); err != nil {
-		return nil, err
-	}
-	for i, line := range yamlfile.ItemLines(data, "tenants") {
+func Parse(data []byte, source string) (*Scenario, error) { return scenarios.Parse(data, source) }
+
+// check finishes a decoded scenario: its tenants' lines, for errors, and
+// its validation.
+func (s *Scenario) check(tenantLines []int) error {
+	for i, line := range tenantLines {
 		if i < len(s.Tenants) {
 			s.Tenants[i].line = line
 		}
 	}
-	if err := s.validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
-	}
-	return &s, nil
+	return s.validate()
 }
-
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 
 func (s *Scenario) validate() error {
 	if s.Name == "" {
 		return errors.New("scenario needs a name")
 	}
-	if !nameRE.MatchString(s.Name) {
+	if !scenario.ValidName(s.Name) {
 		return fmt.Errorf("scenario name %q: use lower-case letters, digits, - and _", s.Name)
 	}
 	if s.Phase <= 0 {
@@ -192,13 +185,11 @@ func (s *Scenario) validate() error {
 }
 
 func (t *Tenant) validate(phase time.Duration) error {
-	if !nameRE.MatchString(t.Name) {
+	if !scenario.ValidName(t.Name) {
 		return errors.New("name: use 1-32 lower-case letters, digits, - and _")
 	}
-	switch t.Role {
-	case RoleVictim, RolePolluter, RoleBystander:
-	default:
-		return fmt.Errorf("role %q: want victim, polluter or bystander", t.Role)
+	if err := scenario.CheckRole(t.Role); err != nil {
+		return err
 	}
 	switch {
 	case t.Load != "" && len(t.Command) > 0:

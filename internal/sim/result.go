@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/crosstalk-project/crosstalk/internal/humanize"
+	"github.com/crosstalk-project/crosstalk/internal/scenario"
 )
 
 // Result is a simulation's outcome; its JSON form is what `sim run --json` prints.
@@ -110,8 +111,6 @@ func (r *Result) Policy(name string) (*PolicyResult, bool) {
 	return nil, false
 }
 
-var roleOrder = map[string]int{RoleVictim: 0, RolePolluter: 1, RoleBystander: 2}
-
 // maxRowsPerRole bounds the text table on scenarios with many tenants.
 const maxRowsPerRole = 6
 
@@ -124,7 +123,7 @@ func WriteText(w io.Writer, r *Result) error {
 	for _, pr := range r.Results {
 		ts := slices.Clone(pr.Tenants)
 		slices.SortStableFunc(ts, func(a, b TenantResult) int {
-			return cmp.Or(cmp.Compare(roleOrder[a.Role], roleOrder[b.Role]), cmp.Compare(fl(b.Slowdown), fl(a.Slowdown)))
+			return cmp.Or(cmp.Compare(scenario.RoleRank(a.Role), scenario.RoleRank(b.Role)), cmp.Compare(fl(b.Slowdown), fl(a.Slowdown)))
 		})
 		shown := map[string]int{}
 		rest := map[string][]TenantResult{}

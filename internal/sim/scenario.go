@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -14,14 +13,14 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
-	"github.com/crosstalk-project/crosstalk/internal/yamlfile"
+	"github.com/crosstalk-project/crosstalk/internal/scenario"
 )
 
 // Roles a tenant plays, for reporting only: the agent never sees them.
 const (
-	RoleVictim    = "victim"
-	RolePolluter  = "polluter"
-	RoleBystander = "bystander"
+	RoleVictim    = scenario.RoleVictim
+	RolePolluter  = scenario.RolePolluter
+	RoleBystander = scenario.RoleBystander
 )
 
 // Tenant kinds: how the tenant appears in the host's cgroup tree.
@@ -202,45 +201,38 @@ func (s *Scenario) Resolved() []*Tenant { return s.tenants }
 //go:embed scenarios/*.yaml
 var builtinFS embed.FS
 
-var builtins = yamlfile.Catalog{FS: builtinFS, Dir: "scenarios", Kind: "scenario"}
+// scenarios are the built-in scenarios and any scenario file.
+var scenarios = scenario.NewCatalog(builtinFS, (*Scenario).check)
 
 // Builtins lists the built-in scenario names.
-func Builtins() []string { return builtins.Names() }
+func Builtins() []string { return scenarios.Names() }
+
+// LoadBuiltins loads every built-in scenario, in name order.
+func LoadBuiltins() ([]scenario.Builtin[Scenario], error) { return scenarios.Builtins() }
 
 // Load returns a built-in scenario by name, or reads a YAML file.
-func Load(nameOrFile string) (*Scenario, error) {
-	b, source, err := builtins.Read(nameOrFile)
-	if err != nil {
-		return nil, err
-	}
-	return Parse(b, source)
-}
+func Load(nameOrFile string) (*Scenario, error) { return scenarios.Load(nameOrFile) }
 
 // Parse reads a scenario. Unknown keys are rejected and every error names
 // the line it is about.
-func Parse(data []byte, source string) (*Scenario, error) {
-	var s Scenario
-	if err := yamlfile.DecodeStrict(data, source, "empty scenario", &s); err != nil {
-		return nil, err
-	}
-	for i, line := range yamlfile.ItemLines(data, "tenants") {
+func Parse(data []byte, source string) (*Scenario, error) { return scenarios.Parse(data, source) }
+
+// check finishes a decoded scenario: its tenants' lines, for errors, and
+// its validation.
+func (s *Scenario) check(tenantLines []int) error {
+	for i, line := range tenantLines {
 		if i < len(s.Tenants) {
 			s.Tenants[i].line = line
 		}
 	}
-	if err := s.validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
-	}
-	return &s, nil
+	return s.validate()
 }
-
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 
 // MaxTenants bounds a scenario's tenants (after Count).
 const MaxTenants = 5000
 
 func (s *Scenario) validate() error {
-	if !nameRE.MatchString(s.Name) {
+	if !scenario.ValidName(s.Name) {
 		return fmt.Errorf("name %q: use 1-32 lower-case letters, digits, - and _", s.Name)
 	}
 	if s.Duration == 0 {
@@ -379,7 +371,7 @@ func (s *Scenario) resolveTenants() error {
 		bad := func(format string, a ...any) error {
 			return fmt.Errorf("%s: %s", where, fmt.Sprintf(format, a...))
 		}
-		if !nameRE.MatchString(ts.Name) {
+		if !scenario.ValidName(ts.Name) {
 			return bad("name: use 1-32 lower-case letters, digits, - and _")
 		}
 		switch ts.Kind {
@@ -389,10 +381,8 @@ func (s *Scenario) resolveTenants() error {
 		default:
 			return bad("kind %q: want vm or container", ts.Kind)
 		}
-		switch ts.Role {
-		case RoleVictim, RolePolluter, RoleBystander:
-		default:
-			return bad("role %q: want victim, polluter or bystander", ts.Role)
+		if err := scenario.CheckRole(ts.Role); err != nil {
+			return bad("%v", err)
 		}
 		if ts.Count == 0 {
 			ts.Count = 1
