@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -367,6 +368,20 @@ func (a *Agent) endProof(ctx context.Context, now time.Time, p *proof) {
 	q := a.sp.Quota(thr.Step, p.tenant.CPUs.Len())
 	if err := a.apply(ctx, p.tenant, q, "proven polluter", now); err != nil {
 		a.handleWriteErr(ctx, p.tenant, err)
+		// Its proof's cap, if on, would stay held with no proof and no
+		// throttle to end it: lift it (a VM's through its cgroup files
+		// while libvirt does not answer, whatever that call left). The
+		// conviction stands: busy again while the contention is, it is
+		// throttled on this record once the actuator answers, with no new
+		// proof (rethrottle).
+		if p.capped {
+			a.dropProbeHold(ctx, p.tenant)
+			p.capped = false
+			a.recordSlot(now, p.tenant, api.KindProofFree, 0, "proven, but its throttle could not be set: "+err.Error())
+		}
+		if !errors.Is(err, act.ErrGone) && p.signal == signalProbe {
+			a.convicts[p.tenant.ID] = convict{at: now, reason: "proven polluter: " + why, kind: p.kind}
+		}
 		return
 	}
 	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal, kind: p.kind, reason: "proven polluter: " + why, since: now}

@@ -1,11 +1,17 @@
 package agent
 
 import (
+	"context"
+	"fmt"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/api"
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 )
 
 // A polluter released because it stopped, that comes back while the
@@ -86,5 +92,62 @@ func TestAgentWatchCatchesAPolluterBetweenIntervals(t *testing.T) {
 	took := hs.until(t, "proof of the polluter", 5*time.Second, func() bool { return hs.has(api.KindProof, "polluter") })
 	if limit := 2*hs.agent.WatchEvery() + 100*time.Millisecond; took > limit {
 		t.Errorf("the proof started %s after the polluter, want within %s (two watches)", took, limit)
+	}
+}
+
+// unavailableOnce refuses the first duty-cycle throttle as libvirt does
+// when it does not answer (act.ErrUnavailable); everything else goes
+// through.
+type unavailableOnce struct {
+	QuotaActuator
+	mu     sync.Mutex
+	failed bool
+}
+
+func (u *unavailableOnce) Apply(ctx context.Context, id, cg string, q cgroup.Quota) error {
+	u.mu.Lock()
+	fail := !u.failed && q.Period == 16*time.Millisecond
+	u.failed = u.failed || fail
+	u.mu.Unlock()
+	if fail {
+		return fmt.Errorf("throttle %s: %w", id, act.ErrUnavailable)
+	}
+	return u.QuotaActuator.Apply(ctx, id, cg, q)
+}
+
+// A polluter proven while its actuator does not answer is neither left
+// under its proof's cap nor let go: it is throttled on its conviction once
+// the actuator answers, with no second proof.
+func TestAgentConvictionOutlivesAnUnavailableActuator(t *testing.T) {
+	w := newWorld(t)
+	st, err := act.OpenState(filepath.Join(t.TempDir(), "inner-state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unavailableOnce{QuotaActuator: &act.CPUQuota{Host: w.h, Layout: w.layout, State: st}}
+	hs := newVirtualHarness(t, w, testConfig(t.TempDir()), u)
+	hs.until(t, "throttle refused once", 5*time.Second, func() bool { u.mu.Lock(); defer u.mu.Unlock(); return u.failed })
+	if q := w.quota("polluter"); !q.Unlimited() && q.Period == time.Second {
+		t.Errorf("polluter left under its proof's cap (%v) after its throttle was refused", q)
+	}
+	hs.until(t, "throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
+	hs.stop(t)
+	proofs := 0
+	for _, a := range hs.actions {
+		if a.Name == "polluter" && a.Kind == "proof" && strings.HasPrefix(a.Reason, "proving it") {
+			proofs++
+		}
+	}
+	if proofs != 1 {
+		t.Errorf("%d proofs of the polluter, want 1 (its conviction stands)", proofs)
+	}
+	var reason string
+	for _, a := range hs.actions {
+		if a.Name == "polluter" && a.Kind == "throttle" {
+			reason = a.Reason
+		}
+	}
+	if !strings.Contains(reason, "convicted before") {
+		t.Errorf("throttle reason %q, want it on its record", reason)
 	}
 }
