@@ -566,39 +566,22 @@ const halo = ` stroke="#ffffff" stroke-width="3" stroke-linejoin="round" paint-o
 // timelineChart plots the victim's metric over one policy's phase.
 func timelineChart(r *Result, pr PolicyResult) template.HTML {
 	title := pr.Policy + ": " + r.Victim + " (victim) over time"
-	var samples []Sample
-	for _, s := range pr.Timeline.Victim {
-		if finite(s.T) && finite(s.Value) {
-			samples = append(samples, s)
-		}
-	}
+	samples := finiteSamples(pr.Timeline.Victim)
 	if len(samples) == 0 {
 		return noDataSVG(chartWidth, 140, title, "no victim samples in this policy's timeline")
 	}
 	solo := r.Solo[r.Victim]
 
-	// Domains: time from 0 to the phase end or the last thing that happened;
-	// values from 0 (or below) to the highest sample or solo value.
-	tMax, vMin, vMax := r.Phase, 0.0, math.Inf(-1)
-	if !finite(tMax) {
-		tMax = 0
-	}
+	// Values from 0 (or below) to the highest sample or solo value.
+	vMin, vMax := 0.0, math.Inf(-1)
 	for _, s := range samples {
-		tMax, vMin, vMax = math.Max(tMax, s.T), math.Min(vMin, s.Value), math.Max(vMax, s.Value)
+		vMin, vMax = math.Min(vMin, s.Value), math.Max(vMax, s.Value)
 	}
 	if okPtr(solo.Value) {
 		vMin, vMax = math.Min(vMin, *solo.Value), math.Max(vMax, *solo.Value)
 	}
 	events := otherTenantEvents(pr.Timeline.Events)
-	for _, e := range events {
-		tMax = math.Max(tMax, e.T)
-	}
-	for _, a := range pr.Actions {
-		if finite(a.T) {
-			tMax = math.Max(tMax, a.T)
-		}
-	}
-	xt, xstep := niceTicks(0, tMax, 10)
+	xt, xstep := niceTicks(0, timeExtent(r, pr, samples, events), 10)
 	yt, ystep := niceTicks(vMin, vMax, 6)
 
 	const h = 380
@@ -645,33 +628,17 @@ func timelineChart(r *Result, pr PolicyResult) template.HTML {
 // agent saw when it acted. Policies without probes have no such timeline
 // (nil).
 func contentionChart(r *Result, pr PolicyResult) template.HTML {
-	var samples []Sample
-	for _, s := range pr.Timeline.Contention {
-		if finite(s.T) && finite(s.Value) {
-			samples = append(samples, s)
-		}
-	}
+	samples := finiteSamples(pr.Timeline.Contention)
 	if len(samples) == 0 {
 		return ""
 	}
 	title := pr.Policy + ": probe contention over time"
-	tMax, vMax := r.Phase, 1.5
-	if !finite(tMax) {
-		tMax = 0
-	}
+	vMax := 1.5
 	for _, s := range samples {
-		tMax, vMax = math.Max(tMax, s.T), math.Max(vMax, s.Value)
+		vMax = math.Max(vMax, s.Value)
 	}
 	events := otherTenantEvents(pr.Timeline.Events)
-	for _, e := range events {
-		tMax = math.Max(tMax, e.T)
-	}
-	for _, a := range pr.Actions {
-		if finite(a.T) {
-			tMax = math.Max(tMax, a.T)
-		}
-	}
-	xt, xstep := niceTicks(0, tMax, 10)
+	xt, xstep := niceTicks(0, timeExtent(r, pr, samples, events), 10)
 	yt, ystep := niceTicks(0, vMax, 5)
 
 	const h = 300
@@ -707,6 +674,38 @@ func contentionChart(r *Result, pr PolicyResult) template.HTML {
 	}
 	s.legend(a.left, h-22, legend)
 	return s.html()
+}
+
+// finiteSamples keeps the samples a chart can place.
+func finiteSamples(in []Sample) []Sample {
+	var out []Sample
+	for _, s := range in {
+		if finite(s.T) && finite(s.Value) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// timeExtent is a phase chart's time axis: from 0 to the phase's end or the
+// last thing that happened in it (a sample, a tenant event, an action).
+func timeExtent(r *Result, pr PolicyResult, samples []Sample, events []TenantEvent) float64 {
+	tMax := r.Phase
+	if !finite(tMax) {
+		tMax = 0
+	}
+	for _, s := range samples {
+		tMax = math.Max(tMax, s.T)
+	}
+	for _, e := range events {
+		tMax = math.Max(tMax, e.T)
+	}
+	for _, a := range pr.Actions {
+		if finite(a.T) {
+			tMax = math.Max(tMax, a.T)
+		}
+	}
+	return tMax
 }
 
 // otherTenantEvents keeps the polluters' and bystanders' finite events.
