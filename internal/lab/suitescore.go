@@ -376,7 +376,16 @@ func Wilson(k, n int) *Interval {
 	den := 1 + z*z/nf
 	mid := (p + z*z/(2*nf)) / den
 	half := z / den * math.Sqrt(p*(1-p)/nf+z*z/(4*nf*nf))
-	return &Interval{Low: max(0, mid-half), High: min(1, mid+half)}
+	iv := &Interval{Low: max(0, mid-half), High: min(1, mid+half)}
+	// At 0 of n and n of n the bound is exactly 0 or 1; rounding would
+	// print a stray 0.0%.
+	if k == 0 {
+		iv.Low = 0
+	}
+	if k == n {
+		iv.High = 1
+	}
+	return iv
 }
 
 // Aggregate is the suite's totals over a set of runs.

@@ -363,7 +363,8 @@ func TestWilson(t *testing.T) {
 			}
 			continue
 		}
-		if got == nil || math.Abs(got.Low-tt.low) > 5e-4 || math.Abs(got.High-tt.hi) > 5e-4 {
+		if got == nil || math.Abs(got.Low-tt.low) > 5e-4 || math.Abs(got.High-tt.hi) > 5e-4 ||
+			tt.k == 0 && got.Low != 0 || tt.k == tt.n && got.High != 1 {
 			t.Errorf("Wilson(%d, %d) = %+v, want [%.4f, %.4f]", tt.k, tt.n, got, tt.low, tt.hi)
 		}
 	}
