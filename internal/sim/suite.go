@@ -33,14 +33,16 @@ type SuiteScore struct {
 // overall, by run class and, for polluter runs, by polluter kind, timing
 // and placement, and for all runs by PMU.
 type SuiteResult struct {
-	Seed        int64                               `json:"seed"`
-	Policies    []string                            `json:"policies"`
-	Runs        []SuiteScore                        `json:"runs"`
-	Total       lab.Aggregate                       `json:"total"`
-	ByClass     map[string]lab.Aggregate            `json:"by_class"`
-	Breakdowns  map[string]map[string]lab.Aggregate `json:"breakdowns"`
-	SimulatedS  float64                             `json:"simulated_seconds"`
-	WallSeconds float64                             `json:"wall_seconds"`
+	Seed       int64                               `json:"seed"`
+	Policies   []string                            `json:"policies"`
+	Runs       []SuiteScore                        `json:"runs"`
+	Total      lab.Aggregate                       `json:"total"`
+	ByClass    map[string]lab.Aggregate            `json:"by_class"`
+	Breakdowns map[string]map[string]lab.Aggregate `json:"breakdowns"`
+	// SimulatedSeconds is the virtual time of the runs (once each, not per
+	// policy); WallSeconds what the suite took.
+	SimulatedSeconds float64 `json:"simulated_seconds"`
+	WallSeconds      float64 `json:"wall_seconds"`
 }
 
 // Breakdown names.
@@ -121,7 +123,7 @@ func RunSuite(ctx context.Context, cases []*SuiteCase, o SuiteOptions) (*SuiteRe
 			sc = ScoreSuiteRun(c, res, without)
 		}
 		out.Runs = append(out.Runs, sc)
-		out.SimulatedS += sc.Duration
+		out.SimulatedSeconds += sc.Duration
 		if o.Report != nil {
 			o.Report(sc)
 		}
@@ -282,7 +284,7 @@ func WriteSuiteText(w io.Writer, r *SuiteResult, verbose bool) error {
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "%d simulated runs from seed %d (%s of virtual time in %s)\n\n", len(r.Runs), r.Seed,
-		humanize.Seconds(r.SimulatedS, 0), humanize.Seconds(r.WallSeconds, 1))
+		humanize.Seconds(r.SimulatedSeconds, 0), humanize.Seconds(r.WallSeconds, 1))
 	rows := []lab.AttributionRow{lab.AttributionRowOf("all", r.Total)}
 	for _, class := range []string{lab.ClassPolluter, lab.ClassHarmful, lab.ClassControl} {
 		rows = append(rows, lab.AttributionRowOf(class, r.ByClass[class]))

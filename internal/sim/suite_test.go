@@ -228,8 +228,8 @@ func TestRunSuiteShort(t *testing.T) {
 	for _, c := range cases {
 		wantSim += c.Scenario.Duration.Seconds()
 	}
-	if res.SimulatedS != wantSim {
-		t.Errorf("simulated %gs, want %gs", res.SimulatedS, wantSim)
+	if res.SimulatedSeconds != wantSim {
+		t.Errorf("simulated %gs, want %gs", res.SimulatedSeconds, wantSim)
 	}
 
 	var b strings.Builder
