@@ -295,6 +295,11 @@ func readOnly(cmd *cobra.Command, args []string) bool {
 		return true
 	case "crosstalk lab suite":
 		return has("--list")
+	case "crosstalk sim suite":
+		// A listing, or a few runs (a tenth of a second each) with nothing
+		// written to disk.
+		runs, err := cmd.Flags().GetInt("runs")
+		return has("--list") || err == nil && runs <= 5 && !has("--out")
 	case "crosstalk lab report":
 		// Printing a saved result's text report only reads it.
 		return !has("--out")

@@ -33,7 +33,7 @@ against the same tenant alone on the same machine, from the model.
 
 Needs no root and touches nothing outside a temporary directory.`,
 	}
-	cmd.AddCommand(newSimRunCmd(g), newSimListCmd(g))
+	cmd.AddCommand(newSimRunCmd(g), newSimListCmd(g), newSimSuiteCmd(g))
 	return cmd
 }
 

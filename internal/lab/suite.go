@@ -211,21 +211,14 @@ func WriteSuiteText(w io.Writer, r *SuiteResult) error {
 		b.WriteString(suiteRunLine(s) + "\n")
 	}
 	b.WriteString("\n")
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUNS\tN\tRECALL\tFALSE CONV.\tINNOCENT PROOF CAP/RUN\tFIRST CAP\tCONVICTION\tRELEASE")
 	rows := r.classRows()
-	for _, row := range rows {
-		a := row.a
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.name, row.runs, fmtRate(a.Recall, a.PolluterRuns), fmtRate(a.FalseConvictionRate, a.Runs),
-			fmtDist(a.InnocentProofCapSeconds, secs2), fmtDist(a.FirstCap, secs2), fmtDist(a.Conviction, secs2), fmtDist(a.Release, secs2))
-	}
-	tw.Flush()
+	WriteAttributionTable(&b, "RUNS", rows)
 	b.WriteString("\n")
-	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VICTIM SLOWDOWN\tPOLICY\tWHOLE PHASE\tAFTER FIRST ACTION")
 	for _, row := range rows {
 		for _, p := range r.Policies {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.name, p, fmtDist(row.a.VictimSlowdown[p], humanize.Ratio), fmtDist(row.a.VictimSlowdownAfter[p], humanize.Ratio))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.Name, p, fmtDist(row.Aggregate.VictimSlowdown[p], humanize.Ratio), fmtDist(row.Aggregate.VictimSlowdownAfter[p], humanize.Ratio))
 		}
 	}
 	tw.Flush()
@@ -234,33 +227,55 @@ func WriteSuiteText(w io.Writer, r *SuiteResult) error {
 	return err
 }
 
-// classRow is one line of the totals: all runs, polluter runs or control
-// runs, with its count of runs (and of errors).
-type classRow struct {
-	name, runs string
-	a          Aggregate
+// AttributionRow is one line of the attribution table: a set of runs by
+// name, its count (with errors) and its totals.
+type AttributionRow struct {
+	Name, Runs string
+	Aggregate  Aggregate
 }
 
-func (r *SuiteResult) classRows() []classRow {
-	var rows []classRow
-	for _, c := range []struct {
-		name string
-		a    Aggregate
-	}{{"all", r.Total}, {ClassPolluter, r.ByClass[ClassPolluter]}, {ClassHarmful, r.ByClass[ClassHarmful]}, {ClassControl, r.ByClass[ClassControl]}} {
-		n := fmt.Sprint(c.a.Runs)
-		if c.a.Errors > 0 {
-			n += fmt.Sprintf(" (+%d errors)", c.a.Errors)
-		}
-		rows = append(rows, classRow{name: c.name, runs: n, a: c.a})
+// AttributionRowOf names an aggregate, with its count of runs and errors.
+func AttributionRowOf(name string, a Aggregate) AttributionRow {
+	n := fmt.Sprint(a.Runs)
+	if a.Errors > 0 {
+		n += fmt.Sprintf(" (+%d errors)", a.Errors)
 	}
-	return rows
+	return AttributionRow{Name: name, Runs: n, Aggregate: a}
 }
 
-func fmtRate(v *float64, of int) string {
+// WriteAttributionTable prints recall and false convictions (with their 95%
+// intervals), innocent proof cap-seconds, reaction and release, a row per
+// set of runs; heading names the first column.
+func WriteAttributionTable(w io.Writer, heading string, rows []AttributionRow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "%s\tN\tRECALL (95%%)\tFALSE CONV. (95%%)\tINNOCENT PROOF CAP/RUN\tFIRST CAP\tCONVICTION\tRELEASE\n", heading)
+	for _, row := range rows {
+		a := row.Aggregate
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.Name, row.Runs, fmtRate(a.Recall, a.PolluterRuns, a.RecallInterval),
+			fmtRate(a.FalseConvictionRate, a.Runs, a.FalseConvictionInterval),
+			fmtDist(a.InnocentProofCapSeconds, secs2), fmtDist(a.FirstCap, secs2), fmtDist(a.Conviction, secs2), fmtDist(a.Release, secs2))
+	}
+	return tw.Flush()
+}
+
+// classRows are the totals' lines: all runs, polluter, harmful and control
+// runs.
+func (r *SuiteResult) classRows() []AttributionRow {
+	return []AttributionRow{AttributionRowOf("all", r.Total), AttributionRowOf(ClassPolluter, r.ByClass[ClassPolluter]),
+		AttributionRowOf(ClassHarmful, r.ByClass[ClassHarmful]), AttributionRowOf(ClassControl, r.ByClass[ClassControl])}
+}
+
+// fmtRate writes a rate as "45% of 22 (27–64%)": the rate, its
+// denominator and, when known, its 95% interval.
+func fmtRate(v *float64, of int, ci *Interval) string {
 	if v == nil {
 		return humanize.Dash
 	}
-	return fmt.Sprintf("%s of %d", humanize.Percent(*v), of)
+	s := fmt.Sprintf("%s of %d", humanize.Percent(*v), of)
+	if ci != nil {
+		s += fmt.Sprintf(" (%s–%s)", strings.TrimSuffix(humanize.Percent(ci.Low), "%"), humanize.Percent(ci.High))
+	}
+	return s
 }
 
 // fmtDist writes a distribution as "median / p95", each in format.

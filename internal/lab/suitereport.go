@@ -57,13 +57,13 @@ type suiteRunRow struct {
 func newSuitePage(r *SuiteResult) suitePage {
 	p := suitePage{Meta: metaHTML(r.Meta), HarmThreshold: HarmThreshold, Seed: r.Seed, Host: r.Host, Policies: strings.Join(r.Policies, ", "), Runs: len(r.Runs), PolicyHeadings: r.Policies}
 	for _, c := range r.classRows() {
-		a := c.a
-		p.Totals = append(p.Totals, suiteTotalRow{Class: c.name, Runs: c.runs, Recall: fmtRate(a.Recall, a.PolluterRuns),
-			FalseConviction: fmtRate(a.FalseConvictionRate, a.Runs), ProofCap: fmtDist(a.InnocentProofCapSeconds, secs2),
+		a := c.Aggregate
+		p.Totals = append(p.Totals, suiteTotalRow{Class: c.Name, Runs: c.Runs, Recall: fmtRate(a.Recall, a.PolluterRuns, a.RecallInterval),
+			FalseConviction: fmtRate(a.FalseConvictionRate, a.Runs, a.FalseConvictionInterval), ProofCap: fmtDist(a.InnocentProofCapSeconds, secs2),
 			FirstCap: fmtDist(a.FirstCap, secs2), Conviction: fmtDist(a.Conviction, secs2), Release: fmtDist(a.Release, secs2)})
 		for i, pol := range r.Policies {
 			whole, after := a.VictimSlowdown[pol], a.VictimSlowdownAfter[pol]
-			p.Slowdowns = append(p.Slowdowns, suiteSlowdownRow{First: i == 0, Class: c.name, Policy: pol,
+			p.Slowdowns = append(p.Slowdowns, suiteSlowdownRow{First: i == 0, Class: c.Name, Policy: pol,
 				Whole: fmtDist(whole, humanize.Ratio), After: fmtDist(after, humanize.Ratio), WholeHeat: slowdownHeat(whole.Median), AfterHeat: slowdownHeat(after.Median)})
 		}
 	}

@@ -153,41 +153,32 @@ func capSpans(actions []Action, tenant string, phase float64) []capSpan {
 	return out
 }
 
-// ScoreRun scores one run of scenario s from its result: the crosstalk
-// policy's actions and timeline for attribution, every policy's victim
-// slowdown. The first polluter of s is the guilty one; other polluters are
-// neither guilty nor innocent; every other tenant is innocent.
-func ScoreRun(s *Scenario, res *Result) RunScore {
-	sc := RunScore{Name: s.Name, Class: ClassControl,
-		VictimSlowdown: map[string]*float64{}, VictimSlowdownAfter: map[string]*float64{}}
-	var guilty *Tenant
-	for i := range s.Tenants {
-		if s.Tenants[i].Role == RolePolluter {
-			guilty = &s.Tenants[i]
-			sc.Class = ClassPolluter
-			break
-		}
-	}
-	var ct *PolicyResult
-	for i := range res.Results {
-		pr := &res.Results[i]
-		sc.VictimSlowdown[pr.Policy] = pr.VictimSlowdown
-		if pr.Policy == AttributionPolicy {
-			ct = pr
-		}
-	}
-	if ct == nil {
-		sc.Error = "no " + AttributionPolicy + " policy result to score"
-		return sc
-	}
-	phase := s.Phase.Seconds()
+// Attribution is what scoring a run's attribution needs: the run's length,
+// when the policy began, who was guilty and who innocent, when each tenant
+// ran (start, stop, pause and resume events) and the policy's actions, all
+// in seconds from the run's start. The lab and the simulator both fill it.
+type Attribution struct {
+	Phase       float64
+	PolicyStart float64
+	// Guilty is the polluter's name ("" in a control run); Innocents the
+	// tenants whose conviction is a false one.
+	Guilty    string
+	Innocents []string
+	Events    []TenantEvent
+	Actions   []Action
+}
 
-	for _, t := range s.Tenants {
-		if t.Role == RolePolluter {
-			continue
-		}
+// ScoreAttribution fills sc's attribution scores (class, conviction,
+// reaction and release times, innocents capped and convicted) and returns
+// the time of the first cap of the guilty tenant (nil: none).
+func ScoreAttribution(sc *RunScore, in Attribution) *float64 {
+	sc.Class = ClassControl
+	if in.Guilty != "" {
+		sc.Class = ClassPolluter
+	}
+	for _, name := range in.Innocents {
 		proofed, convicted := false, false
-		for _, sp := range capSpans(ct.Actions, t.Name, phase) {
+		for _, sp := range capSpans(in.Actions, name, in.Phase) {
 			if sp.kind == "throttle" {
 				convicted = true
 				sc.InnocentConvictedSeconds += sp.to - sp.from
@@ -203,10 +194,46 @@ func ScoreRun(s *Scenario, res *Result) RunScore {
 			sc.InnocentsConvicted++
 		}
 	}
+	if in.Guilty == "" {
+		return nil
+	}
+	return scorePolluter(sc, in)
+}
 
-	var firstAction *float64
-	if guilty != nil {
-		firstAction = scorePolluter(&sc, guilty, s, ct)
+// ScoreRun scores one run of scenario s from its result: the crosstalk
+// policy's actions and timeline for attribution, every policy's victim
+// slowdown. The first polluter of s is the guilty one; other polluters are
+// neither guilty nor innocent; every other tenant is innocent.
+func ScoreRun(s *Scenario, res *Result) RunScore {
+	sc := RunScore{Name: s.Name, Class: ClassControl,
+		VictimSlowdown: map[string]*float64{}, VictimSlowdownAfter: map[string]*float64{}}
+	var ct *PolicyResult
+	for i := range res.Results {
+		pr := &res.Results[i]
+		sc.VictimSlowdown[pr.Policy] = pr.VictimSlowdown
+		if pr.Policy == AttributionPolicy {
+			ct = pr
+		}
+	}
+	in := Attribution{Phase: s.Phase.Seconds()}
+	for _, t := range s.Tenants {
+		switch {
+		case t.Role != RolePolluter:
+			in.Innocents = append(in.Innocents, t.Name)
+		case in.Guilty == "":
+			in.Guilty = t.Name
+		}
+	}
+	if ct == nil {
+		if in.Guilty != "" {
+			sc.Class = ClassPolluter
+		}
+		sc.Error = "no " + AttributionPolicy + " policy result to score"
+		return sc
+	}
+	in.PolicyStart, in.Events, in.Actions = ct.PolicyStartSeconds, ct.Timeline.Events, ct.Actions
+	firstAction := ScoreAttribution(&sc, in)
+	if in.Guilty != "" {
 		if none, without := sc.VictimSlowdown["none"], res.VictimSlowdownWithoutPolluter; none != nil && without != nil && *without > 0 {
 			sc.Harm = ptr(*none / *without)
 			sc.Harmful = *sc.Harm >= HarmThreshold
@@ -226,23 +253,22 @@ func ScoreRun(s *Scenario, res *Result) RunScore {
 	return sc
 }
 
-// scorePolluter fills the guilty tenant's scores and returns the phase
-// time of the agent's first action against it (nil: none).
-func scorePolluter(sc *RunScore, guilty *Tenant, s *Scenario, ct *PolicyResult) *float64 {
-	phase := s.Phase.Seconds()
-	runs := runWindows(ct.Timeline.Events, guilty.Name, phase)
+// scorePolluter fills the guilty tenant's scores and returns the time of
+// the agent's first action against it (nil: none).
+func scorePolluter(sc *RunScore, in Attribution) *float64 {
+	runs := runWindows(in.Events, in.Guilty, in.Phase)
 	if len(runs) == 0 {
 		return nil // it never started: nothing to react to
 	}
 	ref := runs[0].from
-	if ct.PolicyStartSeconds > ref {
-		ref = ct.PolicyStartSeconds
+	if in.PolicyStart > ref {
+		ref = in.PolicyStart
 		sc.AlreadyRunning = true
 	}
 	var firstAction *float64
 	var convictedAt *float64
-	for _, a := range ct.Actions {
-		if a.Tenant != guilty.Name || a.T < runs[0].from {
+	for _, a := range in.Actions {
+		if a.Tenant != in.Guilty || a.T < runs[0].from {
 			continue
 		}
 		if a.Quota > 0 && firstAction == nil {
@@ -262,11 +288,11 @@ func scorePolluter(sc *RunScore, guilty *Tenant, s *Scenario, ct *PolicyResult) 
 	// early stop or a pause; not the phase end) to its quota back.
 	for _, w := range runs {
 		quiet := w.to
-		if quiet+convictionSlack < *convictedAt || quiet >= phase-0.05 {
+		if quiet+convictionSlack < *convictedAt || quiet >= in.Phase-0.05 {
 			continue
 		}
-		for _, a := range ct.Actions {
-			if a.Tenant == guilty.Name && a.Quota == 0 && a.T >= quiet {
+		for _, a := range in.Actions {
+			if a.Tenant == in.Guilty && a.Quota == 0 && a.T >= quiet {
 				sc.ReleaseSeconds = ptr(a.T - quiet)
 				break
 			}
@@ -332,6 +358,36 @@ func distOf(vals []float64) Dist {
 	return d
 }
 
+// Interval is a confidence interval of a rate.
+type Interval struct {
+	Low  float64 `json:"low"`
+	High float64 `json:"high"`
+}
+
+// Wilson is the 95% Wilson score interval of k successes in n trials (nil
+// when n is 0). Unlike the normal approximation it stays inside [0, 1] and
+// is not empty at 0 of n or n of n.
+func Wilson(k, n int) *Interval {
+	if n <= 0 {
+		return nil
+	}
+	const z = 1.959963984540054
+	nf, p := float64(n), float64(k)/float64(n)
+	den := 1 + z*z/nf
+	mid := (p + z*z/(2*nf)) / den
+	half := z / den * math.Sqrt(p*(1-p)/nf+z*z/(4*nf*nf))
+	iv := &Interval{Low: max(0, mid-half), High: min(1, mid+half)}
+	// At 0 of n and n of n the bound is exactly 0 or 1; rounding would
+	// print a stray 0.0%.
+	if k == 0 {
+		iv.Low = 0
+	}
+	if k == n {
+		iv.High = 1
+	}
+	return iv
+}
+
 // Aggregate is the suite's totals over a set of runs.
 type Aggregate struct {
 	Runs         int `json:"runs"` // scored runs, errors not included
@@ -343,6 +399,10 @@ type Aggregate struct {
 	// all runs (control runs included). Nil when there is nothing to divide.
 	Recall              *float64 `json:"recall"`
 	FalseConvictionRate *float64 `json:"false_conviction_rate"`
+	// Their 95% Wilson score intervals: with tens of runs a rate is known
+	// only to within tens of percent, and the interval says how far.
+	RecallInterval          *Interval `json:"recall_95,omitempty"`
+	FalseConvictionInterval *Interval `json:"false_conviction_rate_95,omitempty"`
 	// InnocentProofCapSeconds per run; the reactions over the runs where
 	// they happened.
 	InnocentProofCapSeconds Dist            `json:"innocent_proof_cap_seconds"`
@@ -404,9 +464,11 @@ func Summarize(runs []RunScore) Aggregate {
 	}
 	if a.PolluterRuns > 0 {
 		a.Recall = ptr(float64(convicted) / float64(a.PolluterRuns))
+		a.RecallInterval = Wilson(convicted, a.PolluterRuns)
 	}
 	if a.Runs > 0 {
 		a.FalseConvictionRate = ptr(float64(falseRuns) / float64(a.Runs))
+		a.FalseConvictionInterval = Wilson(falseRuns, a.Runs)
 	}
 	a.InnocentProofCapSeconds = distOf(proofSecs)
 	a.FirstCap, a.Conviction, a.Release = distOf(firstCap), distOf(conviction), distOf(release)

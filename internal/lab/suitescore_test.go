@@ -340,3 +340,32 @@ func TestSuiteReportHTML(t *testing.T) {
 		t.Error("no error for a nil result")
 	}
 }
+
+func TestWilson(t *testing.T) {
+	tests := []struct {
+		k, n     int
+		low, hi  float64
+		wantNone bool
+	}{
+		// Reference values worked out by hand from Wilson's formula (z = 1.96).
+		{k: 0, n: 0, wantNone: true},
+		{k: 0, n: 10, low: 0, hi: 0.2775},
+		{k: 10, n: 10, low: 0.7225, hi: 1},
+		{k: 5, n: 10, low: 0.2366, hi: 0.7634},
+		{k: 4, n: 22, low: 0.0731, hi: 0.3851},
+		{k: 160, n: 200, low: 0.7391, hi: 0.8495},
+	}
+	for _, tt := range tests {
+		got := Wilson(tt.k, tt.n)
+		if tt.wantNone {
+			if got != nil {
+				t.Errorf("Wilson(%d, %d) = %+v, want nil", tt.k, tt.n, *got)
+			}
+			continue
+		}
+		if got == nil || math.Abs(got.Low-tt.low) > 5e-4 || math.Abs(got.High-tt.hi) > 5e-4 ||
+			tt.k == 0 && got.Low != 0 || tt.k == tt.n && got.High != 1 {
+			t.Errorf("Wilson(%d, %d) = %+v, want [%.4f, %.4f]", tt.k, tt.n, got, tt.low, tt.hi)
+		}
+	}
+}
