@@ -2,15 +2,13 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
+	"github.com/crosstalk-project/crosstalk/internal/resultdir"
 	"github.com/crosstalk-project/crosstalk/internal/sim"
 )
 
@@ -80,15 +78,12 @@ Needs no root and touches nothing outside a temporary directory.`,
 				return err
 			}
 			if outDir != "" {
-				if err := writeSimSuiteOut(outDir, res); err != nil {
+				if err := g.writeOut(outDir, resultdir.JSON("suite.json", res)); err != nil {
 					return err
 				}
-				fmt.Fprintf(g.errOut, "wrote %s\n", filepath.Join(outDir, "suite.json"))
 			}
 			if asJSON {
-				enc := json.NewEncoder(g.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
+				return writeJSON(g.out, res)
 			}
 			return sim.WriteSuiteText(g.out, res, verbose)
 		},
@@ -101,11 +96,4 @@ Needs no root and touches nothing outside a temporary directory.`,
 	f.BoolVar(&list, "list", false, "print the runs the suite would make, without running them")
 	f.StringVar(&outDir, "out", "", "also write suite.json to `DIR`")
 	return cmd
-}
-
-func writeSimSuiteOut(dir string, res *sim.SuiteResult) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	return writeJSONFile(filepath.Join(dir, "suite.json"), res)
 }
