@@ -101,10 +101,8 @@ type hotReading struct {
 }
 
 // leanEvidence is the evidence at which an inconclusive proof leans to
-// guilt: half again what it started from. (An innocent's evidence is a
-// martingale from 1: it ever reaches 1.5 with probability at most 2/3, and
-// futility acquits most innocents well under 1 first.)
-const leanEvidence = 1.5
+// guilt (judge.LeanEvidence).
+const leanEvidence = judge.LeanEvidence
 
 // leaningFirst orders the suspects for proofs: those whose last proof
 // ended inconclusive with evidence leaning to guilt (its carry at least

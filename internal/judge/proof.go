@@ -333,12 +333,16 @@ func (p *Proof) decide() bool {
 		p.verdict = ProofInconclusive
 		p.why = fmt.Sprintf("the probe could not read in %d of %d trials", void, n)
 		return true
-	case p.quietRun() >= 3:
+	case p.quietRun() >= quietStop && (p.evidence < LeanEvidence || p.quietRun() >= leaningQuietStop):
 		// The contention went away, whoever caused it: capping the
-		// suspect longer would cost it for nothing.
+		// suspect longer would cost it for nothing. Unless the evidence
+		// leans to guilt: a storm that comes in bursts (a host's
+		// split-lock mitigation makes one of a steady loop) is quiet for
+		// a few trials at a time, and stopping there throws away a proof
+		// that was getting somewhere.
 		p.verdict = ProofInconclusive
-		p.why = fmt.Sprintf("the %.2f× contention went quiet (%d of %d trials, the last 3 in a row; evidence %.2f)",
-			p.before, quiet, n, p.evidence)
+		p.why = fmt.Sprintf("the %.2f× contention went quiet (%d of %d trials, the last %d in a row; evidence %.2f)",
+			p.before, quiet, n, p.quietRun(), p.evidence)
 		return true
 	case counted >= 2 && futile(score, counted):
 		// Acquittals never raise the false convictions: stop as soon as
@@ -390,6 +394,21 @@ const minMargin = 0.0953 // log 1.1
 // whatever the contention was before: a freed slot at 2× a capped one at
 // 1× says something even when the contention had been at 8×.
 const quietRatio = 1.3
+
+// quietStop is how many quiet trials in a row end a proof, and
+// leaningQuietStop how many end one whose evidence leans to guilt.
+const (
+	quietStop        = 3
+	leaningQuietStop = 8
+)
+
+// LeanEvidence is the evidence at which a proof leans to guilt: half again
+// what it started from. (While the cap does nothing, the evidence is a
+// martingale from 1: it ever reaches 1.5 with probability at most 2/3, and
+// futility acquits most such suspects well under 1 first.) How a proof
+// stops, and when the next one starts, may depend on it: neither moves
+// the bound.
+const LeanEvidence = 1.5
 
 // quietRun counts the quiet trials at the end of the proof.
 func (p *Proof) quietRun() int {

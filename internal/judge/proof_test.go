@@ -388,3 +388,35 @@ func TestProofConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// A storm in bursts: the suspect's contention shows for a few trials,
+// vanishes for three or four (the host's split-lock mitigation holding
+// it), and comes back. Once its evidence leans to guilt, quiet trials no
+// longer end the proof: it goes on and convicts. The control: a proof
+// whose evidence does not lean (a suspect that never moved the probe)
+// still ends after three quiet trials.
+func TestProofGoesOnThroughTheQuietOfABurstyPolluter(t *testing.T) {
+	cfg := ProofConfig{}
+	cfg.Fill()
+	slot := cfg.Slot
+	// On for 3 trials (6 slots), off for 4, and so on.
+	bursty := func(at time.Duration, capped bool) float64 {
+		if capped || (at/(2*slot))%7 >= 3 {
+			return 1
+		}
+		return 6
+	}
+	convicted := 0
+	for seed := range uint64(50) {
+		if v, _ := runProof(t, cfg, 6, seed*7+3, bursty); v == ProofGuilty {
+			convicted++
+		}
+	}
+	if convicted < 45 {
+		t.Errorf("bursty polluter convicted in %d of 50 proofs, want nearly all", convicted)
+	}
+	quiet := func(time.Duration, bool) float64 { return 1 }
+	if v, _ := runProof(t, cfg, 6, 1, quiet); v != ProofInconclusive {
+		t.Errorf("quiet suspect: %s, want inconclusive", v)
+	}
+}
