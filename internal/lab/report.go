@@ -606,18 +606,7 @@ func timelineChart(r *Result, pr PolicyResult) template.HTML {
 	legend = append(legend, s.eventMarkers(a, x, events)...)
 	legend = append(legend, s.actionMarkers(a, x, pr.Actions)...)
 
-	pts := make([][2]float64, len(samples))
-	for i, p := range samples {
-		pts[i] = [2]float64{x.at(p.T), y.at(p.Value)}
-	}
-	if len(pts) > 1 {
-		s.polyline(pts, `stroke="`+colorVictim+`" stroke-width="1.8" stroke-linejoin="round"`)
-	}
-	if len(pts) <= 120 {
-		for _, p := range pts {
-			s.circle(p[0], p[1], 2.5, `fill="`+colorVictim+`"`)
-		}
-	}
+	s.series(samples, x, y, colorVictim, nil)
 	s.legend(a.left, h-22, legend)
 	return s.html()
 }
@@ -657,23 +646,35 @@ func contentionChart(r *Result, pr PolicyResult) template.HTML {
 	legend := []legendItem{{label: "worst probe latency / baseline", color: colorContention}, {label: "quiet", color: colorSolo, dash: "6 4"}}
 	legend = append(legend, s.eventMarkers(a, x, events)...)
 	legend = append(legend, s.actionMarkers(a, x, pr.Actions)...)
+	s.series(samples, x, y, colorContention, func(p Sample) string {
+		return fmt.Sprintf("%s: %s", humanize.Seconds(p.T, 2), humanize.Ratio(p.Value))
+	})
+	s.legend(a.left, h-22, legend)
+	return s.html()
+}
+
+// series draws samples as a line, with a dot at each while there are few
+// enough to tell apart; title, when given, labels each dot (a hover title).
+func (s *svgDoc) series(samples []Sample, x, y linearScale, color string, title func(Sample) string) {
 	pts := make([][2]float64, len(samples))
 	for i, p := range samples {
 		pts[i] = [2]float64{x.at(p.T), y.at(p.Value)}
 	}
 	if len(pts) > 1 {
-		s.polyline(pts, `stroke="`+colorContention+`" stroke-width="1.8" stroke-linejoin="round"`)
+		s.polyline(pts, `stroke="`+color+`" stroke-width="1.8" stroke-linejoin="round"`)
+	}
+	if len(pts) > 120 {
+		return
 	}
 	for i, p := range pts {
-		if len(pts) > 120 {
-			break
+		if title != nil {
+			s.group(`class="probe"`, title(samples[i]))
 		}
-		s.group(`class="probe"`, fmt.Sprintf("%s: %s", humanize.Seconds(samples[i].T, 2), humanize.Ratio(samples[i].Value)))
-		s.circle(p[0], p[1], 2.5, `fill="`+colorContention+`"`)
-		s.end()
+		s.circle(p[0], p[1], 2.5, `fill="`+color+`"`)
+		if title != nil {
+			s.end()
+		}
 	}
-	s.legend(a.left, h-22, legend)
-	return s.html()
 }
 
 // finiteSamples keeps the samples a chart can place.
