@@ -148,6 +148,9 @@ type Agent struct {
 	// the tenants it judged.
 	lastWait judge.WaitVerdict
 	waitCPUs map[string]cpuset.Set
+	// waitFair is each busy tenant's fair share of its CPUs this interval
+	// (fairShares): what a CPU-wait victim must lack and a suspect exceed.
+	waitFair map[string]float64
 	// lastChange is when a throttle was last applied or lifted: caches and
 	// probes need a couple of intervals to settle before the next proof.
 	lastChange time.Time
@@ -210,40 +213,8 @@ func (a *Agent) Latest() (api.State, bool) {
 	return *s, true
 }
 
-// Calibrate takes n quiet probe readings into the baselines, one per
-// interval: call it before tenants start (the lab does), or rely on saved
-// baselines. The spacing matters: back-to-back readings find the probe's
-// buffers still warm in the caches and would set a baseline that normal
-// operation, one reading per interval, never gets back to.
-func (a *Agent) Calibrate(ctx context.Context, n int) error {
-	for i := range n {
-		if i > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(a.cfg.Interval):
-			}
-		}
-		rs, err := a.d.Probe.Measure()
-		if err != nil {
-			return err
-		}
-		a.cont.Calibrate(rs)
-	}
-	a.survey = 0
-	return nil
-}
-
 // Baselines exports the probe baselines for saving across restarts.
 func (a *Agent) Baselines() map[string]judge.Baseline { return a.cont.Baselines() }
-
-// RestoreBaselines imports saved baselines.
-func (a *Agent) RestoreBaselines(b map[string]judge.Baseline) {
-	a.cont.Restore(b)
-	if len(a.cont.Baselines()) > 0 {
-		a.survey = 0
-	}
-}
 
 // Run loops until ctx ends, then restores every tenant it throttled (see
 // shutdown). Its sensors and actuators run under ctx.

@@ -40,6 +40,7 @@ func (a *Agent) judgeWait(samples []sample, views []judge.TenantView) {
 	}
 	clear(a.waitCPUs)
 	fair := fairShares(samples)
+	a.waitFair = fair
 	for _, s := range samples {
 		if !s.fresh {
 			continue
@@ -107,11 +108,7 @@ func (a *Agent) maybeProveWait(ctx context.Context, now time.Time, views []judge
 	for _, v := range views {
 		usage[v.ID] = v.Usage
 	}
-	ss := make([]sample, 0, len(present))
-	for _, s := range present {
-		ss = append(ss, s)
-	}
-	fair := fairShares(ss)
+	fair := a.waitFair
 	// A suspect must have taken more CPU than before the waits began (a
 	// tenant that waits may still be one, for its neighbours' waits), and
 	// more than its fair share, as its victim must have had less: one that

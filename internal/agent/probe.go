@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
@@ -64,5 +66,37 @@ func (a *Agent) measureOn(cpu int, measure func() ([]sense.ProbeReading, error))
 	case <-timer.C:
 		a.pending[cpu] = run
 		return nil, errProbeBusy
+	}
+}
+
+// Calibrate takes n quiet probe readings into the baselines, one per
+// interval: call it before tenants start (the lab does), or rely on saved
+// baselines. The spacing matters: back-to-back readings find the probe's
+// buffers still warm in the caches and would set a baseline that normal
+// operation, one reading per interval, never gets back to.
+func (a *Agent) Calibrate(ctx context.Context, n int) error {
+	for i := range n {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(a.cfg.Interval):
+			}
+		}
+		rs, err := a.d.Probe.Measure()
+		if err != nil {
+			return err
+		}
+		a.cont.Calibrate(rs)
+	}
+	a.survey = 0
+	return nil
+}
+
+// RestoreBaselines imports saved baselines.
+func (a *Agent) RestoreBaselines(b map[string]judge.Baseline) {
+	a.cont.Restore(b)
+	if len(a.cont.Baselines()) > 0 {
+		a.survey = 0
 	}
 }
