@@ -83,9 +83,9 @@ type Agent struct {
 	cont   *judge.Contention
 	susp   *judge.Suspects
 	domain map[int]cpuset.Set
-	// wait judges CPU-time contention (cpuwait.go), with its own suspects.
-	wait     *judge.CPUWait
-	waitSusp *judge.Suspects
+	// wait is the CPU-wait policy (cpuwait.go): it shares the proofs and
+	// throttles below with the probe policy.
+	wait *cpuWaitPolicy
 
 	// latest is the last published state, a snapshot never changed once
 	// stored: the state API, the metrics and the service notifier read it
@@ -144,13 +144,6 @@ type Agent struct {
 	// recent are the last intervals' contention ratios: bursty contention is
 	// judged by its peak, not by whichever interval a proof happens to start in.
 	recent []float64
-	// lastWait is this interval's CPU-wait verdict, waitCPUs the CPUs of
-	// the tenants it judged.
-	lastWait judge.WaitVerdict
-	waitCPUs map[string]cpuset.Set
-	// waitFair is each busy tenant's fair share of its CPUs this interval
-	// (fairShares): what a CPU-wait victim must lack and a suspect exceed.
-	waitFair map[string]float64
 	// lastChange is when a throttle was last applied or lifted: caches and
 	// probes need a couple of intervals to settle before the next proof.
 	lastChange time.Time
@@ -190,7 +183,6 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a := &Agent{
 		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(), duty: cfg.DutyController(),
 		cont: judge.NewContention(cfg.Thresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
-		wait: judge.NewCPUWait(cfg.WaitThresholds()), waitSusp: judge.NewSuspects(cfg.Judge.Window),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]sense.DelayMark{}, throttled: map[string]*throttled{},
 		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{},
 		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{}, carry: map[string]carried{}, convicts: map[string]convict{}, survey: surveyRounds,
@@ -198,6 +190,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		health: newSensorHealth(d.Log),
 	}
 	a.arb = newArbiter(cfg, d, d.Log, a)
+	a.wait = newCPUWaitPolicy(cfg, d.Stats, a)
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
 	}
@@ -456,12 +449,12 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 		// probe cannot run.
 		views := a.viewsOf(samples)
 		present := presentOf(samples)
-		a.judgeWait(samples, views)
+		a.wait.observe(samples, views)
 		a.control(ctx, now, judge.Verdict{Ratio: a.lastRatio}, present, false)
 		a.hardware(ctx, now, hw, tenants, discovered)
 		var ranked []judge.Suspect
 		if a.proof == nil {
-			ranked = a.maybeProveWait(ctx, now, views, present)
+			ranked = a.wait.maybeProve(ctx, now, views, present)
 		}
 		a.publish(now, judge.Verdict{Ratio: a.lastRatio}, samples, ranked, nil, cpuBefore)
 		return false
@@ -505,7 +498,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	a.susp.Observe(v, views)
 
 	present := presentOf(samples)
-	a.judgeWait(samples, views)
+	a.wait.observe(samples, views)
 	idle := a.control(ctx, now, v, present, true)
 	a.hardware(ctx, now, hw, tenants, discovered)
 
@@ -515,25 +508,17 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	}
 	if v.Contended {
 		ranked = a.susp.Rank(v, views, a.domain, func(id string) bool {
-			if _, ok := a.throttled[id]; ok {
-				return true
-			}
-			// Held down by another policy already (a budget, a permit):
-			// proving it now would measure that policy's throttle.
-			if a.held(id, "") {
-				return true
-			}
-			if a.proof != nil && a.proof.tenant.ID == id {
-				return true
-			}
-			return now.Before(a.backoff[id].until) || a.overBudget(id, now)
+			// Throttled, under proof, or held down by another policy
+			// already (a budget, a permit): proving it now would measure
+			// that throttle.
+			return a.capped(id) || a.resting(signalProbe, id, now)
 		})
 		if a.proof == nil && v.Persistent && now.Sub(a.lastChange) >= 2*a.cfg.Interval {
 			a.maybeProve(ctx, now, v, ranked, present)
 		}
 	}
 	if a.proof == nil {
-		ranked = append(ranked, a.maybeProveWait(ctx, now, views, present)...)
+		ranked = append(ranked, a.wait.maybeProve(ctx, now, views, present)...)
 	}
 	a.publish(now, v, samples, ranked, readings, cpuBefore)
 	// A first sign of contention, or a throttled polluter that looks idle:

@@ -27,31 +27,82 @@ func backoffKey(signal, id string) string {
 	return signal + ":" + id
 }
 
-// judgeWait feeds this interval's CPU use and run delay to the
+// cpuWaitPolicy is the CPU-wait policy: it judges each interval's CPU
+// use and run delay (a tenant whose work takes longer because a neighbour
+// keeps its CPUs busy), ranks the suspects, and starts a proof read on the
+// victims' CPU wait. The proof and the throttle that follows are shared
+// with the probe policy (one proof at a time on the host, one throttle per
+// tenant), reached through proofs.
+type cpuWaitPolicy struct {
+	enabled bool
+	stats   StatsReader
+	proofs  waitProofs
+	wait    *judge.CPUWait
+	susp    *judge.Suspects
+	// last is this interval's verdict, cpus the CPUs of the tenants it
+	// judged.
+	last judge.WaitVerdict
+	cpus map[string]cpuset.Set
+	// fair is each busy tenant's fair share of its CPUs this interval
+	// (fairShares): what a victim must lack and a suspect exceed.
+	fair map[string]float64
+}
+
+// waitProofs is what the CPU-wait policy needs of the proofs and
+// throttles it shares with the probe policy.
+type waitProofs interface {
+	// capped reports whether crosstalk is capping a tenant now (a
+	// throttle, a proof, another policy's hold): its waits and its CPU use
+	// are crosstalk's doing.
+	capped(id string) bool
+	// resting reports whether a tenant may not be proved for signal now:
+	// acquitted lately, or capped for proofs as much as the budget allows.
+	resting(signal, id string, now time.Time) bool
+	// mayProve reports whether a new proof may start: room for another
+	// throttle, and the last change has settled.
+	mayProve(now time.Time) bool
+	// tightening reports whether a tenant throttled for signal on cpus
+	// can still be held tighter: its controller's business, not a new
+	// proof's.
+	tightening(signal string, cpus cpuset.Set) bool
+	startProof(ctx context.Context, now time.Time, p *proof, before float64)
+	journal(e act.Event)
+}
+
+func newCPUWaitPolicy(cfg Config, stats StatsReader, proofs waitProofs) *cpuWaitPolicy {
+	return &cpuWaitPolicy{
+		enabled: *cfg.CPUWait.Enabled, stats: stats, proofs: proofs,
+		wait: judge.NewCPUWait(cfg.WaitThresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
+		cpus: map[string]cpuset.Set{},
+	}
+}
+
+// reconfigure takes what of cfg may change while the agent runs.
+func (w *cpuWaitPolicy) reconfigure(cfg Config) { w.wait.SetThresholds(cfg.WaitThresholds()) }
+
+// verdict is this interval's CPU-wait verdict.
+func (w *cpuWaitPolicy) verdict() judge.WaitVerdict { return w.last }
+
+// observe feeds this interval's CPU use and run delay to the
 // CPU-wait judge. Tenants crosstalk is capping are left out: their waits
 // are its own doing.
-func (a *Agent) judgeWait(samples []sample, views []judge.TenantView) {
-	if !*a.cfg.CPUWait.Enabled {
+func (w *cpuWaitPolicy) observe(samples []sample, views []judge.TenantView) {
+	if !w.enabled {
 		return
 	}
 	ws := make([]judge.WaitSample, 0, len(samples))
-	if a.waitCPUs == nil {
-		a.waitCPUs = map[string]cpuset.Set{}
-	}
-	clear(a.waitCPUs)
+	clear(w.cpus)
 	fair := fairShares(samples)
-	a.waitFair = fair
+	w.fair = fair
 	for _, s := range samples {
 		if !s.fresh {
 			continue
 		}
-		_, capped := a.throttled[s.t.ID]
-		capped = capped || a.proof != nil && a.proof.tenant.ID == s.t.ID || a.held(s.t.ID, "")
-		ws = append(ws, judge.WaitSample{ID: s.t.ID, Usage: s.waitUsage, Delay: s.waitDelay, Exclude: capped, Stale: !s.waitFresh, Fair: fair[s.t.ID]})
-		a.waitCPUs[s.t.ID] = s.t.CPUs
+		ws = append(ws, judge.WaitSample{ID: s.t.ID, Usage: s.waitUsage, Delay: s.waitDelay, Exclude: w.proofs.capped(s.t.ID), Stale: !s.waitFresh, Fair: fair[s.t.ID]})
+		w.cpus[s.t.ID] = s.t.CPUs
 	}
-	a.lastWait = a.wait.Update(ws)
-	a.waitSusp.Observe(judge.Verdict{Ratio: a.lastWait.Ratio}, views)
+	w.last = w.wait.Update(ws)
+	w.susp.Observe(judge.Verdict{Ratio: w.last.Ratio}, views)
 }
 
 // fairShares is each busy tenant's share of its CPUs when every busy
@@ -78,37 +129,37 @@ func fairShares(samples []sample) map[string]float64 {
 	return out
 }
 
-// waitRatio is the worst CPU-wait ratio this interval among the
+// ratio is the worst CPU-wait ratio this interval among the
 // tenants sharing CPUs with t: what a throttle on t answers to.
-func (a *Agent) waitRatio(t sense.Tenant) float64 {
+func (w *cpuWaitPolicy) ratio(t sense.Tenant) float64 {
 	worst := 1.0
-	for _, r := range a.lastWait.Ratings {
-		if r.ID != t.ID && !a.waitCPUs[r.ID].Intersect(t.CPUs).IsEmpty() {
+	for _, r := range w.last.Ratings {
+		if r.ID != t.ID && !w.cpus[r.ID].Intersect(t.CPUs).IsEmpty() {
 			worst = max(worst, r.Ratio)
 		}
 	}
 	return worst
 }
 
-// maybeProveWait ranks suspects for CPU-wait contention (tenants
+// maybeProve ranks suspects for CPU-wait contention (tenants
 // active on the waiting tenants' CPUs, by activity and by how their CPU use
 // tracks the waits) and, when the contention is persistent, starts a
 // randomized proof on the top one, read on the victims' CPU wait. It
 // returns the ranking for the state.
-func (a *Agent) maybeProveWait(ctx context.Context, now time.Time, views []judge.TenantView, present map[string]sample) []judge.Suspect {
-	wv := a.lastWait
+func (w *cpuWaitPolicy) maybeProve(ctx context.Context, now time.Time, views []judge.TenantView, present map[string]sample) []judge.Suspect {
+	wv := w.last
 	if !wv.Contended {
 		return nil
 	}
 	var cpus cpuset.Set
 	for _, v := range wv.Victims {
-		cpus = cpus.Union(a.waitCPUs[v.ID])
+		cpus = cpus.Union(w.cpus[v.ID])
 	}
 	usage := make(map[string]float64, len(views))
 	for _, v := range views {
 		usage[v.ID] = v.Usage
 	}
-	fair := a.waitFair
+	fair := w.fair
 	// A suspect must have taken more CPU than before the waits began (a
 	// tenant that waits may still be one, for its neighbours' waits), and
 	// more than its fair share, as its victim must have had less: one that
@@ -116,33 +167,29 @@ func (a *Agent) maybeProveWait(ctx context.Context, now time.Time, views []judge
 	// sharing, not crowding anyone out (capping it would relieve the
 	// waiting tenant all the same, and a proof would convict it for a real
 	// effect).
-	ranked := a.waitSusp.RankOn(cpus, views, func(id string) bool {
+	ranked := w.susp.RankOn(cpus, views, func(id string) bool {
 		if f := fair[id]; f > 0 && usage[id] <= f {
 			return true
 		}
-		if _, ok := a.throttled[id]; ok {
+		// Throttled, or held by another policy: its cap, not its doing.
+		if w.proofs.capped(id) {
 			return true
 		}
-		if a.held(id, "") { // held by another policy: its cap, not its doing
+		if w.wait.Gain(id, usage[id]) < minWaitGain {
 			return true
 		}
-		if a.wait.Gain(id, usage[id]) < minWaitGain {
-			return true
-		}
-		return now.Before(a.backoff[backoffKey(signalWait, id)].until) || a.overBudget(id, now)
+		return w.proofs.resting(signalWait, id, now)
 	})
 	for i := range ranked {
-		ranked[i].Reasons = append(ranked[i].Reasons, fmt.Sprintf("uses %.2f CPU more than before the waits began", a.wait.Gain(ranked[i].ID, usage[ranked[i].ID])))
+		ranked[i].Reasons = append(ranked[i].Reasons, fmt.Sprintf("uses %.2f CPU more than before the waits began", w.wait.Gain(ranked[i].ID, usage[ranked[i].ID])))
 	}
-	if !wv.Persistent || len(ranked) == 0 || len(a.throttled) >= a.cfg.MaxThrottled || now.Sub(a.lastChange) < 2*a.cfg.Interval {
+	if !wv.Persistent || len(ranked) == 0 || !w.proofs.mayProve(now) {
 		return ranked
 	}
 	// A throttled tenant on these CPUs that can still be held tighter is
 	// its controller's business, as with the probes.
-	for _, t := range a.throttled {
-		if t.signal == signalWait && !t.tenant.CPUs.Intersect(cpus).IsEmpty() && t.thr.Step > a.duty.FloorStep {
-			return ranked
-		}
+	if w.proofs.tightening(signalWait, cpus) {
+		return ranked
 	}
 	// The best suspect with someone else waiting on its CPUs.
 	var top judge.Suspect
@@ -169,8 +216,8 @@ func (a *Agent) maybeProveWait(ctx context.Context, now time.Time, views []judge
 		return ranked
 	}
 	reason := fmt.Sprintf("%s; suspect score %.2f: %s", waitReason(wv, vt, present), top.Score, strings.Join(top.Reasons, "; "))
-	a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{CPUWaitRatio: wv.Ratio, Victims: wv.Victims, Suspects: ranked}})
-	a.startProof(ctx, now, &proof{tenant: s.t, reason: reason, signal: signalWait, victims: vt, waitFrom: a.readVictims(ctx, vt)}, before)
+	w.proofs.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{CPUWaitRatio: wv.Ratio, Victims: wv.Victims, Suspects: ranked}})
+	w.proofs.startProof(ctx, now, &proof{tenant: s.t, reason: reason, signal: signalWait, victims: vt, waitFrom: w.readVictims(ctx, vt)}, before)
 	return ranked
 }
 
@@ -195,19 +242,19 @@ func waitReason(wv judge.WaitVerdict, vt []sense.Tenant, present map[string]samp
 }
 
 // readVictims samples the victims' counters.
-func (a *Agent) readVictims(ctx context.Context, vt []sense.Tenant) map[string]sense.TenantStats {
+func (w *cpuWaitPolicy) readVictims(ctx context.Context, vt []sense.Tenant) map[string]sense.TenantStats {
 	out := make(map[string]sense.TenantStats, len(vt))
 	for _, t := range vt {
-		if st, err := a.d.Stats.Read(ctx, t, nil); err == nil {
+		if st, err := w.stats.Read(ctx, t, nil); err == nil {
 			out[t.ID] = st
 		}
 	}
 	return out
 }
 
-// waitProofRatio is the worst victim's CPU-wait ratio since the
+// proofRatio is the worst victim's CPU-wait ratio since the
 // proof's previous sample, or -1 when no victim ran enough to tell.
-func (a *Agent) waitProofRatio(p *proof, now map[string]sense.TenantStats) float64 {
+func (w *cpuWaitPolicy) proofRatio(p *proof, now map[string]sense.TenantStats) float64 {
 	worst := -1.0
 	for id, st := range now {
 		from, ok := p.waitFrom[id]
@@ -221,23 +268,7 @@ func (a *Agent) waitProofRatio(p *proof, now map[string]sense.TenantStats) float
 		if _, ok := judge.Stretch(usage, delay); !ok {
 			continue
 		}
-		worst = max(worst, a.wait.Ratio(id, usage, delay))
+		worst = max(worst, w.wait.Ratio(id, usage, delay))
 	}
 	return worst
-}
-
-// unavailable handles an actuator that cannot act now (libvirtd
-// restarting, a domain libvirt is still starting): the tenant is left alone
-// for a few intervals, for every signal, and the journal says why.
-func (a *Agent) unavailable(t sense.Tenant, err error) {
-	a.log.Warn("cannot act on tenant now; retrying shortly", "tenant", t.Name, "err", err)
-	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
-	until := a.d.Now().Add(max(time.Second, 4*a.cfg.Interval))
-	for _, k := range []string{backoffKey(signalProbe, t.ID), backoffKey(signalWait, t.ID)} {
-		b := a.backoff[k]
-		if b.until.Before(until) {
-			b.until = until
-		}
-		a.backoff[k] = b
-	}
 }

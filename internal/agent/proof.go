@@ -294,7 +294,7 @@ func (a *Agent) proofSample(ctx context.Context, now time.Time) {
 	ratio, ok := -1.0, false
 	var waitNow map[string]sense.TenantStats
 	if p.signal == signalWait {
-		waitNow = a.readVictims(ctx, p.victims)
+		waitNow = a.wait.readVictims(ctx, p.victims)
 	} else {
 		var kinds []string
 		if p.kind != "" {
@@ -309,7 +309,7 @@ func (a *Agent) proofSample(ctx context.Context, now time.Time) {
 		return // ended meanwhile (the tenant vanished, the agent stopped)
 	}
 	if p.signal == signalWait {
-		ratio = a.waitProofRatio(p, waitNow)
+		ratio = a.wait.proofRatio(p, waitNow)
 		ok = ratio > 0 && !p.switched
 	}
 	p.switched = false
@@ -449,6 +449,12 @@ func (a *Agent) capSpent(id string, now time.Time, d time.Duration) time.Duratio
 // allows in the last minute: it is not proved again until that passes.
 func (a *Agent) overBudget(id string, now time.Time) bool {
 	return a.capSpent(id, now, 0) >= a.cfg.Proof.Budget
+}
+
+// resting reports whether a tenant may not be proved for signal now: it
+// was acquitted of it lately, or is over its proof budget.
+func (a *Agent) resting(signal, id string, now time.Time) bool {
+	return now.Before(a.backoff[backoffKey(signal, id)].until) || a.overBudget(id, now)
 }
 
 // capSlot is a stretch of proof cap time on a tenant.

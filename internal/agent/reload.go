@@ -88,7 +88,7 @@ func (a *Agent) Reconfigure(ctx context.Context, cfg Config) (ConfigChange, erro
 	a.sp = next.Sparsify()
 	a.duty = next.DutyController()
 	a.cont.SetThresholds(next.Thresholds())
-	a.wait.SetThresholds(next.WaitThresholds())
+	a.wait.reconfigure(next)
 	now := a.d.Now()
 	const why = "protected by the reloaded configuration"
 	for _, id := range slices.Sorted(maps.Keys(a.throttled)) {

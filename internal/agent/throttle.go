@@ -6,7 +6,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/api"
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
@@ -114,7 +116,7 @@ func (a *Agent) control(ctx context.Context, now time.Time, v judge.Verdict, pre
 		if t.signal == signalWait {
 			// Convicted for its neighbours' CPU wait: held to that. (The
 			// probes' noise must not make it look useless.)
-			ratio = a.waitRatio(t.tenant)
+			ratio = a.wait.ratio(t.tenant)
 		}
 		if ratio == 0 {
 			ratio = 1
@@ -179,4 +181,47 @@ func (t *throttled) readings(rs []judge.RatedReading) []judge.RatedReading {
 		return rs
 	}
 	return out
+}
+
+// unavailable handles an actuator that cannot act now (libvirtd
+// restarting, a domain libvirt is still starting): the tenant is left alone
+// for a few intervals, for every signal, and the journal says why.
+func (a *Agent) unavailable(t sense.Tenant, err error) {
+	a.log.Warn("cannot act on tenant now; retrying shortly", "tenant", t.Name, "err", err)
+	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
+	until := a.d.Now().Add(max(time.Second, 4*a.cfg.Interval))
+	for _, k := range []string{backoffKey(signalProbe, t.ID), backoffKey(signalWait, t.ID)} {
+		b := a.backoff[k]
+		if b.until.Before(until) {
+			b.until = until
+		}
+		a.backoff[k] = b
+	}
+}
+
+// capped reports whether crosstalk is capping a tenant now: throttled,
+// under proof, or held by a policy.
+func (a *Agent) capped(id string) bool {
+	if _, ok := a.throttled[id]; ok {
+		return true
+	}
+	return a.proof != nil && a.proof.tenant.ID == id || a.held(id, "")
+}
+
+// mayProve reports whether a new proof may start: there is room for
+// another throttle, and the last change has had a couple of intervals to
+// settle.
+func (a *Agent) mayProve(now time.Time) bool {
+	return len(a.throttled) < a.cfg.MaxThrottled && now.Sub(a.lastChange) >= 2*a.cfg.Interval
+}
+
+// tightening reports whether a tenant throttled for signal on cpus can
+// still be held tighter.
+func (a *Agent) tightening(signal string, cpus cpuset.Set) bool {
+	for _, t := range a.throttled {
+		if t.signal == signal && !t.tenant.CPUs.Intersect(cpus).IsEmpty() && t.thr.Step > a.duty.FloorStep {
+			return true
+		}
+	}
+	return false
 }
