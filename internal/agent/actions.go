@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"syscall"
 	"time"
 
@@ -70,11 +69,7 @@ func (a *Agent) hardware(ctx context.Context, now time.Time, o *hwObservation, t
 	if a.d.Hardware != nil {
 		a.d.Hardware.prune(present)
 	}
-	for k := range a.backoff {
-		if !present(strings.TrimPrefix(k, signalWait+":")) {
-			delete(a.backoff, k)
-		}
-	}
+	a.ledger.prune(present)
 }
 
 // handleWriteErr deals with a failed cgroup write: a vanished tenant is
@@ -94,7 +89,7 @@ func (a *Agent) handleWriteErr(ctx context.Context, t sense.Tenant, err error) {
 	a.log.Error("cgroup write failed", "tenant", t.ID, "err", err)
 	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
 	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) {
-		a.backoff[t.ID] = a.nextBackoff(t.ID, a.d.Now())
+		a.ledger.backOff(t.ID, a.d.Now())
 	}
 }
 

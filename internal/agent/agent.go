@@ -107,18 +107,14 @@ type Agent struct {
 	prev      map[string]sense.TenantStats
 	marks     map[string]sense.DelayMark
 	throttled map[string]*throttled
-	backoff   map[string]backoff
+	// ledger is what the proofs remember of each suspect (ledger.go):
+	// backoffs, carried evidence, proof cap time against the budget.
+	ledger *proofLedger
 	// arb applies every policy's claims and releases (arbiter.go): the
 	// holds, the resctrl classes, and the actuators behind them.
 	arb     *arbiter
 	proof   *proof
 	pending map[int]*probeRun // per CPU: a probe that outlived its timeout
-	// capTime is each tenant's proof cap time in the last minute, for the
-	// budget that bounds what proofs may cost an innocent.
-	capTime map[string][]capSlot
-	// carry is the evidence an inconclusive proof left, per backoff key,
-	// for the next proof of the same suspect to continue.
-	carry map[string]carried
 	// convicts are polluters released because they stopped, on record.
 	convicts map[string]convict
 	// watchAt is when the next watch is due, watchN counts watches (for
@@ -184,8 +180,8 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(), duty: cfg.DutyController(),
 		cont: judge.NewContention(cfg.Thresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]sense.DelayMark{}, throttled: map[string]*throttled{},
-		backoff: map[string]backoff{}, totals: map[string]uint64{}, proofs: map[string]uint64{},
-		pending: map[int]*probeRun{}, capTime: map[string][]capSlot{}, carry: map[string]carried{}, convicts: map[string]convict{}, survey: surveyRounds,
+		ledger: newProofLedger(cfg.Proof), totals: map[string]uint64{}, proofs: map[string]uint64{},
+		pending: map[int]*probeRun{}, convicts: map[string]convict{}, survey: surveyRounds,
 		hotKind: map[string]time.Time{}, hotCPU: map[cpuKind]hotReading{}, beats: make(chan struct{}, 1), reloads: make(chan reloadRequest),
 		health: newSensorHealth(d.Log),
 	}

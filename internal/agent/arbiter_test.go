@@ -199,20 +199,20 @@ func TestAgentPrunesBackoffOfVanishedTenants(t *testing.T) {
 	until := backoff{until: time.Unix(1000, 0)}
 	fill := func() {
 		for _, k := range []string{"/gone", backoffKey(signalWait, "/gone"), "/stays", backoffKey(signalWait, "/stays")} {
-			a.backoff[k] = until
+			a.ledger.backoff[k] = until
 		}
 	}
 	fill()
 	stays := []sense.Tenant{{ID: "/stays"}}
 	a.hardware(t.Context(), time.Unix(100, 0), nil, stays, false)
-	if len(a.backoff) != 4 {
-		t.Errorf("a failed discovery pruned backoffs: %v", a.backoff)
+	if len(a.ledger.backoff) != 4 {
+		t.Errorf("a failed discovery pruned backoffs: %v", a.ledger.backoff)
 	}
 	a.hardware(t.Context(), time.Unix(100, 0), nil, stays, true)
-	if _, ok := a.backoff["/stays"]; !ok || len(a.backoff) != 2 {
-		t.Errorf("backoffs after prune %v, want the present tenant's two", a.backoff)
+	if _, ok := a.ledger.backoff["/stays"]; !ok || len(a.ledger.backoff) != 2 {
+		t.Errorf("backoffs after prune %v, want the present tenant's two", a.ledger.backoff)
 	}
-	if _, ok := a.backoff[backoffKey(signalWait, "/stays")]; !ok {
+	if _, ok := a.ledger.backoff[backoffKey(signalWait, "/stays")]; !ok {
 		t.Errorf("the present tenant's CPU-wait backoff was pruned")
 	}
 }

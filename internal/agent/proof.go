@@ -114,10 +114,7 @@ const leanEvidence = judge.LeanEvidence
 // no bound moves.
 func (a *Agent) leaningFirst(now time.Time, ranked []judge.Suspect) []judge.Suspect {
 	lean := func(id string) float64 {
-		if c, ok := a.carry[backoffKey(signalProbe, id)]; ok && now.Sub(c.at) <= carryWindow && c.evidence >= leanEvidence {
-			return c.evidence
-		}
-		return 0
+		return a.ledger.leaning(backoffKey(signalProbe, id), now)
 	}
 	out := slices.Clone(ranked)
 	slices.SortStableFunc(out, func(x, y judge.Suspect) int { return cmp.Compare(lean(y.ID), lean(x.ID)) })
@@ -219,8 +216,7 @@ func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDo
 func (a *Agent) startProof(ctx context.Context, now time.Time, p *proof, before float64) {
 	if a.cfg.DryRun {
 		a.record(now, p.tenant, api.KindProof, 0, 1, "dry run: would cap it to prove it: "+p.reason)
-		key := backoffKey(p.signal, p.tenant.ID)
-		a.backoff[key] = a.nextBackoff(key, now)
+		a.ledger.backOff(backoffKey(p.signal, p.tenant.ID), now)
 		return
 	}
 	cfg := a.cfg.Proof.ProofConfig
@@ -231,11 +227,7 @@ func (a *Agent) startProof(ctx context.Context, now time.Time, p *proof, before 
 		cfg.Samples = min(cfg.Samples, 4)
 	}
 	key := backoffKey(p.signal, p.tenant.ID)
-	carry := 1.0
-	if c, ok := a.carry[key]; ok && now.Sub(c.at) <= carryWindow {
-		carry = c.evidence
-	}
-	delete(a.carry, key)
+	carry := a.ledger.takeCarry(key, now)
 	p.p = judge.NewProofCarry(cfg, before, now, uint64(now.UnixNano()), carry)
 	a.proof = p
 	a.record(now, p.tenant, api.KindProof, 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", a.cfg.Proof.Trials, p.reason))
@@ -262,7 +254,7 @@ func (a *Agent) followPlan(ctx context.Context, now time.Time, p *proof) {
 			return
 		}
 		p.capped, p.since = true, now
-		a.capSpent(p.tenant.ID, now, 0)
+		a.ledger.capSpent(p.tenant.ID, now, 0)
 		a.recordSlot(now, p.tenant, api.KindProof, q.CPUs(), "proof: capped for a trial")
 		return
 	}
@@ -276,7 +268,7 @@ func (a *Agent) uncap(ctx context.Context, now time.Time, p *proof, why string) 
 	}
 	a.dropProbeHold(ctx, p.tenant)
 	p.capped = false
-	a.capSpent(p.tenant.ID, now, now.Sub(p.since))
+	a.ledger.capSpent(p.tenant.ID, now, now.Sub(p.since))
 	a.recordSlot(now, p.tenant, api.KindProofFree, 0, why)
 }
 
@@ -337,21 +329,12 @@ func (a *Agent) endProof(ctx context.Context, now time.Time, p *proof) {
 		if verdict == judge.ProofInconclusive {
 			// Not acquitted: proved again soon, within the budget, with
 			// the backoff it had, continuing this proof's evidence.
-			for k, c := range a.carry {
-				if now.Sub(c.at) > carryWindow {
-					delete(a.carry, k)
-				}
-			}
-			a.carry[key] = carried{evidence: p.p.Carry(), at: now}
-			b := a.backoff[key]
+			a.ledger.keepCarry(key, p.p.Carry(), now)
 			// A longer backoff stands (a write that failed and aborted
 			// the proof set one that doubles).
-			if next := now.Add(a.retryAfter(p.p.Carry())); next.After(b.until) {
-				b.until = next
-			}
-			a.backoff[key] = b
+			a.ledger.holdOff(key, now.Add(a.retryAfter(p.p.Carry())))
 		} else {
-			a.backoff[key] = a.nextBackoff(key, now)
+			a.ledger.backOff(key, now)
 		}
 		a.noteAction(api.ActionRecord{Time: now, Tenant: p.tenant.ID, Name: p.tenant.Name, Kind: api.KindRelease, Policy: api.PolicyProbe,
 			Lever: api.LeverCPUQuota, Duty: 1, Reason: verdict + ": " + why})
@@ -359,7 +342,7 @@ func (a *Agent) endProof(ctx context.Context, now time.Time, p *proof) {
 		return
 	}
 	if p.capped {
-		a.capSpent(p.tenant.ID, now, now.Sub(p.since))
+		a.ledger.capSpent(p.tenant.ID, now, now.Sub(p.since))
 	}
 	a.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
 	thr := a.duty.Start(now, p.p.Before())
@@ -383,7 +366,7 @@ func (a *Agent) endProof(ctx context.Context, now time.Time, p *proof) {
 		return
 	}
 	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal, kind: p.kind, reason: "proven polluter: " + why, since: now}
-	delete(a.backoff, key)
+	a.ledger.forgive(key)
 	a.record(now, p.tenant, api.KindThrottle, q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
 }
 
@@ -419,56 +402,14 @@ type carried struct {
 // most Alpha; a chain is one martingale whichever way its proofs ended).
 const carryWindow = 30 * time.Second
 
-// capSpent books d of proof cap time on a tenant (at now) and forgets
-// what is older than a minute; it returns what the tenant was capped in
-// the last minute.
-func (a *Agent) capSpent(id string, now time.Time, d time.Duration) time.Duration {
-	spent := a.capTime[id]
-	keep := spent[:0]
-	for _, s := range spent {
-		if now.Sub(s.at) < time.Minute {
-			keep = append(keep, s)
-		}
-	}
-	if d > 0 {
-		keep = append(keep, capSlot{at: now, d: d})
-	}
-	var total time.Duration
-	for _, s := range keep {
-		total += s.d
-	}
-	if len(keep) == 0 {
-		delete(a.capTime, id)
-	} else {
-		a.capTime[id] = keep
-	}
-	return total
-}
-
-// overBudget says a tenant was capped for proofs as much as the budget
-// allows in the last minute: it is not proved again until that passes.
-func (a *Agent) overBudget(id string, now time.Time) bool {
-	return a.capSpent(id, now, 0) >= a.cfg.Proof.Budget
-}
-
 // resting reports whether a tenant may not be proved for signal now: it
 // was acquitted of it lately, or is over its proof budget.
 func (a *Agent) resting(signal, id string, now time.Time) bool {
-	return now.Before(a.backoff[backoffKey(signal, id)].until) || a.overBudget(id, now)
+	return a.ledger.resting(signal, id, now)
 }
 
 // capSlot is a stretch of proof cap time on a tenant.
 type capSlot struct {
 	at time.Time
 	d  time.Duration
-}
-
-func (a *Agent) nextBackoff(id string, now time.Time) backoff {
-	b := a.backoff[id]
-	if b.next == 0 {
-		b.next = a.cfg.Proof.Backoff
-	}
-	b.until = now.Add(b.next)
-	b.next = min(2*b.next, a.cfg.Proof.MaxBackoff)
-	return b
 }

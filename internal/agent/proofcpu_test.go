@@ -81,13 +81,13 @@ func TestRetryAfterAnInconclusiveProof(t *testing.T) {
 
 func TestLeaningFirst(t *testing.T) {
 	now := time.Unix(1000, 0)
-	a := &Agent{carry: map[string]carried{
+	a := &Agent{ledger: &proofLedger{carry: map[string]carried{
 		"/polluter": {evidence: 14, at: now.Add(-time.Second)},
 		"/doubtful": {evidence: 0.6, at: now.Add(-time.Second)},
 		"/stale":    {evidence: 50, at: now.Add(-carryWindow - time.Second)},
 		"/weak":     {evidence: 2, at: now.Add(-time.Second)},
 		"/barely":   {evidence: 1.2, at: now.Add(-time.Second)},
-	}}
+	}}}
 	ranked := []judge.Suspect{{ID: "/bystander"}, {ID: "/barely"}, {ID: "/doubtful"}, {ID: "/stale"}, {ID: "/weak"}, {ID: "/polluter"}}
 	var got []string
 	for _, s := range a.leaningFirst(now, ranked) {

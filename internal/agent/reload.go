@@ -89,6 +89,7 @@ func (a *Agent) Reconfigure(ctx context.Context, cfg Config) (ConfigChange, erro
 	a.duty = next.DutyController()
 	a.cont.SetThresholds(next.Thresholds())
 	a.wait.reconfigure(next)
+	a.ledger.cfg = next.Proof
 	now := a.d.Now()
 	const why = "protected by the reloaded configuration"
 	for _, id := range slices.Sorted(maps.Keys(a.throttled)) {

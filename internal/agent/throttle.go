@@ -141,8 +141,7 @@ func (a *Agent) control(ctx context.Context, now time.Time, v judge.Verdict, pre
 			delete(a.convicts, id)
 			a.release(ctx, t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× while it was held down", ratio))
 			delete(a.throttled, id)
-			key := backoffKey(t.signal, id)
-			a.backoff[key] = a.nextBackoff(key, now)
+			a.ledger.backOff(backoffKey(t.signal, id), now)
 		case judge.DutyRelease:
 			why := fmt.Sprintf("contention %.2f× stayed under %.2f× at full relaxation", ratio, a.duty.RelaxBelow)
 			if used < a.duty.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
@@ -191,11 +190,7 @@ func (a *Agent) unavailable(t sense.Tenant, err error) {
 	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
 	until := a.d.Now().Add(max(time.Second, 4*a.cfg.Interval))
 	for _, k := range []string{backoffKey(signalProbe, t.ID), backoffKey(signalWait, t.ID)} {
-		b := a.backoff[k]
-		if b.until.Before(until) {
-			b.until = until
-		}
-		a.backoff[k] = b
+		a.ledger.holdOff(k, until)
 	}
 }
 

@@ -120,7 +120,7 @@ func (a *Agent) surveyQuiet(ctx context.Context, now time.Time, samples []sample
 	end := a.d.Now()
 	for _, t := range capped {
 		a.dropProbeHold(ctx, t)
-		a.capSpent(t.ID, end, end.Sub(start))
+		a.ledger.capSpent(t.ID, end, end.Sub(start))
 		a.recordSlot(end, t, api.KindProofFree, 0, "start-up survey done")
 	}
 	a.log.Info("surveyed the probes' quiet level with busy tenants capped", "tenants", len(capped), "readings", len(readings))

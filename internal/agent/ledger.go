@@ -1,0 +1,132 @@
+package agent
+
+import (
+	"strings"
+	"time"
+)
+
+// proofLedger is what the proofs remember of each suspect between them,
+// for both the probe policy and CPU wait: its backoffs (per backoff key:
+// an acquittal, a useless throttle, an actuator that cannot act), the
+// evidence an inconclusive proof left for the next to continue, and the
+// time it spent capped for proofs, against the budget.
+type proofLedger struct {
+	cfg     ProofConfig
+	backoff map[string]backoff
+	// carry is the evidence an inconclusive proof left, per backoff key.
+	carry map[string]carried
+	// capTime is each tenant's proof cap time in the last minute.
+	capTime map[string][]capSlot
+}
+
+func newProofLedger(cfg ProofConfig) *proofLedger {
+	return &proofLedger{cfg: cfg, backoff: map[string]backoff{}, carry: map[string]carried{}, capTime: map[string][]capSlot{}}
+}
+
+// backedOff reports whether key is backed off at now.
+func (l *proofLedger) backedOff(key string, now time.Time) bool {
+	return now.Before(l.backoff[key].until)
+}
+
+// backOff backs key off from now, for twice as long as the last time,
+// within the configured bounds.
+func (l *proofLedger) backOff(key string, now time.Time) {
+	b := l.backoff[key]
+	if b.next == 0 {
+		b.next = l.cfg.Backoff
+	}
+	b.until = now.Add(b.next)
+	b.next = min(2*b.next, l.cfg.MaxBackoff)
+	l.backoff[key] = b
+}
+
+// holdOff backs key off until until at least, keeping a longer backoff
+// and the doubling it had.
+func (l *proofLedger) holdOff(key string, until time.Time) {
+	b := l.backoff[key]
+	if b.until.Before(until) {
+		b.until = until
+	}
+	l.backoff[key] = b
+}
+
+// forgive forgets key's backoff.
+func (l *proofLedger) forgive(key string) { delete(l.backoff, key) }
+
+// prune forgets the backoffs of tenants no longer present.
+func (l *proofLedger) prune(present func(id string) bool) {
+	for k := range l.backoff {
+		if !present(strings.TrimPrefix(k, signalWait+":")) {
+			delete(l.backoff, k)
+		}
+	}
+}
+
+// leaning is the evidence an inconclusive proof left on key within
+// carryWindow when it leans to guilt (at least leanEvidence), else 0.
+func (l *proofLedger) leaning(key string, now time.Time) float64 {
+	if c, ok := l.carry[key]; ok && now.Sub(c.at) <= carryWindow && c.evidence >= leanEvidence {
+		return c.evidence
+	}
+	return 0
+}
+
+// takeCarry hands the next proof of key the evidence the last left within
+// carryWindow (1, a new chain, when none), and forgets it.
+func (l *proofLedger) takeCarry(key string, now time.Time) float64 {
+	carry := 1.0
+	if c, ok := l.carry[key]; ok && now.Sub(c.at) <= carryWindow {
+		carry = c.evidence
+	}
+	delete(l.carry, key)
+	return carry
+}
+
+// keepCarry keeps the evidence an inconclusive proof of key ended with,
+// and forgets what is older than carryWindow.
+func (l *proofLedger) keepCarry(key string, evidence float64, now time.Time) {
+	for k, c := range l.carry {
+		if now.Sub(c.at) > carryWindow {
+			delete(l.carry, k)
+		}
+	}
+	l.carry[key] = carried{evidence: evidence, at: now}
+}
+
+// capSpent books d of proof cap time on a tenant (at now) and forgets
+// what is older than a minute; it returns what the tenant was capped in
+// the last minute.
+func (l *proofLedger) capSpent(id string, now time.Time, d time.Duration) time.Duration {
+	spent := l.capTime[id]
+	keep := spent[:0]
+	for _, s := range spent {
+		if now.Sub(s.at) < time.Minute {
+			keep = append(keep, s)
+		}
+	}
+	if d > 0 {
+		keep = append(keep, capSlot{at: now, d: d})
+	}
+	var total time.Duration
+	for _, s := range keep {
+		total += s.d
+	}
+	if len(keep) == 0 {
+		delete(l.capTime, id)
+	} else {
+		l.capTime[id] = keep
+	}
+	return total
+}
+
+// overBudget says a tenant was capped for proofs as much as the budget
+// allows in the last minute: it is not proved again until that passes.
+func (l *proofLedger) overBudget(id string, now time.Time) bool {
+	return l.capSpent(id, now, 0) >= l.cfg.Budget
+}
+
+// resting reports whether a tenant may not be proved for signal now: it
+// was acquitted of it lately, or is over its proof budget.
+func (l *proofLedger) resting(signal, id string, now time.Time) bool {
+	return l.backedOff(backoffKey(signal, id), now) || l.overBudget(id, now)
+}
