@@ -81,11 +81,13 @@ type Agent struct {
 	sp     act.Sparsify         // the duty grid the CPU quota is written on
 	duty   judge.DutyController // the duty controller of the throttled tenants
 	cont   *judge.Contention
-	susp   *judge.Suspects
 	domain map[int]cpuset.Set
 	// wait is the CPU-wait policy (cpuwait.go): it shares the proofs and
 	// throttles below with the probe policy.
 	wait *cpuWaitPolicy
+	// probes finds whom to prove for the probe contention
+	// (policy_probe.go), with the same proofs.
+	probes *probePolicy
 
 	// latest is the last published state, a snapshot never changed once
 	// stored: the state API, the metrics and the service notifier read it
@@ -124,14 +126,6 @@ type Agent struct {
 	watchN    int
 	watchKind string
 	anyBusy   bool // some tenant used CPU in the last interval
-	// hotKind is when each probe kind last read contended: a proof reads
-	// the DRAM probe if it did lately (see proofCPU).
-	hotKind map[string]time.Time
-	// hotCPU is each CPU's last contended reading of each kind: the LLC
-	// walk reads one CPU a domain an interval, so the CPU a proof should
-	// read on may have shown the contention an interval ago, not in this
-	// one (see proofCPU).
-	hotCPU map[cpuKind]hotReading
 	// survey is how many start-up surveys of the quiet probe level are
 	// left (see surveyQuiet); none once baselines were calibrated or
 	// restored.
@@ -178,15 +172,16 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	}
 	a := &Agent{
 		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(), duty: cfg.DutyController(),
-		cont: judge.NewContention(cfg.Thresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
+		cont:   judge.NewContention(cfg.Thresholds()),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]sense.DelayMark{}, throttled: map[string]*throttled{},
 		ledger: newProofLedger(cfg.Proof), totals: map[string]uint64{}, proofs: map[string]uint64{},
 		pending: map[int]*probeRun{}, convicts: map[string]convict{}, survey: surveyRounds,
-		hotKind: map[string]time.Time{}, hotCPU: map[cpuKind]hotReading{}, beats: make(chan struct{}, 1), reloads: make(chan reloadRequest),
+		beats: make(chan struct{}, 1), reloads: make(chan reloadRequest),
 		health: newSensorHealth(d.Log),
 	}
 	a.arb = newArbiter(cfg, d, d.Log, a)
 	a.wait = newCPUWaitPolicy(cfg, d.Stats, a)
+	a.probes = newProbePolicy(cfg, a.cont, a.domain, a.ledger, a, d.Log)
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
 	}
@@ -471,12 +466,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 		}
 	}
 	a.cont.Hold(held)
-	for _, r := range a.cont.Rate(readings) {
-		if a.cont.Above(r) {
-			a.hotKind[r.Kind] = now
-			a.hotCPU[cpuKind{r.CPU, r.Kind}] = hotReading{at: now, domain: r.Domain, ratio: a.cont.Worst([]judge.RatedReading{r}, nil)}
-		}
-	}
+	a.probes.noteHot(now, readings)
 	v := a.cont.Update(readings)
 	a.lastRatio = v.Ratio
 	a.recent = append(a.recent, v.Ratio)
@@ -491,7 +481,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 		a.log.Debug("interval", "tenants", len(tenants), "contended", v.Contended, "ratio", fmt.Sprintf("%.2f", v.Ratio), "probes", strings.Join(rs, " "))
 	}
 	views := a.viewsOf(samples)
-	a.susp.Observe(v, views)
+	a.probes.observe(v, views)
 
 	present := presentOf(samples)
 	a.wait.observe(samples, views)
@@ -503,14 +493,9 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 		a.rethrottle(ctx, now, v, present)
 	}
 	if v.Contended {
-		ranked = a.susp.Rank(v, views, a.domain, func(id string) bool {
-			// Throttled, under proof, or held down by another policy
-			// already (a budget, a permit): proving it now would measure
-			// that throttle.
-			return a.capped(id) || a.resting(signalProbe, id, now)
-		})
+		ranked = a.probes.rank(now, v, views)
 		if a.proof == nil && v.Persistent && now.Sub(a.lastChange) >= 2*a.cfg.Interval {
-			a.maybeProve(ctx, now, v, ranked, present)
+			a.probes.maybeProve(ctx, now, v, ranked, present)
 		}
 	}
 	if a.proof == nil {

@@ -1,18 +1,14 @@
 package agent
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
-	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
@@ -48,167 +44,6 @@ const proofPeriod = time.Second
 
 // CPUDomain is a CPU and its L3 domain.
 type CPUDomain struct{ Domain, CPU int }
-
-// maybeProve starts a perturbation proof on the top suspect.
-func (a *Agent) maybeProve(ctx context.Context, now time.Time, v judge.Verdict, ranked []judge.Suspect, present map[string]sample) {
-	if len(ranked) == 0 || len(a.throttled) >= a.cfg.MaxThrottled {
-		return
-	}
-	// While a throttled polluter on a contended domain can still be held
-	// tighter, contention there is its controller's business: proving a
-	// neighbour now would blame it for what is left of the polluter.
-	for _, t := range a.throttled {
-		for _, d := range a.domainsOf(t.tenant.CPUs) {
-			if slices.Contains(v.Domains, d) && t.thr.Step > a.duty.FloorStep {
-				return
-			}
-		}
-	}
-	// The first suspect that can be proved: one with a CPU to read on
-	// that it does not run on and that shows the contention.
-	for _, top := range a.leaningFirst(now, ranked)[:min(len(ranked), maxProveTries)] {
-		s, ok := present[top.ID]
-		if !ok {
-			continue
-		}
-		cpu, kind, before, ok := a.proofCPU(now, v, s.t.CPUs)
-		if !ok {
-			a.log.Debug("suspect not provable now: no CPU away from it reads the contention", "tenant", top.Name)
-			continue
-		}
-		reason := fmt.Sprintf("%s; suspect score %.2f: %s", v.Reason, top.Score, strings.Join(top.Reasons, "; "))
-		a.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{Ratio: v.Ratio, Suspects: ranked}})
-		a.startProof(ctx, now, &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}, before)
-		return
-	}
-}
-
-// hotWindow is how many intervals a contended reading stays recent enough
-// to choose what and where a proof reads.
-const hotWindow = 4
-
-// cpuKind is one probe kind on one CPU.
-type cpuKind struct {
-	cpu  int
-	kind string
-}
-
-// hotReading is a CPU's last contended reading of a kind.
-type hotReading struct {
-	at     time.Time
-	domain int
-	ratio  float64
-}
-
-// leanEvidence is the evidence at which an inconclusive proof leans to
-// guilt (judge.LeanEvidence).
-const leanEvidence = judge.LeanEvidence
-
-// leaningFirst orders the suspects for proofs: those whose last proof
-// ended inconclusive with evidence leaning to guilt (its carry at least
-// leanEvidence, within carryWindow) first, most evidence first, then the ranking. The
-// ranking reads CPU use, and a suspect just capped half the time by its
-// own proof reads idle in the windows that span it: a polluter whose proof
-// went quiet would otherwise lose its turn to a bystander that happened to
-// be busy. Which suspect goes first is decided from past trials only, so
-// no bound moves.
-func (a *Agent) leaningFirst(now time.Time, ranked []judge.Suspect) []judge.Suspect {
-	lean := func(id string) float64 {
-		return a.ledger.leaning(backoffKey(signalProbe, id), now)
-	}
-	out := slices.Clone(ranked)
-	slices.SortStableFunc(out, func(x, y judge.Suspect) int { return cmp.Compare(lean(y.ID), lean(x.ID)) })
-	return out
-}
-
-// maxProveTries is how many suspects, best first, the agent looks at for
-// one it can prove.
-const maxProveTries = 3
-
-// proofCPU picks where and what a proof of a tenant on cpus reads, and the
-// contention it answers to; ok false says the tenant cannot be proved now.
-//
-// The kind: the DRAM probe if it read contended in the last few intervals
-// — it answers a cap within milliseconds, while the LLC probe shares the
-// cache with whatever runs beside it and wanders (measured on the dev
-// machines: a capped split-lock polluter left the DRAM probe at 1.0× and
-// the LLC probe anywhere in 1-18×) — else the kind that reads worst.
-//
-// The CPU: the most contended in that kind of a contended domain that the
-// tenant does not run on. Never one it runs on, where a domain has others:
-// capping a tenant frees its CPU, and the probe there reads its absence —
-// its own cache footprint, the CPU time it no longer takes — as relief (a
-// real effect of the cap, which the proof would convict). When the CPUs
-// away from it read no contention, now nor in the last hotWindow intervals
-// (on a small host the other CPU may be the polluter's own, where the probe
-// reads quiet because it displaces the polluter), the tenant is not
-// provable now. A tenant that may run on every
-// CPU of the contended domains is read where the contention is worst.
-//
-// The ratio: the worst of that kind on the contended domains now, at least
-// the contention threshold.
-func (a *Agent) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDomain, string, float64, bool) {
-	th := a.cont.Thresholds()
-	kind, worst := "", 0.0
-	for _, r := range v.Readings {
-		if slices.Contains(v.Domains, r.Domain) {
-			if x := a.cont.Worst([]judge.RatedReading{r}, nil); x > worst {
-				kind, worst = r.Kind, x
-			}
-		}
-	}
-	if at, ok := a.hotKind[sense.ProbeDRAM]; ok && now.Sub(at) <= hotWindow*a.cfg.Interval {
-		kind = sense.ProbeDRAM
-	}
-	awayExists := false
-	for _, d := range v.Domains {
-		if !a.domain[d].Difference(cpus).IsEmpty() {
-			awayExists = true
-		}
-	}
-	var best CPUDomain
-	bestRatio, found := 0.0, false
-	before := th.Ratio
-	for _, r := range v.Readings {
-		if !slices.Contains(v.Domains, r.Domain) || r.Kind != kind {
-			continue
-		}
-		x := a.cont.Worst([]judge.RatedReading{r}, nil)
-		before = max(before, x)
-		if awayExists && (cpus.Contains(r.CPU) || x < th.Ratio) {
-			continue
-		}
-		if !found || x > bestRatio {
-			best, bestRatio, found = CPUDomain{r.Domain, r.CPU}, x, true
-		}
-	}
-	if !found && awayExists {
-		// None away from it reads the contention in this interval's
-		// readings; one that did lately is as good a place to read: the
-		// LLC walk takes one CPU a domain an interval, in turn, so on a
-		// small host the CPU away from the suspect may have read the
-		// contention an interval ago while this one read the suspect's.
-		for ck, h := range a.hotCPU {
-			if ck.kind != kind || cpus.Contains(ck.cpu) || !slices.Contains(v.Domains, h.domain) || now.Sub(h.at) > hotWindow*a.cfg.Interval {
-				continue
-			}
-			if !found || h.ratio > bestRatio {
-				best, bestRatio, found = CPUDomain{h.domain, ck.cpu}, h.ratio, true
-			}
-		}
-	}
-	if !found && !awayExists {
-		// No reading of that kind on a contended domain this interval:
-		// any CPU of one.
-		for _, d := range v.Domains {
-			if c := a.domain[d].List(); len(c) > 0 {
-				best, found = CPUDomain{d, c[0]}, true
-				break
-			}
-		}
-	}
-	return best, kind, before, found
-}
 
 // startProof caps or frees the suspect as the proof's first trial
 // asks and schedules its first reading; in dry-run it only says what it

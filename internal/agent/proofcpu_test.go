@@ -24,12 +24,12 @@ func TestProofCPUUsesTheRecentReadingAwayFromTheSuspect(t *testing.T) {
 	suspect := cpuset.MustParse("0")
 	v := judge.Verdict{Contended: true, Domains: []int{0}, Ratio: 6.7, Readings: []judge.RatedReading{
 		rated(0, sense.ProbeLLC, 6.7), rated(0, sense.ProbeDRAM, 1.0), rated(1, sense.ProbeDRAM, 1.0)}}
-	newAgent := func() *Agent {
-		return &Agent{cfg: Config{Interval: 250 * time.Millisecond}, cont: judge.NewContention(judge.Thresholds{}),
-			domain: map[int]cpuset.Set{0: cpuset.MustParse("0-1")}, hotKind: map[string]time.Time{}, hotCPU: map[cpuKind]hotReading{}}
+	newPolicy := func() *probePolicy {
+		return newProbePolicy(Config{Interval: 250 * time.Millisecond}, judge.NewContention(judge.Thresholds{}),
+			map[int]cpuset.Set{0: cpuset.MustParse("0-1")}, nil, nil, nil)
 	}
 
-	a := newAgent()
+	a := newPolicy()
 	if _, _, _, ok := a.proofCPU(now, v, suspect); ok {
 		t.Fatal("provable with no reading away from the suspect")
 	}
@@ -50,7 +50,7 @@ func TestProofCPUUsesTheRecentReadingAwayFromTheSuspect(t *testing.T) {
 	}
 
 	// Never on the suspect's own CPU, however recent.
-	b := newAgent()
+	b := newPolicy()
 	b.hotCPU[cpuKind{0, sense.ProbeLLC}] = hotReading{at: now, domain: 0, ratio: 9}
 	if got, _, _, ok := b.proofCPU(now, v, suspect); ok {
 		t.Fatalf("provable on its own CPU %+v", got)
@@ -81,7 +81,7 @@ func TestRetryAfterAnInconclusiveProof(t *testing.T) {
 
 func TestLeaningFirst(t *testing.T) {
 	now := time.Unix(1000, 0)
-	a := &Agent{ledger: &proofLedger{carry: map[string]carried{
+	a := &probePolicy{ledger: &proofLedger{carry: map[string]carried{
 		"/polluter": {evidence: 14, at: now.Add(-time.Second)},
 		"/doubtful": {evidence: 0.6, at: now.Add(-time.Second)},
 		"/stale":    {evidence: 50, at: now.Add(-carryWindow - time.Second)},

@@ -90,6 +90,7 @@ func (a *Agent) Reconfigure(ctx context.Context, cfg Config) (ConfigChange, erro
 	a.cont.SetThresholds(next.Thresholds())
 	a.wait.reconfigure(next)
 	a.ledger.cfg = next.Proof
+	a.probes.reconfigure(next)
 	now := a.d.Now()
 	const why = "protected by the reloaded configuration"
 	for _, id := range slices.Sorted(maps.Keys(a.throttled)) {

@@ -220,3 +220,16 @@ func (a *Agent) tightening(signal string, cpus cpuset.Set) bool {
 	}
 	return false
 }
+
+// tighteningOn reports whether a throttled tenant on one of domains can
+// still be held tighter.
+func (a *Agent) tighteningOn(domains []int) bool {
+	for _, t := range a.throttled {
+		for _, d := range a.domainsOf(t.tenant.CPUs) {
+			if slices.Contains(domains, d) && t.thr.Step > a.duty.FloorStep {
+				return true
+			}
+		}
+	}
+	return false
+}

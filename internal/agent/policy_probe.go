@@ -1,0 +1,241 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// probePolicy is the canary probes' policy as far as it finds whom to
+// prove: it keeps the suspects of probe contention and the recent
+// contended readings, ranks the suspects and picks where and what a proof
+// of the top one reads. The proof, the throttle that follows and the
+// watch between intervals are the agent's, shared with CPU wait, reached
+// through proofs.
+type probePolicy struct {
+	// cont is the probe contention judge, shared with the agent (the
+	// watch, the quiet-level calibration and the throttles read it).
+	cont *judge.Contention
+	susp *judge.Suspects
+	// domain is each probe domain's CPUs.
+	domain   map[int]cpuset.Set
+	interval time.Duration
+	ledger   *proofLedger
+	proofs   probeProofs
+	log      *slog.Logger
+	// hotKind is when each probe kind last read contended: a proof reads
+	// the DRAM probe if it did lately (see proofCPU).
+	hotKind map[string]time.Time
+	// hotCPU is each CPU's last contended reading of each kind: the LLC
+	// walk reads one CPU a domain an interval, so the CPU a proof should
+	// read on may have shown the contention an interval ago, not in this
+	// one (see proofCPU).
+	hotCPU map[cpuKind]hotReading
+}
+
+// probeProofs is what the probe policy needs of the proofs and throttles
+// it shares with CPU wait: what CPU wait needs, and whether a throttled
+// polluter on the contended domains can still be held tighter.
+type probeProofs interface {
+	waitProofs
+	tighteningOn(domains []int) bool
+}
+
+func newProbePolicy(cfg Config, cont *judge.Contention, domain map[int]cpuset.Set, ledger *proofLedger, proofs probeProofs, log *slog.Logger) *probePolicy {
+	return &probePolicy{
+		cont: cont, susp: judge.NewSuspects(cfg.Judge.Window), domain: domain, interval: cfg.Interval,
+		ledger: ledger, proofs: proofs, log: log, hotKind: map[string]time.Time{}, hotCPU: map[cpuKind]hotReading{},
+	}
+}
+
+// reconfigure takes what of cfg may change while the agent runs.
+func (p *probePolicy) reconfigure(cfg Config) { p.interval = cfg.Interval }
+
+// noteHot keeps this interval's contended readings, by kind and by CPU.
+func (p *probePolicy) noteHot(now time.Time, readings []sense.ProbeReading) {
+	for _, r := range p.cont.Rate(readings) {
+		if p.cont.Above(r) {
+			p.hotKind[r.Kind] = now
+			p.hotCPU[cpuKind{r.CPU, r.Kind}] = hotReading{at: now, domain: r.Domain, ratio: p.cont.Worst([]judge.RatedReading{r}, nil)}
+		}
+	}
+}
+
+// observe feeds the interval's verdict and tenants to the suspects.
+func (p *probePolicy) observe(v judge.Verdict, views []judge.TenantView) { p.susp.Observe(v, views) }
+
+// rank ranks the suspects of the contention v found. Tenants throttled,
+// under proof, or held down by another policy already (a budget, a
+// permit) are left out: proving one now would measure that throttle; so
+// are those resting from a proof.
+func (p *probePolicy) rank(now time.Time, v judge.Verdict, views []judge.TenantView) []judge.Suspect {
+	return p.susp.Rank(v, views, p.domain, func(id string) bool {
+		return p.proofs.capped(id) || p.proofs.resting(signalProbe, id, now)
+	})
+}
+
+// maybeProve starts a perturbation proof on the top suspect.
+func (p *probePolicy) maybeProve(ctx context.Context, now time.Time, v judge.Verdict, ranked []judge.Suspect, present map[string]sample) {
+	if len(ranked) == 0 || !p.proofs.mayProve(now) {
+		return
+	}
+	// While a throttled polluter on a contended domain can still be held
+	// tighter, contention there is its controller's business: proving a
+	// neighbour now would blame it for what is left of the polluter.
+	if p.proofs.tighteningOn(v.Domains) {
+		return
+	}
+	// The first suspect that can be proved: one with a CPU to read on
+	// that it does not run on and that shows the contention.
+	for _, top := range p.leaningFirst(now, ranked)[:min(len(ranked), maxProveTries)] {
+		s, ok := present[top.ID]
+		if !ok {
+			continue
+		}
+		cpu, kind, before, ok := p.proofCPU(now, v, s.t.CPUs)
+		if !ok {
+			p.log.Debug("suspect not provable now: no CPU away from it reads the contention", "tenant", top.Name)
+			continue
+		}
+		reason := fmt.Sprintf("%s; suspect score %.2f: %s", v.Reason, top.Score, strings.Join(top.Reasons, "; "))
+		p.proofs.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{Ratio: v.Ratio, Suspects: ranked}})
+		p.proofs.startProof(ctx, now, &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}, before)
+		return
+	}
+}
+
+// hotWindow is how many intervals a contended reading stays recent enough
+// to choose what and where a proof reads.
+const hotWindow = 4
+
+// cpuKind is one probe kind on one CPU.
+type cpuKind struct {
+	cpu  int
+	kind string
+}
+
+// hotReading is a CPU's last contended reading of a kind.
+type hotReading struct {
+	at     time.Time
+	domain int
+	ratio  float64
+}
+
+// leanEvidence is the evidence at which an inconclusive proof leans to
+// guilt (judge.LeanEvidence).
+const leanEvidence = judge.LeanEvidence
+
+// leaningFirst orders the suspects for proofs: those whose last proof
+// ended inconclusive with evidence leaning to guilt (its carry at least
+// leanEvidence, within carryWindow) first, most evidence first, then the ranking. The
+// ranking reads CPU use, and a suspect just capped half the time by its
+// own proof reads idle in the windows that span it: a polluter whose proof
+// went quiet would otherwise lose its turn to a bystander that happened to
+// be busy. Which suspect goes first is decided from past trials only, so
+// no bound moves.
+func (p *probePolicy) leaningFirst(now time.Time, ranked []judge.Suspect) []judge.Suspect {
+	lean := func(id string) float64 {
+		return p.ledger.leaning(backoffKey(signalProbe, id), now)
+	}
+	out := slices.Clone(ranked)
+	slices.SortStableFunc(out, func(x, y judge.Suspect) int { return cmp.Compare(lean(y.ID), lean(x.ID)) })
+	return out
+}
+
+// maxProveTries is how many suspects, best first, the agent looks at for
+// one it can prove.
+const maxProveTries = 3
+
+// proofCPU picks where and what a proof of a tenant on cpus reads, and the
+// contention it answers to; ok false says the tenant cannot be proved now.
+//
+// The kind: the DRAM probe if it read contended in the last few intervals
+// — it answers a cap within milliseconds, while the LLC probe shares the
+// cache with whatever runs beside it and wanders (measured on the dev
+// machines: a capped split-lock polluter left the DRAM probe at 1.0× and
+// the LLC probe anywhere in 1-18×) — else the kind that reads worst.
+//
+// The CPU: the most contended in that kind of a contended domain that the
+// tenant does not run on. Never one it runs on, where a domain has others:
+// capping a tenant frees its CPU, and the probe there reads its absence —
+// its own cache footprint, the CPU time it no longer takes — as relief (a
+// real effect of the cap, which the proof would convict). When the CPUs
+// away from it read no contention, now nor in the last hotWindow intervals
+// (on a small host the other CPU may be the polluter's own, where the probe
+// reads quiet because it displaces the polluter), the tenant is not
+// provable now. A tenant that may run on every
+// CPU of the contended domains is read where the contention is worst.
+//
+// The ratio: the worst of that kind on the contended domains now, at least
+// the contention threshold.
+func (p *probePolicy) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) (CPUDomain, string, float64, bool) {
+	th := p.cont.Thresholds()
+	kind, worst := "", 0.0
+	for _, r := range v.Readings {
+		if slices.Contains(v.Domains, r.Domain) {
+			if x := p.cont.Worst([]judge.RatedReading{r}, nil); x > worst {
+				kind, worst = r.Kind, x
+			}
+		}
+	}
+	if at, ok := p.hotKind[sense.ProbeDRAM]; ok && now.Sub(at) <= hotWindow*p.interval {
+		kind = sense.ProbeDRAM
+	}
+	awayExists := false
+	for _, d := range v.Domains {
+		if !p.domain[d].Difference(cpus).IsEmpty() {
+			awayExists = true
+		}
+	}
+	var best CPUDomain
+	bestRatio, found := 0.0, false
+	before := th.Ratio
+	for _, r := range v.Readings {
+		if !slices.Contains(v.Domains, r.Domain) || r.Kind != kind {
+			continue
+		}
+		x := p.cont.Worst([]judge.RatedReading{r}, nil)
+		before = max(before, x)
+		if awayExists && (cpus.Contains(r.CPU) || x < th.Ratio) {
+			continue
+		}
+		if !found || x > bestRatio {
+			best, bestRatio, found = CPUDomain{r.Domain, r.CPU}, x, true
+		}
+	}
+	if !found && awayExists {
+		// None away from it reads the contention in this interval's
+		// readings; one that did lately is as good a place to read: the
+		// LLC walk takes one CPU a domain an interval, in turn, so on a
+		// small host the CPU away from the suspect may have read the
+		// contention an interval ago while this one read the suspect's.
+		for ck, h := range p.hotCPU {
+			if ck.kind != kind || cpus.Contains(ck.cpu) || !slices.Contains(v.Domains, h.domain) || now.Sub(h.at) > hotWindow*p.interval {
+				continue
+			}
+			if !found || h.ratio > bestRatio {
+				best, bestRatio, found = CPUDomain{h.domain, ck.cpu}, h.ratio, true
+			}
+		}
+	}
+	if !found && !awayExists {
+		// No reading of that kind on a contended domain this interval:
+		// any CPU of one.
+		for _, d := range v.Domains {
+			if c := p.domain[d].List(); len(c) > 0 {
+				best, found = CPUDomain{d, c[0]}, true
+				break
+			}
+		}
+	}
+	return best, kind, before, found
+}
