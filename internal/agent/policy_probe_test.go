@@ -1,0 +1,62 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// fakeProbeProofs is fakeProofs with the probe policy's question of the
+// throttles on the contended domains.
+type fakeProbeProofs struct {
+	fakeProofs
+	tightOn bool
+}
+
+func (f *fakeProbeProofs) tighteningOn([]int) bool { return f.tightOn }
+
+// The probe policy proves the top suspect that has a CPU away from it
+// reading the contention, read there, unless a proof may not start or a
+// throttle on the contended domains can still tighten.
+func TestProbePolicyProvesTheTopSuspect(t *testing.T) {
+	now := time.Unix(1000, 0)
+	hog := sense.Tenant{ID: "/lab/hog", Name: "hog", CPUs: cpuset.Of(0)}
+	v := judge.Verdict{Contended: true, Persistent: true, Domains: []int{0}, Ratio: 6, Reason: "LLC probe 6×", Readings: []judge.RatedReading{
+		rated(0, sense.ProbeLLC, 1.0), rated(1, sense.ProbeLLC, 6)}}
+	ranked := []judge.Suspect{{ID: hog.ID, Name: hog.Name, Score: 3}}
+	present := map[string]sample{hog.ID: {t: hog, usage: 1, fresh: true}}
+	for _, tc := range []struct {
+		name string
+		f    *fakeProbeProofs
+		want bool
+	}{
+		{"free to prove", &fakeProbeProofs{}, true},
+		{"no room for another proof", &fakeProbeProofs{fakeProofs: fakeProofs{blocked: true}}, false},
+		{"a throttle on the domain can still tighten", &fakeProbeProofs{tightOn: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{}
+			cfg.fill()
+			p := newProbePolicy(cfg, judge.NewContention(cfg.Thresholds()), map[int]cpuset.Set{0: cpuset.MustParse("0-1")}, newProofLedger(cfg.Proof), tc.f, slog.New(slog.DiscardHandler))
+			p.maybeProve(context.Background(), now, v, ranked, present)
+			if got := len(tc.f.started) > 0; got != tc.want {
+				t.Fatalf("proof started = %v, want %v", got, tc.want)
+			}
+			if !tc.want {
+				return
+			}
+			pr := tc.f.started[0]
+			if pr.tenant.ID != hog.ID || pr.signal != signalProbe || pr.cpu.CPU != 1 || pr.kind != sense.ProbeLLC {
+				t.Errorf("proof on %s (signal %q) read on CPU %d %s, want the hog read by the LLC probe on CPU 1", pr.tenant.ID, pr.signal, pr.cpu.CPU, pr.kind)
+			}
+			if len(tc.f.journaled) != 1 || tc.f.journaled[0].Kind != "detection" {
+				t.Errorf("journal %+v, want one detection", tc.f.journaled)
+			}
+		})
+	}
+}
