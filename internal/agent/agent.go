@@ -114,8 +114,9 @@ type Agent struct {
 	ledger *proofLedger
 	// arb applies every policy's claims and releases (arbiter.go): the
 	// holds, the resctrl classes, and the actuators behind them.
-	arb     *arbiter
-	proof   *proof
+	arb *arbiter
+	// prover runs the proofs of both (prover.go), one at a time.
+	prover  *prover
 	pending map[int]*probeRun // per CPU: a probe that outlived its timeout
 	// convicts are polluters released because they stopped, on record.
 	convicts map[string]convict
@@ -139,7 +140,6 @@ type Agent struct {
 	lastChange time.Time
 	actions    []api.ActionRecord
 	totals     map[string]uint64
-	proofs     map[string]uint64
 
 	// health is how each sensor fared (health.go).
 	health *sensorHealth
@@ -174,13 +174,14 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(), duty: cfg.DutyController(),
 		cont:   judge.NewContention(cfg.Thresholds()),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]sense.DelayMark{}, throttled: map[string]*throttled{},
-		ledger: newProofLedger(cfg.Proof), totals: map[string]uint64{}, proofs: map[string]uint64{},
+		ledger: newProofLedger(cfg.Proof), totals: map[string]uint64{},
 		pending: map[int]*probeRun{}, convicts: map[string]convict{}, survey: surveyRounds,
 		beats: make(chan struct{}, 1), reloads: make(chan reloadRequest),
 		health: newSensorHealth(d.Log),
 	}
 	a.arb = newArbiter(cfg, d, d.Log, a)
 	a.wait = newCPUWaitPolicy(cfg, d.Stats, a)
+	a.prover = newProver(cfg, a.ledger, a.cont, a.wait, a, d.Log)
 	a.probes = newProbePolicy(cfg, a.cont, a.domain, a.ledger, a, d.Log)
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
@@ -211,7 +212,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	next := time.Time{}
 	for {
 		var proofTimer <-chan time.Time
-		if p := a.currentProof(); p != nil {
+		if p := a.prover.proof; p != nil {
 			proofTimer = time.After(time.Until(p.next))
 		}
 		select {
@@ -225,7 +226,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			timer.Reset(time.Until(wake))
 		case now := <-proofTimer:
-			a.proofSample(ctx, now)
+			a.prover.sample(ctx, now)
 		case req := <-a.reloads:
 			// Between passes: nothing reads the configuration meanwhile.
 			change, err := a.Reconfigure(ctx, req.cfg)
@@ -244,8 +245,8 @@ func (a *Agent) Run(ctx context.Context) error {
 // call Start first and Stop at the end. The sensors and actuators it calls
 // run under ctx.
 func (a *Agent) Tick(ctx context.Context, now, next time.Time) time.Time {
-	if p := a.currentProof(); p != nil && !now.Before(p.next) {
-		a.proofSample(ctx, now)
+	if p := a.prover.proof; p != nil && !now.Before(p.next) {
+		a.prover.sample(ctx, now)
 	}
 	due := next.IsZero() || !now.Before(next)
 	if !due && !a.watchAt.IsZero() && !now.Before(a.watchAt) {
@@ -274,7 +275,7 @@ func (a *Agent) wakeAt(next time.Time) time.Time {
 	if !a.watchAt.IsZero() && a.watchAt.Before(wake) {
 		wake = a.watchAt
 	}
-	if p := a.currentProof(); p != nil && p.next.Before(wake) {
+	if p := a.prover.proof; p != nil && p.next.Before(wake) {
 		wake = p.next
 	}
 	return wake
@@ -318,10 +319,10 @@ func (a *Agent) shutdown(ctx context.Context) {
 		a.release(ctx, t.tenant, "agent stopping")
 		delete(a.throttled, id)
 	}
-	if p := a.proof; p != nil {
+	if p := a.prover.proof; p != nil {
 		p.p.Abort("agent stopping")
-		a.uncap(ctx, a.d.Now(), p, "agent stopping during a proof")
-		a.proof = nil
+		a.prover.uncap(ctx, a.d.Now(), p, "agent stopping during a proof")
+		a.prover.proof = nil
 		a.record(a.d.Now(), p.tenant, api.KindRelease, 0, 1, "agent stopping during a proof")
 	}
 	a.arb.stop(ctx, a.d.Now())
@@ -444,7 +445,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 		a.control(ctx, now, judge.Verdict{Ratio: a.lastRatio}, present, false)
 		a.hardware(ctx, now, hw, tenants, discovered)
 		var ranked []judge.Suspect
-		if a.proof == nil {
+		if a.prover.proof == nil {
 			ranked = a.wait.maybeProve(ctx, now, views, present)
 		}
 		a.publish(now, judge.Verdict{Ratio: a.lastRatio}, samples, ranked, nil, cpuBefore)
@@ -489,22 +490,22 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	a.hardware(ctx, now, hw, tenants, discovered)
 
 	var ranked []judge.Suspect
-	if v.Contended && a.proof == nil {
+	if v.Contended && a.prover.proof == nil {
 		a.rethrottle(ctx, now, v, present)
 	}
 	if v.Contended {
 		ranked = a.probes.rank(now, v, views)
-		if a.proof == nil && v.Persistent && now.Sub(a.lastChange) >= 2*a.cfg.Interval {
+		if a.prover.proof == nil && v.Persistent && now.Sub(a.lastChange) >= 2*a.cfg.Interval {
 			a.probes.maybeProve(ctx, now, v, ranked, present)
 		}
 	}
-	if a.proof == nil {
+	if a.prover.proof == nil {
 		ranked = append(ranked, a.wait.maybeProve(ctx, now, views, present)...)
 	}
 	a.publish(now, v, samples, ranked, readings, cpuBefore)
 	// A first sign of contention, or a throttled polluter that looks idle:
 	// the next interval comes soon, to confirm it (or release it).
-	return idle || a.proof == nil && len(a.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent
+	return idle || a.prover.proof == nil && len(a.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent
 }
 
 // protected reports whether config protects a tenant.

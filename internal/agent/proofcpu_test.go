@@ -58,7 +58,7 @@ func TestProofCPUUsesTheRecentReadingAwayFromTheSuspect(t *testing.T) {
 }
 
 func TestRetryAfterAnInconclusiveProof(t *testing.T) {
-	a := &Agent{cfg: Config{Interval: 250 * time.Millisecond}}
+	a := &prover{cfg: Config{Interval: 250 * time.Millisecond}}
 	for _, tc := range []struct {
 		evidence float64
 		want     time.Duration
@@ -73,7 +73,7 @@ func TestRetryAfterAnInconclusiveProof(t *testing.T) {
 			t.Errorf("evidence %.2f: retry after %s, want %s", tc.evidence, got, tc.want)
 		}
 	}
-	slow := &Agent{cfg: Config{Interval: 5 * time.Second}}
+	slow := &prover{cfg: Config{Interval: 5 * time.Second}}
 	if got := slow.retryAfter(3); got != inconclusiveRetry {
 		t.Errorf("5 s interval: retry after %s, want %s at most", got, inconclusiveRetry)
 	}

@@ -26,7 +26,7 @@ func (a *Agent) publish(now time.Time, v judge.Verdict, samples []sample, ranked
 	for k, n := range a.totals {
 		st.ActionsTotal[k] = n
 	}
-	for k, n := range a.proofs {
+	for k, n := range a.prover.verdicts {
 		st.ProofsTotal[k] = n
 	}
 	present := presentOf(samples)
@@ -76,8 +76,8 @@ func (a *Agent) publish(now time.Time, v judge.Verdict, samples []sample, ranked
 	for _, r := range a.cont.Rate(readings) {
 		st.Probes = append(st.Probes, api.ProbeState{Domain: r.Domain, CPU: r.CPU, Kind: r.Kind, LatencyNs: r.Ns, BaselineNs: r.Baseline, Ratio: r.Ratio})
 	}
-	if a.proof != nil {
-		st.Proof = &api.ProofState{Tenant: a.proof.tenant.ID, Name: a.proof.tenant.Name, Started: a.proof.p.Started(), Before: a.proof.p.Before(), Trials: a.proof.p.Trials()}
+	if a.prover.proof != nil {
+		st.Proof = &api.ProofState{Tenant: a.prover.proof.tenant.ID, Name: a.prover.proof.tenant.Name, Started: a.prover.proof.p.Started(), Before: a.prover.proof.p.Before(), Trials: a.prover.proof.p.Trials()}
 	}
 	if a.d.Counters != nil {
 		st.PerfFDs = a.d.Counters.FDs()

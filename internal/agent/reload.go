@@ -91,6 +91,7 @@ func (a *Agent) Reconfigure(ctx context.Context, cfg Config) (ConfigChange, erro
 	a.wait.reconfigure(next)
 	a.ledger.cfg = next.Proof
 	a.probes.reconfigure(next)
+	a.prover.reconfigure(next)
 	now := a.d.Now()
 	const why = "protected by the reloaded configuration"
 	for _, id := range slices.Sorted(maps.Keys(a.throttled)) {
@@ -102,10 +103,10 @@ func (a *Agent) Reconfigure(ctx context.Context, cfg Config) (ConfigChange, erro
 		delete(a.throttled, id)
 		change.Released = append(change.Released, t.tenant.Name)
 	}
-	if p := a.proof; p != nil && a.protected(p.tenant) {
+	if p := a.prover.proof; p != nil && a.protected(p.tenant) {
 		p.p.Abort(why)
-		a.uncap(ctx, now, p, why)
-		a.proof = nil
+		a.prover.uncap(ctx, now, p, why)
+		a.prover.proof = nil
 		a.record(now, p.tenant, api.KindRelease, 0, 1, why+", during its proof")
 		change.Released = append(change.Released, p.tenant.Name)
 	}

@@ -142,7 +142,7 @@ func (a *Agent) priority(samples []sample) []sense.Tenant {
 		if _, ok := a.throttled[x.t.ID]; ok {
 			return 0
 		}
-		if a.proof != nil && a.proof.tenant.ID == x.t.ID {
+		if a.prover.proof != nil && a.prover.proof.tenant.ID == x.t.ID {
 			return 0
 		}
 		return 1

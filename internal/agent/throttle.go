@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -62,7 +63,7 @@ func (a *Agent) rethrottle(ctx context.Context, now time.Time, v judge.Verdict, 
 		if !ok || s.usage < minBusy || len(a.throttled) >= a.cfg.MaxThrottled || a.held(id, "") || a.protected(s.t) {
 			continue
 		}
-		if a.proof != nil && a.proof.tenant.ID == id {
+		if a.prover.proof != nil && a.prover.proof.tenant.ID == id {
 			continue
 		}
 		hot := false
@@ -200,7 +201,7 @@ func (a *Agent) capped(id string) bool {
 	if _, ok := a.throttled[id]; ok {
 		return true
 	}
-	return a.proof != nil && a.proof.tenant.ID == id || a.held(id, "")
+	return a.prover.proving(id) || a.held(id, "")
 }
 
 // mayProve reports whether a new proof may start: there is room for
@@ -232,4 +233,38 @@ func (a *Agent) tighteningOn(domains []int) bool {
 		}
 	}
 	return false
+}
+
+// convicted throttles a tenant its proof found guilty (why) at the
+// duty controller's start step.
+func (a *Agent) convicted(ctx context.Context, now time.Time, p *proof, why string) {
+	key := backoffKey(p.signal, p.tenant.ID)
+	thr := a.duty.Start(now, p.p.Before())
+	q := a.sp.Quota(thr.Step, p.tenant.CPUs.Len())
+	if err := a.apply(ctx, p.tenant, q, "proven polluter", now); err != nil {
+		a.handleWriteErr(ctx, p.tenant, err)
+		// Its proof's cap, if on, would stay held with no proof and no
+		// throttle to end it: lift it (a VM's through its cgroup files
+		// while libvirt does not answer, whatever that call left). The
+		// conviction stands: busy again while the contention is, it is
+		// throttled on this record once the actuator answers, with no new
+		// proof (rethrottle).
+		if p.capped {
+			a.dropProbeHold(ctx, p.tenant)
+			p.capped = false
+			a.recordSlot(now, p.tenant, api.KindProofFree, 0, "proven, but its throttle could not be set: "+err.Error())
+		}
+		if !errors.Is(err, act.ErrGone) && p.signal == signalProbe {
+			a.convicts[p.tenant.ID] = convict{at: now, reason: "proven polluter: " + why, kind: p.kind}
+		}
+		return
+	}
+	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal, kind: p.kind, reason: "proven polluter: " + why, since: now}
+	a.ledger.forgive(key)
+	a.record(now, p.tenant, api.KindThrottle, q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
+}
+
+// startProof starts a proof for a policy (see prover.start).
+func (a *Agent) startProof(ctx context.Context, now time.Time, p *proof, before float64) {
+	a.prover.start(ctx, now, p, before)
 }

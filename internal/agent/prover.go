@@ -1,0 +1,208 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// prover runs the perturbation proofs of the probe policy and CPU wait:
+// one at a time on the host, since a proof's cap changes what every probe
+// and every neighbour's CPU wait reads. It caps and frees the suspect as
+// the proof's randomized trials ask, reads the contention the proof
+// answers to (the canary probe on its CPU, or the victims' CPU wait), and
+// on a verdict books it in the ledger and hands a convicted tenant to the
+// agent's throttles.
+type prover struct {
+	cfg    Config
+	ledger *proofLedger
+	cont   *judge.Contention
+	wait   *cpuWaitPolicy
+	acts   proofActs
+	log    *slog.Logger
+	// proof is the proof in progress (nil: none).
+	proof *proof
+	// verdicts counts the proofs ended, by verdict.
+	verdicts map[string]uint64
+}
+
+// proofActs is what the prover needs of the agent: its actuators and
+// records, the probe, and the throttles a conviction starts.
+type proofActs interface {
+	apply(ctx context.Context, t sense.Tenant, q cgroup.Quota, reason string, now time.Time) error
+	handleWriteErr(ctx context.Context, t sense.Tenant, err error)
+	dropProbeHold(ctx context.Context, t sense.Tenant)
+	record(now time.Time, t sense.Tenant, kind api.ActionKind, quota, duty float64, reason string)
+	recordSlot(now time.Time, t sense.Tenant, kind api.ActionKind, quota float64, reason string)
+	journal(e act.Event)
+	noteAction(r api.ActionRecord)
+	measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error)
+	convicted(ctx context.Context, now time.Time, p *proof, why string)
+}
+
+func newProver(cfg Config, ledger *proofLedger, cont *judge.Contention, wait *cpuWaitPolicy, acts proofActs, log *slog.Logger) *prover {
+	return &prover{cfg: cfg, ledger: ledger, cont: cont, wait: wait, acts: acts, log: log, verdicts: map[string]uint64{}}
+}
+
+// reconfigure takes what of cfg may change while the agent runs.
+func (pr *prover) reconfigure(cfg Config) { pr.cfg = cfg }
+
+// proving reports whether the proof in progress is of tenant id.
+func (pr *prover) proving(id string) bool { return pr.proof != nil && pr.proof.tenant.ID == id }
+
+// start caps or frees the suspect as the proof's first trial
+// asks and schedules its first reading; in dry-run it only says what it
+// would do. before is the contention ratio the proof answers to.
+func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before float64) {
+	if pr.cfg.DryRun {
+		pr.acts.record(now, p.tenant, api.KindProof, 0, 1, "dry run: would cap it to prove it: "+p.reason)
+		pr.ledger.backOff(backoffKey(p.signal, p.tenant.ID), now)
+		return
+	}
+	cfg := pr.cfg.Proof.ProofConfig
+	if p.signal == signalWait {
+		// CPU wait is read over the time between two readings: a few
+		// windows a slot, the first of which (it spans the switch) only
+		// starts the count.
+		cfg.Samples = min(cfg.Samples, 4)
+	}
+	key := backoffKey(p.signal, p.tenant.ID)
+	carry := pr.ledger.takeCarry(key, now)
+	p.p = judge.NewProofCarry(cfg, before, now, uint64(now.UnixNano()), carry)
+	pr.proof = p
+	pr.acts.record(now, p.tenant, api.KindProof, 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", pr.cfg.Proof.Trials, p.reason))
+	pr.followPlan(ctx, now, p)
+}
+
+// followPlan applies the cap state the proof wants now and sets the
+// time of its next reading. A failed write ends the proof.
+func (pr *prover) followPlan(ctx context.Context, now time.Time, p *proof) {
+	plan := p.p.Plan()
+	p.next = plan.SampleAt
+	if plan.Capped == p.capped {
+		return
+	}
+	p.switched = true
+	if plan.Capped {
+		// Capped hard: the kernel's minimum quota (1 ms) per CPU a period,
+		// so the suspect runs in rare 1 ms slots while the probe reads.
+		q := cgroup.Quota{Quota: time.Duration(max(1, p.tenant.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
+		if err := pr.acts.apply(ctx, p.tenant, q, "proof", now); err != nil {
+			pr.acts.handleWriteErr(ctx, p.tenant, err)
+			p.p.Abort("could not cap it: " + err.Error())
+			pr.endProof(ctx, now, p)
+			return
+		}
+		p.capped, p.since = true, now
+		pr.ledger.capSpent(p.tenant.ID, now, 0)
+		pr.acts.recordSlot(now, p.tenant, api.KindProof, q.CPUs(), "proof: capped for a trial")
+		return
+	}
+	pr.uncap(ctx, now, p, "proof: freed for a trial")
+}
+
+// uncap lifts a proof's cap (if on) and books the time it was on.
+func (pr *prover) uncap(ctx context.Context, now time.Time, p *proof, why string) {
+	if !p.capped {
+		return
+	}
+	pr.acts.dropProbeHold(ctx, p.tenant)
+	p.capped = false
+	pr.ledger.capSpent(p.tenant.ID, now, now.Sub(p.since))
+	pr.acts.recordSlot(now, p.tenant, api.KindProofFree, 0, why)
+}
+
+// sample takes one reading for the proof in progress and moves it
+// on: the cap state of the next slot, or the verdict.
+func (pr *prover) sample(ctx context.Context, now time.Time) {
+	p := pr.proof
+	if p == nil {
+		return
+	}
+	ratio, ok := -1.0, false
+	var waitNow map[string]sense.TenantStats
+	if p.signal == signalWait {
+		waitNow = pr.wait.readVictims(ctx, p.victims)
+	} else {
+		var kinds []string
+		if p.kind != "" {
+			kinds = []string{p.kind}
+		}
+		if rs, err := pr.acts.measureCPU(p.cpu.Domain, p.cpu.CPU, kinds...); err == nil && len(rs) > 0 {
+			ratio, ok = pr.cont.Worst(pr.cont.Rate(rs), nil), true
+		}
+	}
+
+	if pr.proof != p {
+		return // ended meanwhile (the tenant vanished, the agent stopped)
+	}
+	if p.signal == signalWait {
+		ratio = pr.wait.proofRatio(p, waitNow)
+		ok = ratio > 0 && !p.switched
+	}
+	p.switched = false
+	pr.log.Debug("proof reading", "tenant", p.tenant.Name, "capped", p.capped, "ratio", ratio, "ok", ok, "cpu", p.cpu.CPU, "kind", p.kind)
+	if p.p.Observe(now, ratio, ok) {
+		pr.endProof(ctx, now, p)
+		return
+	}
+	pr.followPlan(ctx, now, p)
+}
+
+// endProof records a proof's verdict, with every trial's evidence,
+// and acts on it: a polluter is throttled at the start step; anyone else is
+// left free and not tested again for a while.
+func (pr *prover) endProof(ctx context.Context, now time.Time, p *proof) {
+	pr.proof = nil
+	verdict, why := p.p.Verdict()
+	pr.verdicts[verdict]++
+	pr.acts.journal(act.Event{Kind: "proof", Tenant: p.tenant.ID, Name: p.tenant.Name, Detail: verdict + ": " + why,
+		Evidence: ProofEvidence{Before: p.p.Before(), CPU: p.cpu.CPU, Kind: p.kind, Signal: p.signal, Trials: p.p.Trials(),
+			FalseConvictionBound: pr.cfg.Proof.FalseConviction()}})
+	key := backoffKey(p.signal, p.tenant.ID)
+	if verdict != judge.ProofGuilty {
+		pr.uncap(ctx, now, p, verdict+": "+why)
+		if verdict == judge.ProofInconclusive {
+			// Not acquitted: proved again soon, within the budget, with
+			// the backoff it had, continuing this proof's evidence.
+			pr.ledger.keepCarry(key, p.p.Carry(), now)
+			// A longer backoff stands (a write that failed and aborted
+			// the proof set one that doubles).
+			pr.ledger.holdOff(key, now.Add(pr.retryAfter(p.p.Carry())))
+		} else {
+			pr.ledger.backOff(key, now)
+		}
+		pr.acts.noteAction(api.ActionRecord{Time: now, Tenant: p.tenant.ID, Name: p.tenant.Name, Kind: api.KindRelease, Policy: api.PolicyProbe,
+			Lever: api.LeverCPUQuota, Duty: 1, Reason: verdict + ": " + why})
+		pr.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
+		return
+	}
+	if p.capped {
+		pr.ledger.capSpent(p.tenant.ID, now, now.Sub(p.since))
+	}
+	pr.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
+	pr.acts.convicted(ctx, now, p, why)
+}
+
+// retryAfter is how soon a suspect whose proof ended inconclusive with
+// this evidence may be proved again: one interval when the evidence leans
+// towards guilt (leanEvidence: its cap lowered the contention more often
+// than not), inconclusiveRetry otherwise. A polluter that shows in few readings
+// (a split-lock storm the host itself slows in bursts) often ends a proof
+// by going quiet for three trials; its next proof continues the same
+// evidence, so looking again soon costs its victims less and changes no
+// bound: when the next proof starts is decided from past trials only, and
+// each trial's order is still a fresh coin.
+func (pr *prover) retryAfter(evidence float64) time.Duration {
+	if evidence >= leanEvidence {
+		return min(pr.cfg.Interval, inconclusiveRetry)
+	}
+	return inconclusiveRetry
+}
