@@ -1,0 +1,108 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/api"
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// fakeActs is the agent's side of a proof: it keeps the suspect's cap
+// state, and its probe reads the contention the suspect makes unless
+// capped (or always, when guilty is false: the contention is someone
+// else's).
+type fakeActs struct {
+	guilty   bool
+	capped   bool
+	records  []api.ActionKind
+	convicts []string
+}
+
+func (f *fakeActs) apply(_ context.Context, _ sense.Tenant, _ cgroup.Quota, _ string, _ time.Time) error {
+	f.capped = true
+	return nil
+}
+func (f *fakeActs) handleWriteErr(context.Context, sense.Tenant, error) {}
+func (f *fakeActs) dropProbeHold(context.Context, sense.Tenant)         { f.capped = false }
+func (f *fakeActs) record(_ time.Time, _ sense.Tenant, kind api.ActionKind, _, _ float64, _ string) {
+	f.records = append(f.records, kind)
+}
+func (f *fakeActs) recordSlot(_ time.Time, _ sense.Tenant, kind api.ActionKind, _ float64, _ string) {
+	f.records = append(f.records, kind)
+}
+func (f *fakeActs) journal(act.Event)           {}
+func (f *fakeActs) noteAction(api.ActionRecord) {}
+func (f *fakeActs) convicted(_ context.Context, _ time.Time, p *proof, _ string) {
+	f.convicts = append(f.convicts, p.tenant.ID)
+}
+func (f *fakeActs) measureCPU(domain, cpu int, _ ...string) ([]sense.ProbeReading, error) {
+	ns := 600.0
+	if f.guilty && f.capped {
+		ns = 100
+	}
+	return []sense.ProbeReading{{Domain: domain, CPU: cpu, Kind: sense.ProbeDRAM, Ns: ns}}, nil
+}
+
+func TestProverRunsAProof(t *testing.T) {
+	suspect := sense.Tenant{ID: "/lab/suspect", Name: "suspect", CPUs: cpuset.Of(0)}
+	for _, tc := range []struct {
+		name        string
+		dryRun      bool
+		guilty      bool
+		wantVerdict string
+	}{
+		{"its cap lifts the contention", false, true, judge.ProofGuilty},
+		{"its cap changes nothing", false, false, ""},
+		{"dry run", true, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{DryRun: tc.dryRun}
+			cfg.fill()
+			cont := judge.NewContention(cfg.Thresholds())
+			cont.Calibrate([]sense.ProbeReading{{Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: 100}})
+			acts := &fakeActs{guilty: tc.guilty}
+			ledger := newProofLedger(cfg.Proof)
+			pr := newProver(cfg, ledger, cont, nil, acts, slog.New(slog.DiscardHandler))
+			now := time.Unix(1000, 0)
+			pr.start(context.Background(), now, &proof{tenant: suspect, cpu: CPUDomain{0, 1}, kind: sense.ProbeDRAM, signal: signalProbe}, 6)
+			for i := 0; i < 1000 && pr.proof != nil; i++ {
+				now = pr.proof.next
+				pr.sample(context.Background(), now)
+			}
+			if pr.proof != nil {
+				t.Fatal("the proof never ended")
+			}
+			if acts.capped {
+				t.Error("the suspect was left capped")
+			}
+			if tc.dryRun {
+				if len(acts.records) != 1 || acts.records[0] != api.KindProof || len(pr.verdicts) != 0 {
+					t.Errorf("dry run recorded %v with verdicts %v, want one proof record and no proof", acts.records, pr.verdicts)
+				}
+				if !ledger.resting(signalProbe, suspect.ID, now) {
+					t.Error("a dry-run proof did not back the suspect off")
+				}
+				return
+			}
+			if tc.wantVerdict == judge.ProofGuilty {
+				if pr.verdicts[judge.ProofGuilty] != 1 || len(acts.convicts) != 1 {
+					t.Fatalf("verdicts %v, convicted %v: want the suspect convicted", pr.verdicts, acts.convicts)
+				}
+				return
+			}
+			if pr.verdicts[judge.ProofGuilty] != 0 || len(acts.convicts) != 0 {
+				t.Fatalf("verdicts %v, convicted %v: an innocent convicted", pr.verdicts, acts.convicts)
+			}
+			if !ledger.resting(signalProbe, suspect.ID, now) {
+				t.Error("an acquitted suspect is not backed off")
+			}
+		})
+	}
+}
