@@ -77,7 +77,7 @@ func (a *Agent) hardware(ctx context.Context, now time.Time, o *hwObservation, t
 // alone until the next decision.
 func (a *Agent) handleWriteErr(ctx context.Context, t sense.Tenant, err error) {
 	if errors.Is(err, act.ErrGone) {
-		delete(a.throttled, t.ID)
+		delete(a.throttles.throttled, t.ID)
 		a.forgetHolds(ctx, t.ID)
 		a.log.Info("tenant vanished while acting on it", "tenant", t.ID)
 		return
@@ -147,5 +147,17 @@ func (a *Agent) journal(e act.Event) {
 	}
 	if err := a.d.Journal.Write(e); err != nil {
 		a.log.Warn("journal", "err", err)
+	}
+}
+
+// unavailable handles an actuator that cannot act now (libvirtd
+// restarting, a domain libvirt is still starting): the tenant is left alone
+// for a few intervals, for every signal, and the journal says why.
+func (a *Agent) unavailable(t sense.Tenant, err error) {
+	a.log.Warn("cannot act on tenant now; retrying shortly", "tenant", t.Name, "err", err)
+	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
+	until := a.d.Now().Add(max(time.Second, 4*a.cfg.Interval))
+	for _, k := range []string{backoffKey(signalProbe, t.ID), backoffKey(signalWait, t.ID)} {
+		a.ledger.holdOff(k, until)
 	}
 }

@@ -78,8 +78,6 @@ type Agent struct {
 	cfg    Config
 	d      Deps
 	log    *slog.Logger
-	sp     act.Sparsify         // the duty grid the CPU quota is written on
-	duty   judge.DutyController // the duty controller of the throttled tenants
 	cont   *judge.Contention
 	domain map[int]cpuset.Set
 	// wait is the CPU-wait policy (cpuwait.go): it shares the proofs and
@@ -106,9 +104,11 @@ type Agent struct {
 	// (Reload, applied between passes); a probe that outlives its timeout
 	// writes only its own probeRun. A new reader from another goroutine
 	// must go through a snapshot or the loop.
-	prev      map[string]sense.TenantStats
-	marks     map[string]sense.DelayMark
-	throttled map[string]*throttled
+	prev  map[string]sense.TenantStats
+	marks map[string]sense.DelayMark
+	// throttles are the tenants the probe policy and CPU wait hold down
+	// (throttle.go).
+	throttles *throttles
 	// ledger is what the proofs remember of each suspect (ledger.go):
 	// backoffs, carried evidence, proof cap time against the budget.
 	ledger *proofLedger
@@ -118,8 +118,6 @@ type Agent struct {
 	// prover runs the proofs of both (prover.go), one at a time.
 	prover  *prover
 	pending map[int]*probeRun // per CPU: a probe that outlived its timeout
-	// convicts are polluters released because they stopped, on record.
-	convicts map[string]convict
 	// watchAt is when the next watch is due, watchN counts watches (for
 	// the CPU rotation), watchKind is the probe kind it reads: DRAM where
 	// the probe has it, else the first kind the intervals read.
@@ -171,17 +169,18 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		d.Now = time.Now
 	}
 	a := &Agent{
-		cfg: cfg, d: d, log: d.Log, sp: cfg.Sparsify(), duty: cfg.DutyController(),
+		cfg: cfg, d: d, log: d.Log,
 		cont:   judge.NewContention(cfg.Thresholds()),
-		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]sense.DelayMark{}, throttled: map[string]*throttled{},
+		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]sense.DelayMark{},
 		ledger: newProofLedger(cfg.Proof), totals: map[string]uint64{},
-		pending: map[int]*probeRun{}, convicts: map[string]convict{}, survey: surveyRounds,
+		pending: map[int]*probeRun{}, survey: surveyRounds,
 		beats: make(chan struct{}, 1), reloads: make(chan reloadRequest),
 		health: newSensorHealth(d.Log),
 	}
 	a.arb = newArbiter(cfg, d, d.Log, a)
 	a.wait = newCPUWaitPolicy(cfg, d.Stats, a)
 	a.prover = newProver(cfg, a.ledger, a.cont, a.wait, a, d.Log)
+	a.throttles = newThrottles(cfg, a.cont, a.wait, a.domain, a.ledger, a.prover, a)
 	a.probes = newProbePolicy(cfg, a.cont, a.domain, a.ledger, a, d.Log)
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
@@ -315,9 +314,9 @@ const shutdownTimeout = 30 * time.Second
 func (a *Agent) shutdown(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()
-	for id, t := range a.throttled {
+	for id, t := range a.throttles.throttled {
 		a.release(ctx, t.tenant, "agent stopping")
-		delete(a.throttled, id)
+		delete(a.throttles.throttled, id)
 	}
 	if p := a.prover.proof; p != nil {
 		p.p.Abort("agent stopping")
@@ -442,7 +441,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 		views := a.viewsOf(samples)
 		present := presentOf(samples)
 		a.wait.observe(samples, views)
-		a.control(ctx, now, judge.Verdict{Ratio: a.lastRatio}, present, false)
+		a.throttles.control(ctx, now, judge.Verdict{Ratio: a.lastRatio}, present, false)
 		a.hardware(ctx, now, hw, tenants, discovered)
 		var ranked []judge.Suspect
 		if a.prover.proof == nil {
@@ -486,12 +485,12 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 
 	present := presentOf(samples)
 	a.wait.observe(samples, views)
-	idle := a.control(ctx, now, v, present, true)
+	idle := a.throttles.control(ctx, now, v, present, true)
 	a.hardware(ctx, now, hw, tenants, discovered)
 
 	var ranked []judge.Suspect
 	if v.Contended && a.prover.proof == nil {
-		a.rethrottle(ctx, now, v, present)
+		a.throttles.rethrottle(ctx, now, v, present)
 	}
 	if v.Contended {
 		ranked = a.probes.rank(now, v, views)
@@ -505,7 +504,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	a.publish(now, v, samples, ranked, readings, cpuBefore)
 	// A first sign of contention, or a throttled polluter that looks idle:
 	// the next interval comes soon, to confirm it (or release it).
-	return idle || a.prover.proof == nil && len(a.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent
+	return idle || a.prover.proof == nil && len(a.throttles.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent
 }
 
 // protected reports whether config protects a tenant.
@@ -522,9 +521,12 @@ func (a *Agent) protected(t sense.Tenant) bool {
 }
 
 // domainsOf lists the probe domains a tenant's CPUs touch.
-func (a *Agent) domainsOf(cpus cpuset.Set) []int {
+func (a *Agent) domainsOf(cpus cpuset.Set) []int { return domainsIn(a.domain, cpus) }
+
+// domainsIn lists the domains of domain (their CPUs by ID) that cpus touch.
+func domainsIn(domain map[int]cpuset.Set, cpus cpuset.Set) []int {
 	var out []int
-	for id, c := range a.domain {
+	for id, c := range domain {
 		if !c.Intersect(cpus).IsEmpty() {
 			out = append(out, id)
 		}

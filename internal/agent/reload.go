@@ -85,22 +85,21 @@ func (a *Agent) Reconfigure(ctx context.Context, cfg Config) (ConfigChange, erro
 	change := ConfigChange{Applied: changedKeys(a.cfg, next), Restart: changedKeys(next, cfg)}
 
 	a.cfg = next
-	a.sp = next.Sparsify()
-	a.duty = next.DutyController()
 	a.cont.SetThresholds(next.Thresholds())
 	a.wait.reconfigure(next)
 	a.ledger.cfg = next.Proof
 	a.probes.reconfigure(next)
 	a.prover.reconfigure(next)
+	a.throttles.reconfigure(next)
 	now := a.d.Now()
 	const why = "protected by the reloaded configuration"
-	for _, id := range slices.Sorted(maps.Keys(a.throttled)) {
-		t := a.throttled[id]
+	for _, id := range slices.Sorted(maps.Keys(a.throttles.throttled)) {
+		t := a.throttles.throttled[id]
 		if !a.protected(t.tenant) {
 			continue
 		}
 		a.release(ctx, t.tenant, why)
-		delete(a.throttled, id)
+		delete(a.throttles.throttled, id)
 		change.Released = append(change.Released, t.tenant.Name)
 	}
 	if p := a.prover.proof; p != nil && a.protected(p.tenant) {

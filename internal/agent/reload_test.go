@@ -130,7 +130,7 @@ func TestReloadRefusesAndDefers(t *testing.T) {
 		if _, err := a.Reconfigure(t.Context(), next); err == nil {
 			t.Errorf("%s: invalid configuration accepted", name)
 		}
-		if a.cfg.Judge.Ratio != cfg.Judge.Ratio || a.cfg.Interval != cfg.Interval || a.sp.Steps != cfg.Sparsify().Steps || a.cfg.LogLevel != "info" {
+		if a.cfg.Judge.Ratio != cfg.Judge.Ratio || a.cfg.Interval != cfg.Interval || a.throttles.sp.Steps != cfg.Sparsify().Steps || a.cfg.LogLevel != "info" {
 			t.Fatalf("%s: a refused configuration changed the running one: %+v", name, a.cfg)
 		}
 	}
@@ -150,8 +150,8 @@ func TestReloadRefusesAndDefers(t *testing.T) {
 	if !slices.Equal(change.Applied, []string{"max_throttled"}) {
 		t.Errorf("applied %v, want [max_throttled]", change.Applied)
 	}
-	if a.cfg.Listen != cfg.Listen || a.cfg.StateDir != cfg.StateDir || a.sp.Steps != 16 || a.cfg.MaxThrottled != 3 {
-		t.Errorf("running config: listen %s, state_dir %s, steps %d, max_throttled %d", a.cfg.Listen, a.cfg.StateDir, a.sp.Steps, a.cfg.MaxThrottled)
+	if a.cfg.Listen != cfg.Listen || a.cfg.StateDir != cfg.StateDir || a.throttles.sp.Steps != 16 || a.cfg.MaxThrottled != 3 {
+		t.Errorf("running config: listen %s, state_dir %s, steps %d, max_throttled %d", a.cfg.Listen, a.cfg.StateDir, a.throttles.sp.Steps, a.cfg.MaxThrottled)
 	}
 	if s := change.String(); !strings.Contains(s, "applied: max_throttled") || !strings.Contains(s, "listen, state_dir, throttle.steps") {
 		t.Errorf("change says %q", s)

@@ -139,7 +139,7 @@ func (a *Agent) sampleTenants(ctx context.Context, tenants []sense.Tenant) []sam
 func (a *Agent) priority(samples []sample) []sense.Tenant {
 	s := slices.Clone(samples)
 	rank := func(x sample) int {
-		if _, ok := a.throttled[x.t.ID]; ok {
+		if _, ok := a.throttles.throttled[x.t.ID]; ok {
 			return 0
 		}
 		if a.prover.proof != nil && a.prover.proof.tenant.ID == x.t.ID {

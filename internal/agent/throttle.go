@@ -9,6 +9,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/api"
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
@@ -28,11 +29,67 @@ type throttled struct {
 	since  time.Time
 }
 
+// throttles are the tenants the probe policy and CPU wait convicted and
+// hold down on a duty cycle, each under its duty controller, and the
+// polluters released because they stopped, whose conviction stands a
+// while (convicts).
+type throttles struct {
+	cfg  Config
+	sp   act.Sparsify         // the duty grid the CPU quota is written on
+	duty judge.DutyController // the duty controller of the throttled tenants
+	// cont and wait are the judges a throttle answers to (the probes',
+	// CPU wait's), domain each probe domain's CPUs.
+	cont   *judge.Contention
+	wait   *cpuWaitPolicy
+	domain map[int]cpuset.Set
+	ledger *proofLedger
+	prover *prover
+	acts   throttleActs
+
+	throttled map[string]*throttled
+	// convicts are polluters released because they stopped, on record.
+	convicts map[string]convict
+}
+
+// throttleActs is what the throttles need of the agent: its actuators,
+// its records, and what the other policies and the configuration say of
+// a tenant.
+type throttleActs interface {
+	apply(ctx context.Context, t sense.Tenant, q cgroup.Quota, reason string, now time.Time) error
+	handleWriteErr(ctx context.Context, t sense.Tenant, err error)
+	release(ctx context.Context, t sense.Tenant, why string)
+	forgetHolds(ctx context.Context, id string)
+	record(now time.Time, t sense.Tenant, kind api.ActionKind, quota, duty float64, reason string)
+	// dropProbeHold and recordSlot lift a convicted tenant's proof cap
+	// when its throttle could not be set.
+	dropProbeHold(ctx context.Context, t sense.Tenant)
+	recordSlot(now time.Time, t sense.Tenant, kind api.ActionKind, quota float64, reason string)
+	held(id string, policy api.Policy) bool
+	protected(t sense.Tenant) bool
+}
+
+func newThrottles(cfg Config, cont *judge.Contention, wait *cpuWaitPolicy, domain map[int]cpuset.Set, ledger *proofLedger, prover *prover, acts throttleActs) *throttles {
+	return &throttles{
+		cfg: cfg, sp: cfg.Sparsify(), duty: cfg.DutyController(), cont: cont, wait: wait, domain: domain, ledger: ledger, prover: prover, acts: acts,
+		throttled: map[string]*throttled{}, convicts: map[string]convict{},
+	}
+}
+
+// reconfigure takes what of cfg may change while the agent runs.
+func (th *throttles) reconfigure(cfg Config) {
+	th.cfg = cfg
+	th.sp = cfg.Sparsify()
+	th.duty = cfg.DutyController()
+}
+
+// domainsOf lists the probe domains a tenant's CPUs touch.
+func (th *throttles) domainsOf(cpus cpuset.Set) []int { return domainsIn(th.domain, cpus) }
+
 // idleGrace is how long after a throttle begins its tenant is not taken
 // for idle: the first windows span the proof's cap (1 ms a 1 s period,
 // which may leave it waiting out the period) and the switch to the duty
 // cycle, and read almost no CPU from a polluter that never stopped.
-func (a *Agent) idleGrace() time.Duration { return proofPeriod + 2*a.cfg.Interval }
+func (th *throttles) idleGrace() time.Duration { return proofPeriod + 2*th.cfg.Interval }
 
 // convict is a polluter released because it stopped: should it come back
 // while the contention does, it is throttled again at once, on this
@@ -53,35 +110,35 @@ const recidivWindow = 5 * time.Minute
 // probes read contended. Its duty
 // controller then verifies it as after a proof: if the contention stays,
 // it is released as useless and its record dropped.
-func (a *Agent) rethrottle(ctx context.Context, now time.Time, v judge.Verdict, present map[string]sample) {
-	for id, c := range a.convicts {
+func (th *throttles) rethrottle(ctx context.Context, now time.Time, v judge.Verdict, present map[string]sample) {
+	for id, c := range th.convicts {
 		if now.Sub(c.at) > recidivWindow {
-			delete(a.convicts, id)
+			delete(th.convicts, id)
 			continue
 		}
 		s, ok := present[id]
-		if !ok || s.usage < minBusy || len(a.throttled) >= a.cfg.MaxThrottled || a.held(id, "") || a.protected(s.t) {
+		if !ok || s.usage < minBusy || len(th.throttled) >= th.cfg.MaxThrottled || th.acts.held(id, "") || th.acts.protected(s.t) {
 			continue
 		}
-		if a.prover.proof != nil && a.prover.proof.tenant.ID == id {
+		if th.prover.proving(id) {
 			continue
 		}
 		hot := false
-		for _, d := range a.domainsOf(s.t.CPUs) {
+		for _, d := range th.domainsOf(s.t.CPUs) {
 			hot = hot || slices.Contains(v.Domains, d)
 		}
 		if !hot {
 			continue
 		}
-		thr := a.duty.Start(now, v.Ratio)
-		q := a.sp.Quota(thr.Step, s.t.CPUs.Len())
-		if err := a.apply(ctx, s.t, q, "convicted polluter busy again", now); err != nil {
-			a.handleWriteErr(ctx, s.t, err)
+		thr := th.duty.Start(now, v.Ratio)
+		q := th.sp.Quota(thr.Step, s.t.CPUs.Len())
+		if err := th.acts.apply(ctx, s.t, q, "convicted polluter busy again", now); err != nil {
+			th.acts.handleWriteErr(ctx, s.t, err)
 			continue
 		}
-		delete(a.convicts, id)
-		a.throttled[id] = &throttled{tenant: s.t, thr: thr, signal: signalProbe, kind: c.kind, reason: c.reason, since: now}
-		a.record(now, s.t, api.KindThrottle, q.CPUs(), a.sp.Duty(thr.Step),
+		delete(th.convicts, id)
+		th.throttled[id] = &throttled{tenant: s.t, thr: thr, signal: signalProbe, kind: c.kind, reason: c.reason, since: now}
+		th.acts.record(now, s.t, api.KindThrottle, q.CPUs(), th.sp.Duty(thr.Step),
 			fmt.Sprintf("convicted before and released %.1fs ago when it stopped; busy again (%.2f CPU) as the %.2f× contention returns: %s", now.Sub(c.at).Seconds(), s.usage, v.Ratio, c.reason))
 	}
 }
@@ -98,8 +155,8 @@ type backoff struct {
 // It returns true when a throttled tenant used less than its idle share:
 // it has likely stopped, and the next interval should come soon to
 // release it.
-func (a *Agent) control(ctx context.Context, now time.Time, v judge.Verdict, present map[string]sample, probed bool) (idle bool) {
-	for id, t := range a.throttled {
+func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict, present map[string]sample, probed bool) (idle bool) {
+	for id, t := range th.throttled {
 		if !probed && t.signal != signalWait {
 			if _, ok := present[id]; ok {
 				continue
@@ -108,16 +165,16 @@ func (a *Agent) control(ctx context.Context, now time.Time, v judge.Verdict, pre
 		s, ok := present[id]
 		if !ok {
 			// The tenant vanished: nothing to restore, forget it.
-			a.forgetHolds(ctx, id)
-			delete(a.throttled, id)
-			a.record(now, t.tenant, api.KindRelease, 0, 1, "tenant vanished")
+			th.acts.forgetHolds(ctx, id)
+			delete(th.throttled, id)
+			th.acts.record(now, t.tenant, api.KindRelease, 0, 1, "tenant vanished")
 			continue
 		}
-		ratio := a.cont.Worst(t.readings(v.Readings), a.domainsOf(t.tenant.CPUs))
+		ratio := th.cont.Worst(t.readings(v.Readings), th.domainsOf(t.tenant.CPUs))
 		if t.signal == signalWait {
 			// Convicted for its neighbours' CPU wait: held to that. (The
 			// probes' noise must not make it look useless.)
-			ratio = a.wait.ratio(t.tenant)
+			ratio = th.wait.ratio(t.tenant)
 		}
 		if ratio == 0 {
 			ratio = 1
@@ -127,11 +184,11 @@ func (a *Agent) control(ctx context.Context, now time.Time, v judge.Verdict, pre
 		// got: not idle, whatever it used; nor is one just throttled
 		// (idleGrace).
 		used := s.usage
-		if s.thrRatio > 0 || now.Sub(t.since) < a.idleGrace() {
-			used = max(used, a.sp.Duty(t.thr.Step)*float64(ncpus))
+		if s.thrRatio > 0 || now.Sub(t.since) < th.idleGrace() {
+			used = max(used, th.sp.Duty(t.thr.Step)*float64(ncpus))
 		}
-		d := a.duty.Next(t.thr, now, ratio, used, ncpus)
-		if d != judge.DutyRelease && d != judge.DutyUseless && used < a.duty.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
+		d := th.duty.Next(t.thr, now, ratio, used, ncpus)
+		if d != judge.DutyRelease && d != judge.DutyUseless && used < th.duty.IdleFraction*th.sp.Duty(t.thr.Step)*float64(ncpus) {
 			idle = true
 		}
 		switch d {
@@ -139,27 +196,27 @@ func (a *Agent) control(ctx context.Context, now time.Time, v judge.Verdict, pre
 			// Held at the floor and the contention stays: it is not the
 			// cause. Free it, and do not suspect it again for a while (nor
 			// throttle it again on its record).
-			delete(a.convicts, id)
-			a.release(ctx, t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× while it was held down", ratio))
-			delete(a.throttled, id)
-			a.ledger.backOff(backoffKey(t.signal, id), now)
+			delete(th.convicts, id)
+			th.acts.release(ctx, t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× while it was held down", ratio))
+			delete(th.throttled, id)
+			th.ledger.backOff(backoffKey(t.signal, id), now)
 		case judge.DutyRelease:
-			why := fmt.Sprintf("contention %.2f× stayed under %.2f× at full relaxation", ratio, a.duty.RelaxBelow)
-			if used < a.duty.IdleFraction*a.sp.Duty(t.thr.Step)*float64(ncpus) {
-				why = fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed, never held back by it", s.usage, a.sp.Duty(t.thr.Step)*float64(ncpus))
+			why := fmt.Sprintf("contention %.2f× stayed under %.2f× at full relaxation", ratio, th.duty.RelaxBelow)
+			if used < th.duty.IdleFraction*th.sp.Duty(t.thr.Step)*float64(ncpus) {
+				why = fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed, never held back by it", s.usage, th.sp.Duty(t.thr.Step)*float64(ncpus))
 			}
-			a.release(ctx, t.tenant, why)
-			delete(a.throttled, id)
+			th.acts.release(ctx, t.tenant, why)
+			delete(th.throttled, id)
 			if t.signal == signalProbe {
-				a.convicts[id] = convict{at: now, reason: t.reason, kind: t.kind}
+				th.convicts[id] = convict{at: now, reason: t.reason, kind: t.kind}
 			}
 		case judge.DutyTighten, judge.DutyRelax:
-			q := a.sp.Quota(t.thr.Step, ncpus)
-			if err := a.apply(ctx, t.tenant, q, fmt.Sprintf("duty %d/%d", t.thr.Step, a.sp.Steps), now); err != nil {
-				a.handleWriteErr(ctx, t.tenant, err)
+			q := th.sp.Quota(t.thr.Step, ncpus)
+			if err := th.acts.apply(ctx, t.tenant, q, fmt.Sprintf("duty %d/%d", t.thr.Step, th.sp.Steps), now); err != nil {
+				th.acts.handleWriteErr(ctx, t.tenant, err)
 				continue
 			}
-			a.record(now, t.tenant, api.ActionKind(d), q.CPUs(), a.sp.Duty(t.thr.Step), fmt.Sprintf("contention %.2f×", ratio))
+			th.acts.record(now, t.tenant, api.ActionKind(d), q.CPUs(), th.sp.Duty(t.thr.Step), fmt.Sprintf("contention %.2f×", ratio))
 		}
 	}
 	return idle
@@ -183,39 +240,11 @@ func (t *throttled) readings(rs []judge.RatedReading) []judge.RatedReading {
 	return out
 }
 
-// unavailable handles an actuator that cannot act now (libvirtd
-// restarting, a domain libvirt is still starting): the tenant is left alone
-// for a few intervals, for every signal, and the journal says why.
-func (a *Agent) unavailable(t sense.Tenant, err error) {
-	a.log.Warn("cannot act on tenant now; retrying shortly", "tenant", t.Name, "err", err)
-	a.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
-	until := a.d.Now().Add(max(time.Second, 4*a.cfg.Interval))
-	for _, k := range []string{backoffKey(signalProbe, t.ID), backoffKey(signalWait, t.ID)} {
-		a.ledger.holdOff(k, until)
-	}
-}
-
-// capped reports whether crosstalk is capping a tenant now: throttled,
-// under proof, or held by a policy.
-func (a *Agent) capped(id string) bool {
-	if _, ok := a.throttled[id]; ok {
-		return true
-	}
-	return a.prover.proving(id) || a.held(id, "")
-}
-
-// mayProve reports whether a new proof may start: there is room for
-// another throttle, and the last change has had a couple of intervals to
-// settle.
-func (a *Agent) mayProve(now time.Time) bool {
-	return len(a.throttled) < a.cfg.MaxThrottled && now.Sub(a.lastChange) >= 2*a.cfg.Interval
-}
-
 // tightening reports whether a tenant throttled for signal on cpus can
 // still be held tighter.
-func (a *Agent) tightening(signal string, cpus cpuset.Set) bool {
-	for _, t := range a.throttled {
-		if t.signal == signal && !t.tenant.CPUs.Intersect(cpus).IsEmpty() && t.thr.Step > a.duty.FloorStep {
+func (th *throttles) tightening(signal string, cpus cpuset.Set) bool {
+	for _, t := range th.throttled {
+		if t.signal == signal && !t.tenant.CPUs.Intersect(cpus).IsEmpty() && t.thr.Step > th.duty.FloorStep {
 			return true
 		}
 	}
@@ -224,10 +253,10 @@ func (a *Agent) tightening(signal string, cpus cpuset.Set) bool {
 
 // tighteningOn reports whether a throttled tenant on one of domains can
 // still be held tighter.
-func (a *Agent) tighteningOn(domains []int) bool {
-	for _, t := range a.throttled {
-		for _, d := range a.domainsOf(t.tenant.CPUs) {
-			if slices.Contains(domains, d) && t.thr.Step > a.duty.FloorStep {
+func (th *throttles) tighteningOn(domains []int) bool {
+	for _, t := range th.throttled {
+		for _, d := range th.domainsOf(t.tenant.CPUs) {
+			if slices.Contains(domains, d) && t.thr.Step > th.duty.FloorStep {
 				return true
 			}
 		}
@@ -237,12 +266,12 @@ func (a *Agent) tighteningOn(domains []int) bool {
 
 // convicted throttles a tenant its proof found guilty (why) at the
 // duty controller's start step.
-func (a *Agent) convicted(ctx context.Context, now time.Time, p *proof, why string) {
+func (th *throttles) convicted(ctx context.Context, now time.Time, p *proof, why string) {
 	key := backoffKey(p.signal, p.tenant.ID)
-	thr := a.duty.Start(now, p.p.Before())
-	q := a.sp.Quota(thr.Step, p.tenant.CPUs.Len())
-	if err := a.apply(ctx, p.tenant, q, "proven polluter", now); err != nil {
-		a.handleWriteErr(ctx, p.tenant, err)
+	thr := th.duty.Start(now, p.p.Before())
+	q := th.sp.Quota(thr.Step, p.tenant.CPUs.Len())
+	if err := th.acts.apply(ctx, p.tenant, q, "proven polluter", now); err != nil {
+		th.acts.handleWriteErr(ctx, p.tenant, err)
 		// Its proof's cap, if on, would stay held with no proof and no
 		// throttle to end it: lift it (a VM's through its cgroup files
 		// while libvirt does not answer, whatever that call left). The
@@ -250,21 +279,16 @@ func (a *Agent) convicted(ctx context.Context, now time.Time, p *proof, why stri
 		// throttled on this record once the actuator answers, with no new
 		// proof (rethrottle).
 		if p.capped {
-			a.dropProbeHold(ctx, p.tenant)
+			th.acts.dropProbeHold(ctx, p.tenant)
 			p.capped = false
-			a.recordSlot(now, p.tenant, api.KindProofFree, 0, "proven, but its throttle could not be set: "+err.Error())
+			th.acts.recordSlot(now, p.tenant, api.KindProofFree, 0, "proven, but its throttle could not be set: "+err.Error())
 		}
 		if !errors.Is(err, act.ErrGone) && p.signal == signalProbe {
-			a.convicts[p.tenant.ID] = convict{at: now, reason: "proven polluter: " + why, kind: p.kind}
+			th.convicts[p.tenant.ID] = convict{at: now, reason: "proven polluter: " + why, kind: p.kind}
 		}
 		return
 	}
-	a.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal, kind: p.kind, reason: "proven polluter: " + why, since: now}
-	a.ledger.forgive(key)
-	a.record(now, p.tenant, api.KindThrottle, q.CPUs(), a.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
-}
-
-// startProof starts a proof for a policy (see prover.start).
-func (a *Agent) startProof(ctx context.Context, now time.Time, p *proof, before float64) {
-	a.prover.start(ctx, now, p, before)
+	th.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal, kind: p.kind, reason: "proven polluter: " + why, since: now}
+	th.ledger.forgive(key)
+	th.acts.record(now, p.tenant, api.KindThrottle, q.CPUs(), th.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
 }

@@ -33,7 +33,7 @@ const quickInterval = 100 * time.Millisecond
 // stays quiet while a proof or a throttle is running (the interval then
 // watches closely enough), or before the first interval's readings.
 func (a *Agent) watch() bool {
-	busy := a.prover.proof != nil || len(a.throttled) > 0 || a.watchKind == "" || !a.anyBusy
+	busy := a.prover.proof != nil || len(a.throttles.throttled) > 0 || a.watchKind == "" || !a.anyBusy
 	if busy {
 		return false
 	}

@@ -1,0 +1,42 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+)
+
+// What the policies and the prover ask of the agent about the proofs and
+// throttles they share.
+
+// capped reports whether crosstalk is capping a tenant now: throttled,
+// under proof, or held by a policy.
+func (a *Agent) capped(id string) bool {
+	if _, ok := a.throttles.throttled[id]; ok {
+		return true
+	}
+	return a.prover.proving(id) || a.held(id, "")
+}
+
+// mayProve reports whether a new proof may start: there is room for
+// another throttle, and the last change has had a couple of intervals to
+// settle.
+func (a *Agent) mayProve(now time.Time) bool {
+	return len(a.throttles.throttled) < a.cfg.MaxThrottled && now.Sub(a.lastChange) >= 2*a.cfg.Interval
+}
+
+// startProof starts a proof for a policy (see prover.start).
+func (a *Agent) startProof(ctx context.Context, now time.Time, p *proof, before float64) {
+	a.prover.start(ctx, now, p, before)
+}
+
+// tightening, tighteningOn and convicted are the throttles' (which see),
+// for the policies and the prover.
+func (a *Agent) tightening(signal string, cpus cpuset.Set) bool {
+	return a.throttles.tightening(signal, cpus)
+}
+func (a *Agent) tighteningOn(domains []int) bool { return a.throttles.tighteningOn(domains) }
+func (a *Agent) convicted(ctx context.Context, now time.Time, p *proof, why string) {
+	a.throttles.convicted(ctx, now, p, why)
+}
