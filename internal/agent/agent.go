@@ -118,21 +118,12 @@ type Agent struct {
 	// prover runs the proofs of both (prover.go), one at a time.
 	prover  *prover
 	pending map[int]*probeRun // per CPU: a probe that outlived its timeout
-	// watchAt is when the next watch is due, watchN counts watches (for
-	// the CPU rotation), watchKind is the probe kind it reads: DRAM where
-	// the probe has it, else the first kind the intervals read.
-	watchAt   time.Time
-	watchN    int
-	watchKind string
-	anyBusy   bool // some tenant used CPU in the last interval
+	// watchAt is when the next watch is due (the probe policy's watch).
+	watchAt time.Time
 	// survey is how many start-up surveys of the quiet probe level are
 	// left (see surveyQuiet); none once baselines were calibrated or
 	// restored.
-	survey    int
-	lastRatio float64
-	// recent are the last intervals' contention ratios: bursty contention is
-	// judged by its peak, not by whichever interval a proof happens to start in.
-	recent []float64
+	survey int
 	// lastChange is when a throttle was last applied or lifted: caches and
 	// probes need a couple of intervals to settle before the next proof.
 	lastChange time.Time
@@ -181,7 +172,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a.wait = newCPUWaitPolicy(cfg, d.Stats, a)
 	a.prover = newProver(cfg, a.ledger, a.cont, a.wait, a, d.Log)
 	a.throttles = newThrottles(cfg, a.cont, a.wait, a.domain, a.ledger, a.prover, a)
-	a.probes = newProbePolicy(cfg, a.cont, a.domain, a.ledger, a, d.Log)
+	a.probes = newProbePolicy(cfg, a.cont, a.domain, d.Probe, a.measureQuick, a.ledger, a, d.Log)
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
 	}
@@ -250,7 +241,7 @@ func (a *Agent) Tick(ctx context.Context, now, next time.Time) time.Time {
 	due := next.IsZero() || !now.Before(next)
 	if !due && !a.watchAt.IsZero() && !now.Before(a.watchAt) {
 		a.watchAt = now.Add(a.WatchEvery())
-		due = a.watch()
+		due = a.probes.watch(a.prover.proof != nil || len(a.throttles.throttled) > 0)
 	}
 	if !due {
 		return next
@@ -441,38 +432,21 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 		views := a.viewsOf(samples)
 		present := presentOf(samples)
 		a.wait.observe(samples, views)
-		a.throttles.control(ctx, now, judge.Verdict{Ratio: a.lastRatio}, present, false)
+		a.throttles.control(ctx, now, judge.Verdict{Ratio: a.probes.lastRatio}, present, false)
 		a.hardware(ctx, now, hw, tenants, discovered)
 		var ranked []judge.Suspect
 		if a.prover.proof == nil {
 			ranked = a.wait.maybeProve(ctx, now, views, present)
 		}
-		a.publish(now, judge.Verdict{Ratio: a.lastRatio}, samples, ranked, nil, cpuBefore)
+		a.publish(now, judge.Verdict{Ratio: a.probes.lastRatio}, samples, ranked, nil, cpuBefore)
 		return false
 	}
 	held := a.heldDomains()
-	a.anyBusy = false
-	for _, s := range samples {
-		if s.usage >= minBusy {
-			a.anyBusy = true
-			break
-		}
-	}
-	if a.watchKind != sense.ProbeDRAM {
-		for _, r := range readings {
-			if r.Kind == sense.ProbeDRAM || a.watchKind == "" {
-				a.watchKind = r.Kind
-			}
-		}
-	}
+	a.probes.noteInterval(samples, readings)
 	a.cont.Hold(held)
 	a.probes.noteHot(now, readings)
 	v := a.cont.Update(readings)
-	a.lastRatio = v.Ratio
-	a.recent = append(a.recent, v.Ratio)
-	if len(a.recent) > 3 {
-		a.recent = a.recent[len(a.recent)-3:]
-	}
+	a.probes.lastRatio = v.Ratio
 	if a.log.Enabled(ctx, slog.LevelDebug) {
 		var rs []string
 		for _, r := range v.Readings {

@@ -40,6 +40,19 @@ type probePolicy struct {
 	// read on may have shown the contention an interval ago, not in this
 	// one (see proofCPU).
 	hotCPU map[cpuKind]hotReading
+	// lastRatio is the last interval's contention ratio: the verdict held
+	// while the probes read nothing.
+	lastRatio float64
+	// The watch between intervals (see watch): domains and quick are the
+	// probe's domains and its cheap reading, watchN counts watches (for
+	// the CPU rotation), watchKind is the probe kind it reads (DRAM where
+	// the probe has it, else the first kind the intervals read), anyBusy
+	// says some tenant used CPU in the last interval.
+	domains   func() []sense.ProbeDomain
+	quick     func(domain, cpu int, kind string) ([]sense.ProbeReading, error)
+	watchN    int
+	watchKind string
+	anyBusy   bool
 }
 
 // probeProofs is what the probe policy needs of the proofs and throttles
@@ -50,15 +63,38 @@ type probeProofs interface {
 	tighteningOn(domains []int) bool
 }
 
-func newProbePolicy(cfg Config, cont *judge.Contention, domain map[int]cpuset.Set, ledger *proofLedger, proofs probeProofs, log *slog.Logger) *probePolicy {
+func newProbePolicy(cfg Config, cont *judge.Contention, domain map[int]cpuset.Set, probe Prober, quick func(domain, cpu int, kind string) ([]sense.ProbeReading, error), ledger *proofLedger, proofs probeProofs, log *slog.Logger) *probePolicy {
+	var domains func() []sense.ProbeDomain
+	if probe != nil {
+		domains = probe.Domains
+	}
 	return &probePolicy{
-		cont: cont, susp: judge.NewSuspects(cfg.Judge.Window), domain: domain, interval: cfg.Interval,
+		cont: cont, susp: judge.NewSuspects(cfg.Judge.Window), domain: domain, interval: cfg.Interval, domains: domains, quick: quick,
 		ledger: ledger, proofs: proofs, log: log, hotKind: map[string]time.Time{}, hotCPU: map[cpuKind]hotReading{},
 	}
 }
 
 // reconfigure takes what of cfg may change while the agent runs.
 func (p *probePolicy) reconfigure(cfg Config) { p.interval = cfg.Interval }
+
+// noteInterval notes what the watch needs of an interval's samples and
+// probe readings: whether some tenant was busy, and the kind to read.
+func (p *probePolicy) noteInterval(samples []sample, readings []sense.ProbeReading) {
+	p.anyBusy = false
+	for _, s := range samples {
+		if s.usage >= minBusy {
+			p.anyBusy = true
+			break
+		}
+	}
+	if p.watchKind != sense.ProbeDRAM {
+		for _, r := range readings {
+			if r.Kind == sense.ProbeDRAM || p.watchKind == "" {
+				p.watchKind = r.Kind
+			}
+		}
+	}
+}
 
 // noteHot keeps this interval's contended readings, by kind and by CPU.
 func (p *probePolicy) noteHot(now time.Time, readings []sense.ProbeReading) {
@@ -238,4 +274,41 @@ func (p *probePolicy) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) 
 		}
 	}
 	return best, kind, before, found
+}
+
+// watch takes one cheap probe reading between intervals — two chunks of
+// the DRAM kind on one CPU, in turn — while some tenant was busy in the
+// last interval (with every tenant idle there is nobody to protect yet,
+// and the next interval sees whoever starts), and
+// reports whether it reads contended, so that the interval runs now: a
+// polluter that starts just after an interval would otherwise run free for
+// most of one before anyone looks. A contended watch counts as a reading
+// for persistence (judge.Contention.Mark): confirmed by that interval, the
+// contention is persistent and a proof can start. It teaches the baselines nothing, and
+// stays quiet while a proof or a throttle is running (acting) (the interval then
+// watches closely enough), or before the first interval's readings.
+func (p *probePolicy) watch(acting bool) bool {
+	busy := acting || p.watchKind == "" || !p.anyBusy
+	if busy {
+		return false
+	}
+	targets := p.domains()
+	if len(targets) == 0 {
+		return false
+	}
+	p.watchN++
+	d := targets[p.watchN%len(targets)]
+	cpus := d.CPUs.List()
+	if len(cpus) == 0 {
+		return false
+	}
+	cpu := cpus[(p.watchN/len(targets))%len(cpus)]
+	rs, err := p.quick(d.ID, cpu, p.watchKind)
+	if err != nil || len(rs) == 0 {
+		return false
+	}
+	if p.cont.Worst(p.cont.Rate(rs), nil) < p.cont.Thresholds().Ratio {
+		return false
+	}
+	return p.cont.Mark(rs)
 }

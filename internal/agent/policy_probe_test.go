@@ -42,7 +42,7 @@ func TestProbePolicyProvesTheTopSuspect(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{}
 			cfg.fill()
-			p := newProbePolicy(cfg, judge.NewContention(cfg.Thresholds()), map[int]cpuset.Set{0: cpuset.MustParse("0-1")}, newProofLedger(cfg.Proof), tc.f, slog.New(slog.DiscardHandler))
+			p := newProbePolicy(cfg, judge.NewContention(cfg.Thresholds()), map[int]cpuset.Set{0: cpuset.MustParse("0-1")}, nil, nil, newProofLedger(cfg.Proof), tc.f, slog.New(slog.DiscardHandler))
 			p.maybeProve(context.Background(), now, v, ranked, present)
 			if got := len(tc.f.started) > 0; got != tc.want {
 				t.Fatalf("proof started = %v, want %v", got, tc.want)

@@ -26,7 +26,7 @@ func TestProofCPUUsesTheRecentReadingAwayFromTheSuspect(t *testing.T) {
 		rated(0, sense.ProbeLLC, 6.7), rated(0, sense.ProbeDRAM, 1.0), rated(1, sense.ProbeDRAM, 1.0)}}
 	newPolicy := func() *probePolicy {
 		return newProbePolicy(Config{Interval: 250 * time.Millisecond}, judge.NewContention(judge.Thresholds{}),
-			map[int]cpuset.Set{0: cpuset.MustParse("0-1")}, nil, nil, nil)
+			map[int]cpuset.Set{0: cpuset.MustParse("0-1")}, nil, nil, nil, nil, nil)
 	}
 
 	a := newPolicy()

@@ -21,43 +21,6 @@ const minBusy = 0.05
 // quickInterval is the shortest watch: the probes' own cost bounds it.
 const quickInterval = 100 * time.Millisecond
 
-// watch takes one cheap probe reading between intervals — two chunks of
-// the DRAM kind on one CPU, in turn — while some tenant was busy in the
-// last interval (with every tenant idle there is nobody to protect yet,
-// and the next interval sees whoever starts), and
-// reports whether it reads contended, so that the interval runs now: a
-// polluter that starts just after an interval would otherwise run free for
-// most of one before anyone looks. A contended watch counts as a reading
-// for persistence (judge.Contention.Mark): confirmed by that interval, the
-// contention is persistent and a proof can start. It teaches the baselines nothing, and
-// stays quiet while a proof or a throttle is running (the interval then
-// watches closely enough), or before the first interval's readings.
-func (a *Agent) watch() bool {
-	busy := a.prover.proof != nil || len(a.throttles.throttled) > 0 || a.watchKind == "" || !a.anyBusy
-	if busy {
-		return false
-	}
-	targets := a.d.Probe.Domains()
-	if len(targets) == 0 {
-		return false
-	}
-	a.watchN++
-	d := targets[a.watchN%len(targets)]
-	cpus := d.CPUs.List()
-	if len(cpus) == 0 {
-		return false
-	}
-	cpu := cpus[(a.watchN/len(targets))%len(cpus)]
-	rs, err := a.measureQuick(d.ID, cpu, a.watchKind)
-	if err != nil || len(rs) == 0 {
-		return false
-	}
-	if a.cont.Worst(a.cont.Rate(rs), nil) < a.cont.Thresholds().Ratio {
-		return false
-	}
-	return a.cont.Mark(rs)
-}
-
 // surveyRounds is how many intervals at start survey the quiet level.
 const surveyRounds = 2
 
