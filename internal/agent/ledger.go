@@ -130,3 +130,21 @@ func (l *proofLedger) overBudget(id string, now time.Time) bool {
 func (l *proofLedger) resting(signal, id string, now time.Time) bool {
 	return l.backedOff(backoffKey(signal, id), now) || l.overBudget(id, now)
 }
+
+// carried is the evidence an inconclusive proof ended with.
+type carried struct {
+	evidence float64
+	at       time.Time
+}
+
+// carryWindow is how long an inconclusive proof's evidence waits for the
+// next proof of its suspect: a proof started later begins a new chain at 1
+// (each chain convicts a tenant whose cap does nothing with probability at
+// most Alpha; a chain is one martingale whichever way its proofs ended).
+const carryWindow = 30 * time.Second
+
+// capSlot is a stretch of proof cap time on a tenant.
+type capSlot struct {
+	at time.Time
+	d  time.Duration
+}

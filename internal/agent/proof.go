@@ -38,31 +38,3 @@ const proofPeriod = time.Second
 
 // CPUDomain is a CPU and its L3 domain.
 type CPUDomain struct{ Domain, CPU int }
-
-// inconclusiveRetry is how soon a suspect whose proof was inconclusive
-// may be proved again, when its evidence so far is against it.
-const inconclusiveRetry = time.Second
-
-// carried is the evidence an inconclusive proof ended with.
-type carried struct {
-	evidence float64
-	at       time.Time
-}
-
-// carryWindow is how long an inconclusive proof's evidence waits for the
-// next proof of its suspect: a proof started later begins a new chain at 1
-// (each chain convicts a tenant whose cap does nothing with probability at
-// most Alpha; a chain is one martingale whichever way its proofs ended).
-const carryWindow = 30 * time.Second
-
-// resting reports whether a tenant may not be proved for signal now: it
-// was acquitted of it lately, or is over its proof budget.
-func (a *Agent) resting(signal, id string, now time.Time) bool {
-	return a.ledger.resting(signal, id, now)
-}
-
-// capSlot is a stretch of proof cap time on a tenant.
-type capSlot struct {
-	at time.Time
-	d  time.Duration
-}

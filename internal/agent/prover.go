@@ -191,6 +191,10 @@ func (pr *prover) endProof(ctx context.Context, now time.Time, p *proof) {
 	pr.acts.convicted(ctx, now, p, why)
 }
 
+// inconclusiveRetry is how soon a suspect whose proof was inconclusive
+// may be proved again, when its evidence so far is against it.
+const inconclusiveRetry = time.Second
+
 // retryAfter is how soon a suspect whose proof ended inconclusive with
 // this evidence may be proved again: one interval when the evidence leans
 // towards guilt (leanEvidence: its cap lowered the contention more often

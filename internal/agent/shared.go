@@ -19,6 +19,12 @@ func (a *Agent) capped(id string) bool {
 	return a.prover.proving(id) || a.held(id, "")
 }
 
+// resting reports whether a tenant may not be proved for signal now: it
+// was acquitted of it lately, or is over its proof budget.
+func (a *Agent) resting(signal, id string, now time.Time) bool {
+	return a.ledger.resting(signal, id, now)
+}
+
 // mayProve reports whether a new proof may start: there is room for
 // another throttle, and the last change has had a couple of intervals to
 // settle.
