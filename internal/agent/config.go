@@ -6,15 +6,21 @@
 //
 // Deciding and writing are apart: policy → arbiter → actuator.
 //
-//   - A policy judges and asks. The probe policy (a proof's caps, a proven
-//     polluter's duty) runs in the agent itself; each hardware-assisted
-//     policy (bus-lock budget, pollution permits, power budget, LLC and
-//     MBA isolation) is a type in its own file (policy_*.go) holding only
-//     its judge and configuration: each interval it reads the observation
-//     the sensors made and returns decisions — a claim on a lever for a
-//     tenant (a CPU-quota cap, a clock-modulation or cpufreq step on some
-//     CPUs, a resctrl class of ways or bandwidth), or a release, each with
-//     its reason. It writes nothing.
+//   - A policy judges and asks. Each hardware-assisted policy (bus-lock
+//     budget, pollution permits, power budget, LLC and MBA isolation) is a
+//     type in its own file (policy_*.go) holding only its judge and
+//     configuration: each interval it reads the observation the sensors
+//     made and returns decisions — a claim on a lever for a tenant (a
+//     CPU-quota cap, a clock-modulation or cpufreq step on some CPUs, a
+//     resctrl class of ways or bandwidth), or a release, each with its
+//     reason. It writes nothing. The two policies that convict by proof —
+//     the probe policy (policy_probe.go: contention on the canary probes)
+//     and CPU wait (cpuwait.go: a tenant's run delay) — rank their suspects
+//     and start proofs in one shared prover (prover.go: one proof at a time
+//     on the host), which remembers each suspect's backoffs, carried
+//     evidence and cap budget in a ledger (ledger.go) and hands a convicted
+//     tenant to the throttles (throttle.go: its duty controller, and the
+//     convicts on record).
 //   - The arbiter (arbiter.go) applies every decision. Several policies may
 //     hold one tenant: it keeps each one's claim and gives the tenant the
 //     tightest per lever, so no policy's release undoes another's throttle.
