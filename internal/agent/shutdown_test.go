@@ -36,16 +36,23 @@ func (q cancellableQuota) RestoreAll(ctx context.Context) (int, error) {
 	return q.files.RestoreAll(ctx)
 }
 
-// Stopping under an ended context (Run's, by the time it stops) still
-// lifts every throttle: the releases do not inherit its cancellation.
-func TestAgentStopReleasesUnderAnEndedContext(t *testing.T) {
+// cancellableWorld is the test world with its quota written through a
+// cancellableQuota over the files, and the state file the agent keeps.
+func cancellableWorld(t *testing.T) (*world, Config, *act.StateFile, cancellableQuota) {
+	t.Helper()
 	w := newWorld(t)
 	cfg := testConfig(t.TempDir())
 	st, err := act.OpenState(StatePath(cfg.StateDir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := cancellableQuota{files: &act.CPUQuota{Host: w.h, Layout: w.layout, State: st}}
+	return w, cfg, st, cancellableQuota{files: &act.CPUQuota{Host: w.h, Layout: w.layout, State: st}}
+}
+
+// Stopping under an ended context (Run's, by the time it stops) still
+// lifts every throttle: the releases do not inherit its cancellation.
+func TestAgentStopReleasesUnderAnEndedContext(t *testing.T) {
+	w, cfg, st, q := cancellableWorld(t)
 	hs := newVirtualHarness(t, w, cfg, q)
 	hs.until(t, "throttle", 5*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
 	if w.quota("polluter").Unlimited() {
@@ -68,13 +75,7 @@ func TestAgentStopReleasesUnderAnEndedContext(t *testing.T) {
 // Run's end goes the same way: cancelling its context stops the loop and
 // the throttles it put on come off.
 func TestAgentRunReleasesAfterItsContextEnds(t *testing.T) {
-	w := newWorld(t)
-	cfg := testConfig(t.TempDir())
-	st, err := act.OpenState(StatePath(cfg.StateDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := cancellableQuota{files: &act.CPUQuota{Host: w.h, Layout: w.layout, State: st}}
+	w, cfg, _, q := cancellableWorld(t)
 	hs := newHarness(t, w, cfg, q)
 	stop := hs.run(t)
 	hs.waitFor(t, "throttle", 10*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
