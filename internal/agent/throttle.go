@@ -188,7 +188,11 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 			used = max(used, th.sp.Duty(t.thr.Step)*float64(ncpus))
 		}
 		d := th.duty.Next(t.thr, now, ratio, used, ncpus)
-		if d != judge.DutyRelease && d != judge.DutyUseless && used < th.duty.IdleFraction*th.sp.Duty(t.thr.Step)*float64(ncpus) {
+		// What its duty allows now (after the step Next chose), and whether
+		// it used less than its idle share of that.
+		allowed := th.sp.Duty(t.thr.Step) * float64(ncpus)
+		underIdle := used < th.duty.IdleFraction*allowed
+		if d != judge.DutyRelease && d != judge.DutyUseless && underIdle {
 			idle = true
 		}
 		switch d {
@@ -202,8 +206,8 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 			th.ledger.backOff(backoffKey(t.signal, id), now)
 		case judge.DutyRelease:
 			why := fmt.Sprintf("contention %.2f× stayed under %.2f× at full relaxation", ratio, th.duty.RelaxBelow)
-			if used < th.duty.IdleFraction*th.sp.Duty(t.thr.Step)*float64(ncpus) {
-				why = fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed, never held back by it", s.usage, th.sp.Duty(t.thr.Step)*float64(ncpus))
+			if underIdle {
+				why = fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed, never held back by it", s.usage, allowed)
 			}
 			th.acts.release(ctx, t.tenant, why)
 			delete(th.throttled, id)
