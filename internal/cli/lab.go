@@ -103,6 +103,7 @@ func newLabRunCmd(g *globals) *cobra.Command {
 		asJSON   bool
 		outDir   string
 		interval time.Duration
+		config   string
 	)
 	cmd := &cobra.Command{
 		Use:   "run SCENARIO|FILE",
@@ -146,11 +147,24 @@ Unknown fields are rejected; errors name the line.`,
 			if reps > 0 {
 				s.Repetitions = reps
 			}
+			var cfg *agent.Config
+			if config != "" {
+				c, err := agentConfig(config)
+				if err != nil {
+					return err
+				}
+				cfg = &c
+			}
 			opt, done, err := g.labOptions(policies, interval)
 			if err != nil {
 				return err
 			}
 			defer done()
+			if cfg != nil {
+				// An operator's configuration, as the agent would run it:
+				// its interval too, not the lab's quicker sampling.
+				opt.Registry["crosstalk"] = lab.AgentPolicy(*cfg)
+			}
 			opt.Stamp = g.labStamp(cmd, args)
 			bar := g.progress(lab.Planned(s, opt), "lab "+s.Name, asJSON)
 			opt.Progress = bar.add
@@ -178,6 +192,7 @@ Unknown fields are rejected; errors name the line.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringVar(&outDir, "out", "", "also write result.json and an HTML report to `DIR`")
 	cmd.Flags().DurationVar(&interval, "interval", 250*time.Millisecond, "progress interval of built-in loads (timeline resolution)")
+	cmd.Flags().StringVar(&config, "config", "", "the agent's configuration `FILE` for the crosstalk policy (default: crosstalk run's defaults, sampling every 250 ms)")
 	return cmd
 }
 

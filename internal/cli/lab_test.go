@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -75,5 +77,22 @@ func TestLabRunDefaultPolicies(t *testing.T) {
 	}
 	if !strings.Contains(out, "(default [none,static,crosstalk])") {
 		t.Errorf("lab run's default policies leave the agent out:\n%s", out)
+	}
+}
+
+// `lab run --config` takes the agent's configuration file and refuses a
+// bad one before it starts anything, naming what is wrong.
+func TestLabRunConfig(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("proof:\n  slot: 1ms\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := run(t, "lab", "run", "buslock", "--config", bad)
+	if err == nil || !strings.Contains(err.Error(), "proof.slot") {
+		t.Errorf("lab run with a proof slot of 1ms: %v, want an error naming proof.slot", err)
+	}
+	out, _, err := run(t, "lab", "run", "--help")
+	if err != nil || !strings.Contains(out, "--config FILE") {
+		t.Errorf("lab run --help does not offer --config: %v\n%s", err, out)
 	}
 }
