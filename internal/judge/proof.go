@@ -21,12 +21,17 @@ const (
 // weighed as a bet against "capping the suspect does nothing".
 type ProofConfig struct {
 	// Slot is how long the suspect stays capped, or free, in one half of a
-	// trial (default 50ms). A CFS cap bites within a period, and a bus-lock
-	// or cache polluter's effect on the probe comes and goes within a few
-	// milliseconds of it running or not.
+	// trial (default 25ms). A CFS cap bites within a scheduler tick or two,
+	// and a bus-lock or cache polluter's effect on the probe comes and goes
+	// within a few milliseconds of it running or not. A conviction takes at
+	// least 8 trials (see Bet), so the slot sets how soon a polluter is
+	// throttled and how long an innocent is capped: measured on the dev VM
+	// against a split-lock storm, 25 ms slots convicted in 0.6 s where
+	// 50 ms slots took 1.0-1.1 s, with as many trials.
 	Slot time.Duration `yaml:"slot" json:"slot"`
 	// Samples is how many probe readings each slot takes (default 12,
-	// about 3 ms apart); the slot's level is the mean of their log-ratios
+	// about 1.5 ms apart: a DRAM reading takes about 1.2 ms on the dev
+	// VM, so a slot's readings fit its last 70%); the slot's level is the mean of their log-ratios
 	// (each clipped to [0, log(before)+log 2]), so that a polluter
 	// that shows in a quarter of the readings moves a slot by a quarter of
 	// its contention and a stray reading by a twelfth. A split-lock
@@ -67,7 +72,7 @@ type ProofConfig struct {
 // Fill sets defaults.
 func (c *ProofConfig) Fill() {
 	if c.Slot == 0 {
-		c.Slot = 50 * time.Millisecond
+		c.Slot = 25 * time.Millisecond
 	}
 	if c.Samples == 0 {
 		c.Samples = 12
