@@ -48,20 +48,22 @@ type ProofConfig struct {
 	// futile.
 	Trials int `yaml:"trials" json:"trials"`
 	// Alpha is the false-conviction bound (default 0.01): a tenant whose
-	// cap does not move the probe is convicted with at most this
-	// probability, however long the proof runs and whenever it stops (a
+	// cap does not move the probe, or moves it by no more than an
+	// innocent's share of the contention (see FalseConviction), is
+	// convicted with at most this probability, however long the proof runs and whenever it stops (a
 	// proof that continues its suspect's previous one, see Carry, shares
 	// that one's bound).
 	Alpha float64 `yaml:"alpha" json:"alpha"`
 	// Effect is the part of the contention, in log-ratio, that a trial
-	// must see the cap remove, beyond a dead zone (12% of it, at most a
-	// drop of 15%), to count in full (default 0.25: with contention at 4×,
-	// the freed slot's level 1.65× the capped one's; a split-lock polluter
-	// sharing its CPU showed in a third to a sixth of a freed slot's
-	// readings on the dev VM). A
-	// trial that sees less counts in proportion, so a tenant whose cap
-	// moves the probe a little is acquitted (see futile) before it can be
-	// convicted for a contention it does not cause.
+	// must see the cap remove beyond an innocent's share (a quarter of
+	// it, at most a drop of 15%) to count in full (default 0.25: with
+	// contention at 4×, the freed slot's level 1.87× the capped one's; a
+	// split-lock polluter sharing its CPU showed in a third to a sixth of
+	// a freed slot's readings on the dev VM). A trial that sees less
+	// counts in proportion, and one that sees less than the share counts
+	// against, so a tenant whose cap moves the probe a little is
+	// acquitted (see futile) instead of convicted for a contention it
+	// does not cause.
 	Effect float64 `yaml:"effect" json:"effect"`
 	// Bet is the stake of each trial (default 0.8): a full trial
 	// multiplies the evidence by 1+Bet, one that reads the other way by
@@ -111,7 +113,10 @@ func (c ProofConfig) Validate() error {
 }
 
 // FalseConviction is the most a proof can convict a tenant whose cap does
-// not move the probe: Alpha.
+// not move the probe: Alpha. It holds too, where the cap lowers the probe
+// by the same amount in every trial, for a tenant whose cap removes no
+// more than an innocent's share of the contention (a quarter of its
+// log-ratio, at most a drop of 15%).
 //
 // Why it holds whatever the noise does (bursts, drifts, a neighbour's
 // phases): each trial's order, capped first or freed first, is drawn by a
@@ -119,9 +124,12 @@ func (c ProofConfig) Validate() error {
 // probe, the two slots read what they would have read either way, and the
 // coin alone decides whether the trial's drop (freed over capped) comes out
 // positive or negative: given its size, each sign has probability ½. Each
-// trial multiplies the evidence by 1 + Bet·x, x the drop over the full
-// effect clipped to [-1, 1], whose expectation is then 1: the evidence is a
-// nonnegative martingale starting at 1, and by Ville's inequality it ever
+// trial multiplies the evidence by 1 + Bet·x, x the drop less the
+// innocent's share over the full effect, clipped to [-1, 1]: an odd,
+// nondecreasing function of the drop less the share, whose expectation is
+// then at most 0 (the share only ever lowers it), and 0 too for a cap that
+// lowers each trial's drop by no more than the share. The evidence is a
+// nonnegative supermartingale starting at 1, and by Ville's inequality it ever
 // reaches 1/Alpha with probability at most Alpha — at any trial, however
 // the proof stops. A proof that starts from the evidence its suspect's
 // previous proof left (Carry) continues the same martingale: the chain of
@@ -137,10 +145,12 @@ type Trial struct {
 	// log-ratio of its readings): how much of the contention the cap
 	// removed, in log-ratio.
 	Drop float64 `json:"drop"`
-	// Score is the trial's bet, Drop over the full effect clipped to
-	// [-1, 1].
+	// Score is the trial's bet: Drop less an innocent's share of the
+	// contention, over the full effect, clipped to [-1, 1] (0 for a quiet
+	// trial, which bets nothing).
 	Score float64 `json:"score"`
-	// Outcome: "pass" (the cap removed at least half the full effect),
+	// Outcome: "pass" (the cap removed the share and at least half the
+	// full effect),
 	// "partial" (less, but some), "fail" (the contention was there and the
 	// cap did not lower it), "quiet" (no contention in either slot: the
 	// trial says little) or "void" (a slot got no reading).
@@ -166,10 +176,10 @@ type Proof struct {
 	cfg    ProofConfig
 	rng    *rand.Rand
 	before float64
-	margin float64 // the drop, in log-ratio, that counts in full
+	margin float64 // the drop, in log-ratio, beyond share that counts in full
 	quiet  float64 // a slot level (log) under this has no contention
 	ceil   float64 // a reading's log-ratio counts up to this
-	dead   float64 // a drop (log) this small counts nothing
+	share  float64 // a drop (log) this small is a bystander's share: it bets against guilt
 	start  time.Time
 	// evidence is the running product of the trials' bets: a martingale
 	// with expectation 1 while the cap does nothing.
@@ -203,7 +213,7 @@ func NewProofCarry(cfg ProofConfig, before float64, now time.Time, seed uint64, 
 	}
 	l := math.Log(before)
 	p := &Proof{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), before: before,
-		margin: max(cfg.Effect*l, minMargin), quiet: math.Log(min(1+(before-1)/3, quietRatio)), ceil: l + math.Ln2, dead: min(deadZone*l, maxDead),
+		margin: max(cfg.Effect*l, minMargin), quiet: math.Log(min(1+(before-1)/3, quietRatio)), ceil: l + math.Ln2, share: min(innocentShare*l, maxShare),
 		start: now, from: now, evidence: carry}
 	p.trials = append(p.trials, Trial{CappedFirst: p.rng.IntN(2) == 0})
 	return p
@@ -275,19 +285,27 @@ func (p *Proof) score(t *Trial) {
 	}
 	capped, freed := p.level(t.Capped), p.level(t.Freed)
 	t.Drop = freed - capped
-	// The bet: the drop beyond a dead zone against the full effect,
-	// clipped to [-1, 1]. It changes sign when the slots are swapped, so
-	// the bet is fair while the cap does nothing; the dead zone keeps a
-	// tenant whose cap lowers the probe by a sliver of the contention (its
-	// own footprint where the probe reads) from gaining on every trial.
-	d := max(0, math.Abs(t.Drop)-p.dead)
-	t.Score = math.Copysign(min(1, d/p.margin), t.Drop)
+	if max(capped, freed) < p.quiet {
+		// No contention in either slot: the trial says nothing of the
+		// suspect and bets nothing. Whether it bets is decided from the
+		// two slots' levels together, which the coin that ordered them
+		// does not change, so the bets that are made stay fair.
+		t.Outcome = TrialQuiet
+		return
+	}
+	// The bet: the drop less an innocent's share of the contention, over
+	// the full effect, clipped to [-1, 1]. While the cap lowers the probe
+	// by no more than that share (by nothing, or by a memory-bound
+	// tenant's own footprint), the coin makes the drop's part beyond the
+	// cap's own effect symmetric, and an odd, nondecreasing bet on the
+	// drop less the share has an expectation of at most zero: the
+	// evidence cannot grow but by chance, and the bound holds for such a
+	// tenant too.
+	t.Score = max(-1, min(1, (t.Drop-p.share)/p.margin))
 	p.evidence *= 1 + p.cfg.Bet*t.Score
 	switch {
 	case t.Score >= 0.5:
 		t.Outcome = TrialPass
-	case max(capped, freed) < p.quiet:
-		t.Outcome = TrialQuiet
 	case t.Score > futileScore:
 		t.Outcome = TrialPartial
 	default:
@@ -377,15 +395,18 @@ func (p *Proof) decide() bool {
 // the suspect.
 func futile(sum float64, n int) bool { return sum <= 0.25*float64(n)-0.5 }
 
-// deadZone is the part of the contention, in log-ratio, a trial's drop
-// must exceed to count at all.
-const deadZone = 0.12
+// innocentShare is the part of the contention, in log-ratio, a tenant's
+// cap may remove and the tenant still not be convicted (with probability
+// over Alpha): a memory-bound victim's own footprint lowers the probe by
+// a fifth of a 1.6× contention, every trial, and is not what causes it.
+// A trial's drop beyond it counts for guilt, one under it against.
+const innocentShare = 0.25
 
-// maxDead caps the dead zone at a cap that lowers the probe by 10%: with
-// strong contention (7×, the split-lock storms) a polluter that shows in a
-// sixth of the readings drops a slot's level by a third of a log, which a
-// dead zone of 12% of the log-ratio (0.24) would all but swallow.
-const maxDead = 0.1398 // log 1.15
+// maxShare caps the innocent's share at a cap that lowers the probe by
+// 15%: with strong contention (7×, the split-lock storms) a polluter that
+// shows in a sixth of the readings drops a slot's level by a third of a
+// log, which a quarter of the log-ratio (0.49) would swallow.
+const maxShare = 0.1398 // log 1.15
 
 // futileScore is the score at or under which a trial counts as failed.
 const futileScore = 0.1
