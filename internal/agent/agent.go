@@ -249,7 +249,7 @@ func (a *Agent) Tick(ctx context.Context, now, next time.Time) time.Time {
 	quick := a.step(ctx, now)
 	a.watchAt = now.Add(a.WatchEvery())
 	if quick {
-		return now.Add(a.WatchEvery())
+		return now.Add(min(a.WatchEvery(), a.cfg.Interval))
 	}
 	return now.Add(a.cfg.Interval)
 }
@@ -356,6 +356,10 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	}
 	a.budgetRunDelay(tenants)
 	samples := a.sampleTenants(ctx, tenants)
+	// At start no tenant has rates yet (they take two readings): the
+	// next interval comes soon, so that a polluter already running is
+	// judged within a fraction of a second, not after two intervals.
+	starting := len(samples) > 0 && !slices.ContainsFunc(samples, func(s sample) bool { return s.fresh })
 	if a.survey > 0 {
 		a.surveyQuiet(ctx, now, samples)
 	}
@@ -439,7 +443,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 			ranked = a.wait.maybeProve(ctx, now, views, present)
 		}
 		a.publish(now, judge.Verdict{Ratio: a.probes.lastRatio}, samples, ranked, nil, cpuBefore)
-		return false
+		return starting
 	}
 	held := a.heldDomains()
 	a.probes.noteInterval(samples, readings)
@@ -478,7 +482,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	a.publish(now, v, samples, ranked, readings, cpuBefore)
 	// A first sign of contention, or a throttled polluter that looks idle:
 	// the next interval comes soon, to confirm it (or release it).
-	return idle || a.prover.proof == nil && len(a.throttles.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent
+	return starting || idle || a.prover.proof == nil && len(a.throttles.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent
 }
 
 // protected reports whether config protects a tenant.

@@ -140,13 +140,16 @@ func TestVirtualLoopKeepsTheInterval(t *testing.T) {
 	if !ok {
 		t.Fatal("no state published")
 	}
-	// Intervals at 0, 1, …, 10 × Interval; the probe gaps of an interval
-	// are slept on the clock too, so the last one ends a little after.
+	// Intervals at 0; at WatchEvery (or Interval, if sooner), as no tenant
+	// had rates at the first (they take two readings); then one per
+	// Interval up to 10 × Interval.
+	// The probe gaps of an interval are slept on the clock too, so the
+	// last one ends a little after.
 	if got := hs.clock.Now().Sub(start); got < 10*cfg.Interval || got >= 11*cfg.Interval {
 		t.Errorf("clock moved %s, want %s and a last interval's probe gaps", got, 10*cfg.Interval)
 	}
-	if got := st.Time.Sub(start); got != 10*cfg.Interval {
-		t.Errorf("last state at %s, want %s", got, 10*cfg.Interval)
+	if got, want := st.Time.Sub(start), min(hs.agent.WatchEvery(), cfg.Interval)+9*cfg.Interval; got != want {
+		t.Errorf("last state at %s, want %s", got, want)
 	}
 	if hs.agent.steps != 11 {
 		t.Errorf("%d intervals in 10 × Interval, want 11", hs.agent.steps)
@@ -177,5 +180,40 @@ func TestVirtualLoopTakesProofReadingsWhenDue(t *testing.T) {
 	hs.mu.Unlock()
 	if took := throttled.Sub(proved); proved.IsZero() || took >= cfg.Interval {
 		t.Errorf("the proof took %s (from %s), want under an interval (%s)", took, proved, cfg.Interval)
+	}
+}
+
+// At start no tenant has rates (they take two readings), so the second
+// interval comes at the watch's pace instead of a whole interval later:
+// a polluter already running is judged within a fraction of a second. The
+// third comes an interval after the second.
+func TestVirtualLoopJudgesSoonAtStart(t *testing.T) {
+	w := newWorld(t)
+	w.setRunning(false)
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = time.Second
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop(t)
+	start := hs.clock.Now()
+	quick := hs.agent.WatchEvery()
+	if quick >= cfg.Interval {
+		t.Fatalf("watch every %s: the test needs it under the interval %s", quick, cfg.Interval)
+	}
+	hs.advance(t, quick, nil)
+	if hs.agent.steps != 2 {
+		t.Fatalf("%d intervals by %s after start, want 2 (the first, and one at the watch's pace)", hs.agent.steps, quick)
+	}
+	st, _ := hs.agent.Latest()
+	if got := st.Time.Sub(start); got != quick {
+		t.Errorf("second interval at %s, want %s", got, quick)
+	}
+	// (The clock runs on through each interval's probe gaps.)
+	hs.advance(t, start.Add(quick+cfg.Interval-20*time.Millisecond).Sub(hs.clock.Now()), nil)
+	if hs.agent.steps != 2 {
+		t.Errorf("%d intervals before %s, want 2: tenants have rates now, the interval is back", hs.agent.steps, quick+cfg.Interval)
+	}
+	hs.advance(t, start.Add(quick+cfg.Interval).Sub(hs.clock.Now()), nil)
+	if hs.agent.steps != 3 {
+		t.Errorf("%d intervals at %s, want 3", hs.agent.steps, quick+cfg.Interval)
 	}
 }
