@@ -276,8 +276,11 @@ func (p *probePolicy) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) 
 	return best, kind, before, found
 }
 
-// watch takes one cheap probe reading between intervals — two chunks of
-// the DRAM kind on one CPU, in turn — while some tenant was busy in the
+// watchCPUs is how many CPUs of a domain one look of the watch reads.
+const watchCPUs = 2
+
+// watch takes cheap probe readings between intervals — two chunks of the
+// DRAM kind on two CPUs of a domain, in turn — while some tenant was busy in the
 // last interval (with every tenant idle there is nobody to protect yet,
 // and the next interval sees whoever starts), and
 // reports whether it reads contended, so that the interval runs now: a
@@ -302,9 +305,20 @@ func (p *probePolicy) watch(acting bool) bool {
 	if len(cpus) == 0 {
 		return false
 	}
-	cpu := cpus[(p.watchN/len(targets))%len(cpus)]
-	rs, err := p.quick(d.ID, cpu, p.watchKind)
-	if err != nil || len(rs) == 0 {
+	// watchCPUs CPUs of the domain a look, in turn: a probe on the
+	// polluter's own CPU reads quiet (the polluter does not run while the
+	// probe does), so on a small domain one CPU a look would be blind every
+	// other look.
+	n := min(watchCPUs, len(cpus))
+	first := (p.watchN / len(targets)) * n
+	var rs []sense.ProbeReading
+	for k := range n {
+		got, err := p.quick(d.ID, cpus[(first+k)%len(cpus)], p.watchKind)
+		if err == nil {
+			rs = append(rs, got...)
+		}
+	}
+	if len(rs) == 0 {
 		return false
 	}
 	if p.cont.Worst(p.cont.Rate(rs), nil) < p.cont.Thresholds().Ratio {

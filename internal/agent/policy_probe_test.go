@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -56,6 +57,60 @@ func TestProbePolicyProvesTheTopSuspect(t *testing.T) {
 			}
 			if len(tc.f.journaled) != 1 || tc.f.journaled[0].Kind != "detection" {
 				t.Errorf("journal %+v, want one detection", tc.f.journaled)
+			}
+		})
+	}
+}
+
+// The watch reads two CPUs of a domain a look, in turn, so that a look
+// is never blind for reading only the polluter's own CPU (where the probe
+// preempts it and reads quiet); a look that reads contention on either
+// brings the interval forward.
+func TestProbePolicyWatchReadsTwoCPUsALook(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cpus   string
+		hotCPU int
+		// looks is what each look reads, in order.
+		looks [][]int
+	}{
+		{"two CPUs", "0-1", 0, [][]int{{0, 1}, {0, 1}}},
+		{"four CPUs", "0-3", 3, [][]int{{2, 3}, {0, 1}, {2, 3}}},
+		{"one CPU", "0", 0, [][]int{{0}, {0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{}
+			cfg.fill()
+			cont := judge.NewContention(cfg.Thresholds())
+			set := cpuset.MustParse(tc.cpus)
+			for range 3 {
+				var quiet []sense.ProbeReading
+				for _, c := range set.List() {
+					quiet = append(quiet, sense.ProbeReading{Domain: 0, CPU: c, Kind: sense.ProbeDRAM, Ns: 100})
+				}
+				cont.Calibrate(quiet)
+			}
+			var read []int
+			quick := func(domain, cpu int, kind string) ([]sense.ProbeReading, error) {
+				read = append(read, cpu)
+				ns := 100.0
+				if cpu == tc.hotCPU {
+					ns = 800
+				}
+				return []sense.ProbeReading{{Domain: domain, CPU: cpu, Kind: kind, Ns: ns}}, nil
+			}
+			p := newProbePolicy(cfg, cont, map[int]cpuset.Set{0: set}, nil, quick, newProofLedger(cfg.Proof), &fakeProbeProofs{}, slog.New(slog.DiscardHandler))
+			p.domains = func() []sense.ProbeDomain { return []sense.ProbeDomain{{ID: 0, CPUs: set}} }
+			p.watchKind, p.anyBusy = sense.ProbeDRAM, true
+			for i, want := range tc.looks {
+				read = nil
+				due := p.watch(false)
+				if !slices.Equal(read, want) {
+					t.Errorf("look %d read CPUs %v, want %v", i, read, want)
+				}
+				if hot := slices.Contains(want, tc.hotCPU); due != hot {
+					t.Errorf("look %d: due = %v, want %v (CPU %d reads contention)", i, due, hot, tc.hotCPU)
+				}
 			}
 		})
 	}
