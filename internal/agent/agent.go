@@ -116,14 +116,12 @@ type Agent struct {
 	// holds, the resctrl classes, and the actuators behind them.
 	arb *arbiter
 	// prover runs the proofs of both (prover.go), one at a time.
-	prover  *prover
-	pending map[int]*probeRun // per CPU: a probe that outlived its timeout
+	prover *prover
+	// sensor reads the canary probe (probe.go) and surveys its quiet
+	// level at start (watch.go).
+	sensor *probeSensor
 	// watchAt is when the next watch is due (the probe policy's watch).
 	watchAt time.Time
-	// survey is how many start-up surveys of the quiet probe level are
-	// left (see surveyQuiet); none once baselines were calibrated or
-	// restored.
-	survey int
 	// lastChange is when a throttle was last applied or lifted: caches and
 	// probes need a couple of intervals to settle before the next proof.
 	lastChange time.Time
@@ -164,15 +162,15 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		cont:   judge.NewContention(cfg.Thresholds()),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]sense.DelayMark{},
 		ledger: newProofLedger(cfg.Proof), totals: map[string]uint64{},
-		pending: map[int]*probeRun{}, survey: surveyRounds,
 		beats: make(chan struct{}, 1), reloads: make(chan reloadRequest),
 		health: newSensorHealth(d.Log),
 	}
+	a.sensor = newProbeSensor(d, a.cont, a.ledger)
 	a.arb = newArbiter(cfg, d, d.Log, a)
 	a.wait = newCPUWaitPolicy(cfg, d.Stats, a)
-	a.prover = newProver(cfg, a.ledger, a.cont, a.wait, a, d.Log)
+	a.prover = newProver(cfg, a.ledger, a.cont, a.wait, a, a.sensor, d.Log)
 	a.throttles = newThrottles(cfg, a.cont, a.wait, a.domain, a.ledger, a.prover, a)
-	a.probes = newProbePolicy(cfg, a.cont, a.domain, d.Probe, a.measureQuick, a.ledger, a, d.Log)
+	a.probes = newProbePolicy(cfg, a.cont, a.domain, d.Probe, a.sensor.measureQuick, a.ledger, a, d.Log)
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
 	}
@@ -356,8 +354,8 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	}
 	a.budgetRunDelay(tenants)
 	samples := a.sampleTenants(ctx, tenants)
-	if a.survey > 0 {
-		a.surveyQuiet(ctx, now, samples)
+	if a.sensor.survey > 0 {
+		a.sensor.surveyQuiet(ctx, now, samples, a.cfg, a)
 	}
 
 	var counters map[string]map[string]float64
@@ -406,7 +404,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 			a.d.Sleep(probeGap)
 		}
 		start := time.Now()
-		rs, err := a.measureCPU(t.Domain, t.CPU, t.Kinds...)
+		rs, err := a.sensor.measureCPU(t.Domain, t.CPU, t.Kinds...)
 		probeTook += time.Since(start)
 		switch {
 		case errors.Is(err, errProbeBusy):

@@ -6,6 +6,11 @@
 //
 // Deciding and writing are apart: policy → arbiter → actuator.
 //
+//   - The probe sensor (probe.go) reads the canary probe for the loop, the
+//     watch and the proofs, each reading under a timeout; a probe that
+//     outlives it marks its CPU busy until it ends. An agent with no
+//     baselines has it survey the quiet level first (watch.go), capping
+//     busy tenants for a moment through the arbiter.
 //   - A policy judges and asks. Each hardware-assisted policy (bus-lock
 //     budget, pollution permits, power budget, LLC and MBA isolation) is a
 //     type in its own file (policy_*.go) holding only its judge and

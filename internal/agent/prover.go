@@ -26,6 +26,7 @@ type prover struct {
 	cont   *judge.Contention
 	wait   *cpuWaitPolicy
 	acts   proofActs
+	probe  cpuProbe
 	log    *slog.Logger
 	// proof is the proof in progress (nil: none).
 	proof *proof
@@ -34,7 +35,7 @@ type prover struct {
 }
 
 // proofActs is what the prover needs of the agent: its actuators and
-// records, the probe, and the throttles a conviction starts.
+// records, and the throttles a conviction starts.
 type proofActs interface {
 	apply(ctx context.Context, t sense.Tenant, q cgroup.Quota, reason string, now time.Time) error
 	handleWriteErr(ctx context.Context, t sense.Tenant, err error)
@@ -43,12 +44,16 @@ type proofActs interface {
 	recordSlot(now time.Time, t sense.Tenant, kind api.ActionKind, quota float64, reason string)
 	journal(e act.Event)
 	noteAction(r api.ActionRecord)
-	measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error)
 	convicted(ctx context.Context, now time.Time, p *proof, why string)
 }
 
-func newProver(cfg Config, ledger *proofLedger, cont *judge.Contention, wait *cpuWaitPolicy, acts proofActs, log *slog.Logger) *prover {
-	return &prover{cfg: cfg, ledger: ledger, cont: cont, wait: wait, acts: acts, log: log, verdicts: map[string]uint64{}}
+// cpuProbe reads the canary probe on one CPU (probeSensor.measureCPU).
+type cpuProbe interface {
+	measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error)
+}
+
+func newProver(cfg Config, ledger *proofLedger, cont *judge.Contention, wait *cpuWaitPolicy, acts proofActs, probe cpuProbe, log *slog.Logger) *prover {
+	return &prover{cfg: cfg, ledger: ledger, cont: cont, wait: wait, acts: acts, probe: probe, log: log, verdicts: map[string]uint64{}}
 }
 
 // reconfigure takes what of cfg may change while the agent runs.
@@ -135,7 +140,7 @@ func (pr *prover) sample(ctx context.Context, now time.Time) {
 		if p.kind != "" {
 			kinds = []string{p.kind}
 		}
-		if rs, err := pr.acts.measureCPU(p.cpu.Domain, p.cpu.CPU, kinds...); err == nil && len(rs) > 0 {
+		if rs, err := pr.probe.measureCPU(p.cpu.Domain, p.cpu.CPU, kinds...); err == nil && len(rs) > 0 {
 			ratio, ok = pr.cont.Worst(pr.cont.Rate(rs), nil), true
 		}
 	}
