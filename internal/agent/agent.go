@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -122,11 +121,10 @@ type Agent struct {
 	sensor *probeSensor
 	// watchAt is when the next watch is due (the probe policy's watch).
 	watchAt time.Time
-	// lastChange is when a throttle was last applied or lifted: caches and
-	// probes need a couple of intervals to settle before the next proof.
-	lastChange time.Time
-	actions    []api.ActionRecord
-	totals     map[string]uint64
+	// rec is the record of actions (recorder.go); holds are the probe
+	// policy's CPU-quota claims through the arbiter (actions.go).
+	rec   *recorder
+	holds probeHolds
 
 	// health is how each sensor fared (health.go).
 	health *sensorHealth
@@ -161,15 +159,17 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		cfg: cfg, d: d, log: d.Log,
 		cont:   judge.NewContention(cfg.Thresholds()),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]sense.DelayMark{},
-		ledger: newProofLedger(cfg.Proof), totals: map[string]uint64{},
+		ledger: newProofLedger(cfg.Proof), rec: newRecorder(cfg, d),
 		beats: make(chan struct{}, 1), reloads: make(chan reloadRequest),
 		health: newSensorHealth(d.Log),
 	}
 	a.sensor = newProbeSensor(d, a.cont, a.ledger)
-	a.arb = newArbiter(cfg, d, d.Log, a)
+	a.arb = newArbiter(cfg, d, d.Log, a.rec, a)
+	a.holds = probeHolds{arb: a.arb, rec: a.rec, now: d.Now}
 	a.wait = newCPUWaitPolicy(cfg, d.Stats, a)
-	a.prover = newProver(cfg, a.ledger, a.cont, a.wait, a, a.sensor, d.Log)
-	a.throttles = newThrottles(cfg, a.cont, a.wait, a.domain, a.ledger, a.prover, a)
+	a.prover = newProver(cfg, a.ledger, a.cont, a.wait, a.holds, a.rec, a, a.sensor, d.Log)
+	a.throttles = newThrottles(cfg, a.cont, a.wait, a.domain, a.ledger, a.prover, a.holds, a.rec, a)
+	a.prover.convict = a.throttles.convicted
 	a.probes = newProbePolicy(cfg, a.cont, a.domain, d.Probe, a.sensor.measureQuick, a.ledger, a, d.Log)
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
@@ -304,14 +304,14 @@ func (a *Agent) shutdown(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()
 	for id, t := range a.throttles.throttled {
-		a.release(ctx, t.tenant, "agent stopping")
+		a.holds.release(ctx, t.tenant, "agent stopping")
 		delete(a.throttles.throttled, id)
 	}
 	if p := a.prover.proof; p != nil {
 		p.p.Abort("agent stopping")
 		a.prover.uncap(ctx, a.d.Now(), p, "agent stopping during a proof")
 		a.prover.proof = nil
-		a.record(a.d.Now(), p.tenant, api.KindRelease, 0, 1, "agent stopping during a proof")
+		a.rec.record(a.d.Now(), p.tenant, api.KindRelease, 0, 1, "agent stopping during a proof")
 	}
 	a.arb.stop(ctx, a.d.Now())
 	if a.d.Hardware != nil {
@@ -355,7 +355,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	a.budgetRunDelay(tenants)
 	samples := a.sampleTenants(ctx, tenants)
 	if a.sensor.survey > 0 {
-		a.sensor.surveyQuiet(ctx, now, samples, a.cfg, a)
+		a.sensor.surveyQuiet(ctx, now, samples, a.cfg, a.holds, a.rec, a)
 	}
 
 	var counters map[string]map[string]float64
@@ -380,7 +380,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	// policies decide below, with the rest.
 	var hw *hwObservation
 	if a.d.Hardware != nil {
-		hw = a.d.Hardware.sense(ctx, now, samples, a.protected, a.health)
+		hw = a.d.Hardware.sense(ctx, now, samples, a.cfg.protects, a.health)
 	}
 
 	var readings []sense.ProbeReading
@@ -466,7 +466,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	}
 	if v.Contended {
 		ranked = a.probes.rank(now, v, views)
-		if a.prover.proof == nil && v.Persistent && now.Sub(a.lastChange) >= 2*a.cfg.Interval {
+		if a.prover.proof == nil && v.Persistent && now.Sub(a.rec.lastChange) >= 2*a.cfg.Interval {
 			a.probes.maybeProve(ctx, now, v, ranked, present)
 		}
 	}
@@ -477,19 +477,6 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	// A first sign of contention, or a throttled polluter that looks idle:
 	// the next interval comes soon, to confirm it (or release it).
 	return idle || a.prover.proof == nil && len(a.throttles.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent
-}
-
-// protected reports whether config protects a tenant.
-func (a *Agent) protected(t sense.Tenant) bool {
-	for _, p := range a.cfg.Protect {
-		if p == t.ID || p == t.Name {
-			return true
-		}
-		if ok, _ := path.Match(p, t.Cgroup); ok {
-			return true
-		}
-	}
-	return false
 }
 
 // domainsOf lists the probe domains a tenant's CPUs touch.

@@ -41,6 +41,7 @@ import (
 	"cmp"
 	"fmt"
 	"os"
+	"path"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -452,4 +453,18 @@ func (c *Config) WaitThresholds() judge.Thresholds {
 // ProbeSettings is the probe configuration for the sensor.
 func (c *Config) ProbeSettings() sense.ProbeConfig {
 	return sense.ProbeConfig{LLCBytes: c.Probe.LLCBytes, CPUsPerDomain: c.Probe.CPUsPerDomain, Chunks: c.Probe.Chunks}
+}
+
+// protects reports whether the configuration protects a tenant: an ID, a
+// name or a cgroup path pattern in Protect names it.
+func (c *Config) protects(t sense.Tenant) bool {
+	for _, p := range c.Protect {
+		if p == t.ID || p == t.Name {
+			return true
+		}
+		if ok, _ := path.Match(p, t.Cgroup); ok {
+			return true
+		}
+	}
+	return false
 }

@@ -27,14 +27,15 @@ const surveyRounds = 2
 // surveyMax bounds the tenants a survey caps at once.
 const surveyMax = 16
 
-// surveyActs is what the survey does to tenants through the agent: the
-// probe policy's caps (held by the arbiter) and their records.
-type surveyActs interface {
-	protected(t sense.Tenant) bool
-	held(id string, policy api.Policy) bool
+// surveyCaps caps a busy tenant for the survey and frees it (probeHolds).
+type surveyCaps interface {
 	apply(ctx context.Context, t sense.Tenant, q cgroup.Quota, reason string, now time.Time) error
-	handleWriteErr(ctx context.Context, t sense.Tenant, err error)
+	held(id string, policy api.Policy) bool
 	dropProbeHold(ctx context.Context, t sense.Tenant)
+}
+
+// slotRecorder records a survey's cap and its release (the recorder).
+type slotRecorder interface {
 	recordSlot(now time.Time, t sense.Tenant, kind api.ActionKind, quota float64, reason string)
 }
 
@@ -47,7 +48,7 @@ type surveyActs interface {
 // It runs surveyRounds times, on intervals where tenants have rates, and
 // costs each busy tenant a few tens of milliseconds of CPU once, booked in
 // the proof ledger; in dry-run it is skipped (nothing may be written).
-func (ps *probeSensor) surveyQuiet(ctx context.Context, now time.Time, samples []sample, cfg Config, acts surveyActs) {
+func (ps *probeSensor) surveyQuiet(ctx context.Context, now time.Time, samples []sample, cfg Config, caps surveyCaps, rec slotRecorder, writeErrs writeErrHandler) {
 	if cfg.DryRun {
 		ps.survey = 0
 		return
@@ -56,7 +57,7 @@ func (ps *probeSensor) surveyQuiet(ctx context.Context, now time.Time, samples [
 	fresh := false
 	for _, s := range samples {
 		fresh = fresh || s.fresh
-		if s.fresh && s.usage >= 0.05 && !acts.protected(s.t) && len(busy) < surveyMax {
+		if s.fresh && s.usage >= 0.05 && !cfg.protects(s.t) && len(busy) < surveyMax {
 			busy = append(busy, s.t)
 		}
 	}
@@ -69,16 +70,16 @@ func (ps *probeSensor) surveyQuiet(ctx context.Context, now time.Time, samples [
 	}
 	var capped []sense.Tenant
 	for _, t := range busy {
-		if acts.held(t.ID, "") {
+		if caps.held(t.ID, "") {
 			continue
 		}
 		q := cgroup.Quota{Quota: time.Duration(max(1, t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
-		if err := acts.apply(ctx, t, q, "survey", now); err != nil {
-			acts.handleWriteErr(ctx, t, err)
+		if err := caps.apply(ctx, t, q, "survey", now); err != nil {
+			writeErrs.handleWriteErr(ctx, t, err)
 			continue
 		}
 		capped = append(capped, t)
-		acts.recordSlot(now, t, api.KindProof, q.CPUs(), "start-up survey: capped for a moment to read the probes' quiet level")
+		rec.recordSlot(now, t, api.KindProof, q.CPUs(), "start-up survey: capped for a moment to read the probes' quiet level")
 	}
 	start := ps.now()
 	ps.sleep(cfg.Proof.Slot / 4)
@@ -93,9 +94,9 @@ func (ps *probeSensor) surveyQuiet(ctx context.Context, now time.Time, samples [
 	ps.cont.Lower(readings)
 	end := ps.now()
 	for _, t := range capped {
-		acts.dropProbeHold(ctx, t)
+		caps.dropProbeHold(ctx, t)
 		ps.ledger.capSpent(t.ID, end, end.Sub(start))
-		acts.recordSlot(end, t, api.KindProofFree, 0, "start-up survey done")
+		rec.recordSlot(end, t, api.KindProofFree, 0, "start-up survey done")
 	}
 	ps.log.Info("surveyed the probes' quiet level with busy tenants capped", "tenants", len(capped), "readings", len(readings))
 }
