@@ -69,7 +69,7 @@ type Deps struct {
 	// RestoreRecords undoes every hardware lever recorded in the state
 	// file (resctrl classes, clock modulation, cpufreq limits) from the
 	// records alone, at start (what a killed predecessor left) and at stop.
-	RestoreRecords func() (restored int, err error)
+	RestoreRecords func(ctx context.Context) (restored int, err error)
 }
 
 // Agent is one running crosstalk agent.
@@ -284,7 +284,7 @@ func (a *Agent) restoreLeftovers(ctx context.Context) {
 		a.journal(act.Event{Kind: "restore", Detail: fmt.Sprintf("restored %d tenant(s) left throttled by a previous run (err: %v)", n, err)})
 	}
 	if a.d.RestoreRecords != nil {
-		if n, err := a.d.RestoreRecords(); n > 0 || err != nil {
+		if n, err := a.d.RestoreRecords(ctx); n > 0 || err != nil {
 			a.log.Warn("restored hardware levers a previous crosstalk left behind (resctrl classes, clock modulation, cpufreq)", "restored", n, "err", err)
 			a.journal(act.Event{Kind: "restore", Detail: fmt.Sprintf("restored %d hardware lever(s) left by a previous run (err: %v)", n, err)})
 		}
@@ -322,7 +322,7 @@ func (a *Agent) shutdown(ctx context.Context) {
 		a.log.Warn("restore on exit", "restored", n, "err", err)
 	}
 	if a.d.RestoreRecords != nil {
-		if n, err := a.d.RestoreRecords(); err != nil || n > 0 {
+		if n, err := a.d.RestoreRecords(ctx); err != nil || n > 0 {
 			a.log.Warn("restore of hardware levers on exit", "restored", n, "err", err)
 		}
 	}
