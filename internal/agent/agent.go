@@ -169,6 +169,8 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a.wait = newCPUWaitPolicy(cfg, d.Stats, a)
 	a.prover = newProver(cfg, a.ledger, a.cont, a.wait, a.holds, a.rec, a, a.sensor, d.Log)
 	a.throttles = newThrottles(cfg, a.cont, a.wait, a.domain, a.ledger, a.prover, a.holds, a.rec, a)
+	// The throttles are built on the prover, so the prover learns of
+	// them last: a conviction hands the suspect over.
 	a.prover.convict = a.throttles.convicted
 	a.probes = newProbePolicy(cfg, a.cont, a.domain, d.Probe, a.sensor.measureQuick, a.ledger, a, d.Log)
 	for _, pd := range d.Probe.Domains() {

@@ -35,6 +35,11 @@
 //     discovery no longer finds.
 //   - The actuators (internal/act: CPU quota, clock modulation, cpufreq,
 //     resctrl classes) write what the arbiter asks, and nothing else does.
+//
+// Each component is handed only the roles it needs, as small interfaces:
+// the probe policy's CPU-quota claims (probeHolds, over the arbiter), the
+// record of actions (recorder.go: state, journal, log, hook), the handling
+// of a failed write, the probe sensor's readings.
 package agent
 
 import (
