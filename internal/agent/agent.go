@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -70,7 +69,7 @@ type Deps struct {
 	// RestoreRecords undoes every hardware lever recorded in the state
 	// file (resctrl classes, clock modulation, cpufreq limits) from the
 	// records alone, at start (what a killed predecessor left) and at stop.
-	RestoreRecords func() (restored int, err error)
+	RestoreRecords func(ctx context.Context) (restored int, err error)
 }
 
 // Agent is one running crosstalk agent.
@@ -116,19 +115,16 @@ type Agent struct {
 	// holds, the resctrl classes, and the actuators behind them.
 	arb *arbiter
 	// prover runs the proofs of both (prover.go), one at a time.
-	prover  *prover
-	pending map[int]*probeRun // per CPU: a probe that outlived its timeout
+	prover *prover
+	// sensor reads the canary probe (probe.go) and surveys its quiet
+	// level at start (watch.go).
+	sensor *probeSensor
 	// watchAt is when the next watch is due (the probe policy's watch).
 	watchAt time.Time
-	// survey is how many start-up surveys of the quiet probe level are
-	// left (see surveyQuiet); none once baselines were calibrated or
-	// restored.
-	survey int
-	// lastChange is when a throttle was last applied or lifted: caches and
-	// probes need a couple of intervals to settle before the next proof.
-	lastChange time.Time
-	actions    []api.ActionRecord
-	totals     map[string]uint64
+	// rec is the record of actions (recorder.go); holds are the probe
+	// policy's CPU-quota claims through the arbiter (actions.go).
+	rec   *recorder
+	holds probeHolds
 
 	// health is how each sensor fared (health.go).
 	health *sensorHealth
@@ -163,16 +159,20 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		cfg: cfg, d: d, log: d.Log,
 		cont:   judge.NewContention(cfg.Thresholds()),
 		domain: map[int]cpuset.Set{}, prev: map[string]sense.TenantStats{}, marks: map[string]sense.DelayMark{},
-		ledger: newProofLedger(cfg.Proof), totals: map[string]uint64{},
-		pending: map[int]*probeRun{}, survey: surveyRounds,
+		ledger: newProofLedger(cfg.Proof), rec: newRecorder(cfg, d),
 		beats: make(chan struct{}, 1), reloads: make(chan reloadRequest),
 		health: newSensorHealth(d.Log),
 	}
-	a.arb = newArbiter(cfg, d, d.Log, a)
+	a.sensor = newProbeSensor(d, a.cont, a.ledger)
+	a.arb = newArbiter(cfg, d, d.Log, a.rec, a)
+	a.holds = probeHolds{arb: a.arb, rec: a.rec, now: d.Now}
 	a.wait = newCPUWaitPolicy(cfg, d.Stats, a)
-	a.prover = newProver(cfg, a.ledger, a.cont, a.wait, a, d.Log)
-	a.throttles = newThrottles(cfg, a.cont, a.wait, a.domain, a.ledger, a.prover, a)
-	a.probes = newProbePolicy(cfg, a.cont, a.domain, d.Probe, a.measureQuick, a.ledger, a, d.Log)
+	a.prover = newProver(cfg, a.ledger, a.cont, a.wait, a.holds, a.rec, a, a.sensor, d.Log)
+	a.throttles = newThrottles(cfg, a.cont, a.wait, a.domain, a.ledger, a.prover, a.holds, a.rec, a)
+	// The throttles are built on the prover, so the prover learns of
+	// them last: a conviction hands the suspect over.
+	a.prover.convict = a.throttles.convicted
+	a.probes = newProbePolicy(cfg, a.cont, a.domain, d.Probe, a.sensor.measureQuick, a.ledger, a, d.Log)
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
 	}
@@ -286,7 +286,7 @@ func (a *Agent) restoreLeftovers(ctx context.Context) {
 		a.journal(act.Event{Kind: "restore", Detail: fmt.Sprintf("restored %d tenant(s) left throttled by a previous run (err: %v)", n, err)})
 	}
 	if a.d.RestoreRecords != nil {
-		if n, err := a.d.RestoreRecords(); n > 0 || err != nil {
+		if n, err := a.d.RestoreRecords(ctx); n > 0 || err != nil {
 			a.log.Warn("restored hardware levers a previous crosstalk left behind (resctrl classes, clock modulation, cpufreq)", "restored", n, "err", err)
 			a.journal(act.Event{Kind: "restore", Detail: fmt.Sprintf("restored %d hardware lever(s) left by a previous run (err: %v)", n, err)})
 		}
@@ -306,14 +306,14 @@ func (a *Agent) shutdown(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()
 	for id, t := range a.throttles.throttled {
-		a.release(ctx, t.tenant, "agent stopping")
+		a.holds.release(ctx, t.tenant, "agent stopping")
 		delete(a.throttles.throttled, id)
 	}
 	if p := a.prover.proof; p != nil {
 		p.p.Abort("agent stopping")
 		a.prover.uncap(ctx, a.d.Now(), p, "agent stopping during a proof")
 		a.prover.proof = nil
-		a.record(a.d.Now(), p.tenant, api.KindRelease, 0, 1, "agent stopping during a proof")
+		a.rec.record(a.d.Now(), p.tenant, api.KindRelease, 0, 1, "agent stopping during a proof")
 	}
 	a.arb.stop(ctx, a.d.Now())
 	if a.d.Hardware != nil {
@@ -324,7 +324,7 @@ func (a *Agent) shutdown(ctx context.Context) {
 		a.log.Warn("restore on exit", "restored", n, "err", err)
 	}
 	if a.d.RestoreRecords != nil {
-		if n, err := a.d.RestoreRecords(); err != nil || n > 0 {
+		if n, err := a.d.RestoreRecords(ctx); err != nil || n > 0 {
 			a.log.Warn("restore of hardware levers on exit", "restored", n, "err", err)
 		}
 	}
@@ -360,8 +360,8 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	// next interval comes soon, so that a polluter already running is
 	// judged within a fraction of a second, not after two intervals.
 	starting := len(samples) > 0 && !slices.ContainsFunc(samples, func(s sample) bool { return s.fresh })
-	if a.survey > 0 {
-		a.surveyQuiet(ctx, now, samples)
+	if a.sensor.survey > 0 {
+		a.sensor.surveyQuiet(ctx, now, samples, a.cfg, a.holds, a.rec, a)
 	}
 
 	var counters map[string]map[string]float64
@@ -386,7 +386,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	// policies decide below, with the rest.
 	var hw *hwObservation
 	if a.d.Hardware != nil {
-		hw = a.d.Hardware.sense(ctx, now, samples, a.protected, a.health)
+		hw = a.d.Hardware.sense(ctx, now, samples, a.cfg.protects, a.health)
 	}
 
 	var readings []sense.ProbeReading
@@ -410,7 +410,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 			a.d.Sleep(probeGap)
 		}
 		start := time.Now()
-		rs, err := a.measureCPU(t.Domain, t.CPU, t.Kinds...)
+		rs, err := a.sensor.measureCPU(t.Domain, t.CPU, t.Kinds...)
 		probeTook += time.Since(start)
 		switch {
 		case errors.Is(err, errProbeBusy):
@@ -472,7 +472,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	}
 	if v.Contended {
 		ranked = a.probes.rank(now, v, views)
-		if a.prover.proof == nil && v.Persistent && now.Sub(a.lastChange) >= 2*a.cfg.Interval {
+		if a.prover.proof == nil && v.Persistent && now.Sub(a.rec.lastChange) >= 2*a.cfg.Interval {
 			a.probes.maybeProve(ctx, now, v, ranked, present)
 		}
 	}
@@ -483,19 +483,6 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	// A first sign of contention, or a throttled polluter that looks idle:
 	// the next interval comes soon, to confirm it (or release it).
 	return starting || idle || a.prover.proof == nil && len(a.throttles.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent
-}
-
-// protected reports whether config protects a tenant.
-func (a *Agent) protected(t sense.Tenant) bool {
-	for _, p := range a.cfg.Protect {
-		if p == t.ID || p == t.Name {
-			return true
-		}
-		if ok, _ := path.Match(p, t.Cgroup); ok {
-			return true
-		}
-	}
-	return false
 }
 
 // domainsOf lists the probe domains a tenant's CPUs touch.

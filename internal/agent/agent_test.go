@@ -291,7 +291,7 @@ func newHarness(t *testing.T, w *world, cfg Config, quota QuotaActuator, tweak .
 	}
 	// Quiet baselines, as the lab calibrates before tenants start.
 	a.cont.Calibrate([]sense.ProbeReading{{Domain: 0, CPU: 0, Kind: sense.ProbeDRAM, Ns: 300}, {Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: 310}})
-	a.survey = 0 // calibrated: no start-up survey
+	a.sensor.survey = 0 // calibrated: no start-up survey
 	hs.agent = a
 	return hs
 }

@@ -59,12 +59,16 @@ type classWriter interface {
 // classLever reports whether a lever is a resctrl class rather than a hold.
 func classLever(l api.Lever) bool { return l == api.LeverCAT || l == api.LeverMBA }
 
-// arbiterSink is what the arbiter reports to: the agent's record of
-// actions (state, journal, log, hook), its journal, and its handling of a
-// failed cgroup write (backoff, a vanished tenant).
-type arbiterSink interface {
+// actionSink is where the arbiter records actions (state, journal, log,
+// hook) and journals what failed: the agent's recorder.
+type actionSink interface {
 	recordAction(api.ActionRecord)
 	journal(act.Event)
+}
+
+// writeErrHandler handles a failed cgroup write (a vanished tenant, a
+// backoff): the agent's, which knows the throttles and the ledger.
+type writeErrHandler interface {
 	handleWriteErr(ctx context.Context, t sense.Tenant, err error)
 }
 
@@ -74,8 +78,9 @@ type arbiterSink interface {
 // records the hardware policies' actions and journals what failed; the
 // probe policy records its own (they speak of proofs and duty steps).
 type arbiter struct {
-	log  *slog.Logger
-	sink arbiterSink
+	log       *slog.Logger
+	sink      actionSink
+	writeErrs writeErrHandler
 	// period and steps are the CPU-quota grid (Sparsify.Period, .Steps).
 	period time.Duration
 	steps  int
@@ -93,9 +98,9 @@ type arbiter struct {
 	warn    *tenantWarnings
 }
 
-func newArbiter(cfg Config, d Deps, log *slog.Logger, sink arbiterSink) *arbiter {
+func newArbiter(cfg Config, d Deps, log *slog.Logger, sink actionSink, writeErrs writeErrHandler) *arbiter {
 	sp := cfg.Sparsify()
-	ar := &arbiter{log: log, sink: sink, period: sp.Period, steps: sp.Steps, quota: d.Quota,
+	ar := &arbiter{log: log, sink: sink, writeErrs: writeErrs, period: sp.Period, steps: sp.Steps, quota: d.Quota,
 		levers: map[judge.Lever]CPULever{}, holds: map[string]*tenantHolds{},
 		classed: map[api.Policy]map[string]map[int]float64{}, warn: newTenantWarnings(log)}
 	if hw := d.Hardware; hw != nil {
@@ -160,7 +165,7 @@ func (ar *arbiter) applyHold(ctx context.Context, now time.Time, t sense.Tenant,
 	}
 	c := ar.claimFor(t, d, now)
 	if err := ar.hold(ctx, t, d.policy, c); err != nil {
-		ar.sink.handleWriteErr(ctx, t, err)
+		ar.writeErrs.handleWriteErr(ctx, t, err)
 		return
 	}
 	duty := claimDuty(c, t)

@@ -46,7 +46,7 @@ func testArbiter(t *testing.T, dryRun bool) (*arbiter, *recSink, *recQuota, *rec
 	cfg := testConfig(t.TempDir())
 	cfg.DryRun = dryRun
 	ar := newArbiter(cfg, Deps{Quota: q, Hardware: &Hardware{levers: map[judge.Lever]CPULever{judge.LeverClockModulation: cm}}},
-		slog.New(slog.DiscardHandler), sink)
+		slog.New(slog.DiscardHandler), sink, sink)
 	return ar, sink, q, cm
 }
 

@@ -6,6 +6,11 @@
 //
 // Deciding and writing are apart: policy → arbiter → actuator.
 //
+//   - The probe sensor (probe.go) reads the canary probe for the loop, the
+//     watch and the proofs, each reading under a timeout; a probe that
+//     outlives it marks its CPU busy until it ends. An agent with no
+//     baselines has it survey the quiet level first (watch.go), capping
+//     busy tenants for a moment through the arbiter.
 //   - A policy judges and asks. Each hardware-assisted policy (bus-lock
 //     budget, pollution permits, power budget, LLC and MBA isolation) is a
 //     type in its own file (policy_*.go) holding only its judge and
@@ -30,12 +35,18 @@
 //     discovery no longer finds.
 //   - The actuators (internal/act: CPU quota, clock modulation, cpufreq,
 //     resctrl classes) write what the arbiter asks, and nothing else does.
+//
+// Each component is handed only the roles it needs, as small interfaces:
+// the probe policy's CPU-quota claims (probeHolds, over the arbiter), the
+// record of actions (recorder.go: state, journal, log, hook), the handling
+// of a failed write, the probe sensor's readings.
 package agent
 
 import (
 	"cmp"
 	"fmt"
 	"os"
+	"path"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -447,4 +458,18 @@ func (c *Config) WaitThresholds() judge.Thresholds {
 // ProbeSettings is the probe configuration for the sensor.
 func (c *Config) ProbeSettings() sense.ProbeConfig {
 	return sense.ProbeConfig{LLCBytes: c.Probe.LLCBytes, CPUsPerDomain: c.Probe.CPUsPerDomain, Chunks: c.Probe.Chunks}
+}
+
+// protects reports whether the configuration protects a tenant: an ID, a
+// name or a cgroup path pattern in Protect names it.
+func (c *Config) protects(t sense.Tenant) bool {
+	for _, p := range c.Protect {
+		if p == t.ID || p == t.Name {
+			return true
+		}
+		if ok, _ := path.Match(p, t.Cgroup); ok {
+			return true
+		}
+	}
+	return false
 }

@@ -177,7 +177,7 @@ func newCPUHarness(t *testing.T, w *cpuWorld, tweak ...func(*Config)) *cpuHarnes
 		t.Fatal(err)
 	}
 	a.cont.Calibrate(quietProbe{}.reading(0))
-	a.survey = 0 // calibrated: no start-up survey
+	a.sensor.survey = 0 // calibrated: no start-up survey
 	hs.a = a
 	hs.vloop = startLoop(t, a, c, &hs.actionLog)
 	return hs

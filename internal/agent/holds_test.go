@@ -131,7 +131,7 @@ func TestHoldsTightestClaimWins(t *testing.T) {
 	if got := q.now["/vm"].CPUs(); got != 1 {
 		t.Errorf("after the permits' release: quota %.3f, want the probe's 1 CPU", got)
 	}
-	if !a.held(tn.ID, api.PolicyProbe) || a.held(tn.ID, api.PolicyPermits) {
+	if !a.arb.held(tn.ID, api.PolicyProbe) || a.arb.held(tn.ID, api.PolicyPermits) {
 		t.Error("held-by bookkeeping wrong")
 	}
 	if err := a.arb.releaseHold(t.Context(), tn.ID, api.PolicyProbe); err != nil {
@@ -158,7 +158,7 @@ func TestHoldsFailedWriteIsNotHeld(t *testing.T) {
 	if err := a.arb.hold(t.Context(), tn, api.PolicyBusLocks, claim{lever: judge.LeverCPUQuota, quota: quotaOf(0.1), reason: "over budget", since: time.Unix(0, 0)}); err == nil {
 		t.Fatal("no error from a failed write")
 	}
-	if a.held(tn.ID, "") || a.arb.holds[tn.ID] != nil {
+	if a.arb.held(tn.ID, "") || a.arb.holds[tn.ID] != nil {
 		t.Error("a claim that was never written is counted as held")
 	}
 	// A tighten that fails keeps the claim that was written before.
@@ -192,13 +192,13 @@ func TestHoldsPerCPULevers(t *testing.T) {
 	if !strings.Contains(strings.Join(cm.calls, ";"), "restore 2-3") {
 		t.Errorf("CPUs 2-3 not restored: %v", cm.calls)
 	}
-	a.forgetHolds(t.Context(), tn.ID)
+	a.arb.forgetHolds(t.Context(), tn.ID)
 	if len(cm.cpu) != 0 || a.arb.holds[tn.ID] != nil {
 		t.Errorf("vanished tenant: CPUs %v still modulated", cm.cpu)
 	}
 	// A claim on a lever that is off fails and is not held.
-	if err := a.arb.hold(t.Context(), tn, api.PolicyPower, claim{lever: judge.LeverCPUFreq, step: 4, steps: 16, cpus: cpuset.Range(0, 3), since: now}); err == nil || a.held(tn.ID, "") {
-		t.Errorf("claim on an absent lever: err %v, held %v", err, a.held(tn.ID, ""))
+	if err := a.arb.hold(t.Context(), tn, api.PolicyPower, claim{lever: judge.LeverCPUFreq, step: 4, steps: 16, cpus: cpuset.Range(0, 3), since: now}); err == nil || a.arb.held(tn.ID, "") {
+		t.Errorf("claim on an absent lever: err %v, held %v", err, a.arb.held(tn.ID, ""))
 	}
 }
 
@@ -212,7 +212,7 @@ func TestHoldsDryRun(t *testing.T) {
 	if len(q.log) != 0 || len(cm.calls) != 0 {
 		t.Errorf("dry run wrote: %v %v", q.log, cm.calls)
 	}
-	if !a.held(tn.ID, api.PolicyPermits) || a.arb.holds[tn.ID].duty() != 0.0625 {
+	if !a.arb.held(tn.ID, api.PolicyPermits) || a.arb.holds[tn.ID].duty() != 0.0625 {
 		t.Errorf("dry run holds not kept: %+v", a.arb.holds[tn.ID])
 	}
 	a.shutdown(t.Context())
@@ -225,7 +225,7 @@ func TestHoldsDryRun(t *testing.T) {
 func TestHoldsShutdownReleasesAll(t *testing.T) {
 	a, q, cm := holdsAgent(t, false)
 	var releases []string
-	a.d.OnAction = func(r api.ActionRecord) {
+	a.rec.onAction = func(r api.ActionRecord) {
 		if r.Kind == "release" {
 			releases = append(releases, string(r.Policy)+"/"+string(r.Lever))
 		}
@@ -269,13 +269,13 @@ func TestPolicyActionKindFollowsTheDuty(t *testing.T) {
 		{12, "socket 0 at 150.0 W <= 180 W (budget 200 W - guard 20 W)", "relax"},
 	}
 	for _, s := range steps {
-		n := len(a.actions)
+		n := len(a.rec.actions)
 		a.arb.applyHold(t.Context(), now, tn, decision{policy: api.PolicyPower, tenant: tn.ID, lever: api.LeverClockModulation, step: s.step, steps: 16, cpus: tn.CPUs, reason: s.reason})
 		var got api.ActionKind
-		if len(a.actions) > n {
-			got = a.actions[len(a.actions)-1].Kind
+		if len(a.rec.actions) > n {
+			got = a.rec.actions[len(a.rec.actions)-1].Kind
 		}
-		if len(a.actions) > n+1 || got != s.want {
+		if len(a.rec.actions) > n+1 || got != s.want {
 			t.Errorf("step %d/16 (%s): recorded %q, want %q", s.step, s.reason, got, s.want)
 		}
 		now = now.Add(time.Second)

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/judge"
@@ -36,19 +37,45 @@ type probeRun struct {
 // errProbeBusy says the probe on a CPU did not finish within probeTimeout.
 var errProbeBusy = errors.New("probe did not run in time")
 
+// probeSensor reads the canary probe for the agent: every reading under
+// probeTimeout, the probes still running past it, and the start-up survey
+// of the probes' quiet level (watch.go). It writes the quiet level into
+// cont, the probe judge it shares with the policies.
+type probeSensor struct {
+	probe Prober
+	cont  *judge.Contention
+	// pending are, per CPU, the probes that outlived their timeout.
+	pending map[int]*probeRun
+	// survey is how many start-up surveys of the quiet probe level are
+	// left (see surveyQuiet); none once baselines were calibrated or
+	// restored.
+	survey int
+	// ledger books the survey's caps as proof cap time; now, sleep and
+	// log are the agent's (Deps).
+	ledger *proofLedger
+	now    func() time.Time
+	sleep  func(time.Duration)
+	log    *slog.Logger
+}
+
+func newProbeSensor(d Deps, cont *judge.Contention, ledger *proofLedger) *probeSensor {
+	return &probeSensor{probe: d.Probe, cont: cont, pending: map[int]*probeRun{}, survey: surveyRounds,
+		ledger: ledger, now: d.Now, sleep: d.Sleep, log: d.Log}
+}
+
 // measureCPU runs the probe on one CPU with a timeout. A measurement that
 // times out keeps running in its goroutine; until it finishes, that CPU is
 // reported busy instead of starting a second probe behind it.
-func (a *Agent) measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error) {
-	return a.measureOn(cpu, func() ([]sense.ProbeReading, error) { return a.d.Probe.MeasureCPU(domain, cpu, kinds...) })
+func (ps *probeSensor) measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error) {
+	return ps.measureOn(cpu, func() ([]sense.ProbeReading, error) { return ps.probe.MeasureCPU(domain, cpu, kinds...) })
 }
 
 // measureOn runs one measurement on cpu with the timeout of measureCPU.
-func (a *Agent) measureOn(cpu int, measure func() ([]sense.ProbeReading, error)) ([]sense.ProbeReading, error) {
-	if run := a.pending[cpu]; run != nil {
+func (ps *probeSensor) measureOn(cpu int, measure func() ([]sense.ProbeReading, error)) ([]sense.ProbeReading, error) {
+	if run := ps.pending[cpu]; run != nil {
 		select {
 		case <-run.done:
-			delete(a.pending, cpu) // late and stale: discard it
+			delete(ps.pending, cpu) // late and stale: discard it
 		default:
 			return nil, errProbeBusy
 		}
@@ -64,8 +91,37 @@ func (a *Agent) measureOn(cpu int, measure func() ([]sense.ProbeReading, error))
 	case <-run.done:
 		return run.readings, run.err
 	case <-timer.C:
-		a.pending[cpu] = run
+		ps.pending[cpu] = run
 		return nil, errProbeBusy
+	}
+}
+
+// calibrate takes n quiet probe readings into the baselines, one every
+// interval (see Agent.Calibrate); baselines so taken need no survey.
+func (ps *probeSensor) calibrate(ctx context.Context, n int, interval time.Duration) error {
+	for i := range n {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(interval):
+			}
+		}
+		rs, err := ps.probe.Measure()
+		if err != nil {
+			return err
+		}
+		ps.cont.Calibrate(rs)
+	}
+	ps.survey = 0
+	return nil
+}
+
+// restore imports saved baselines; any at all make the survey needless.
+func (ps *probeSensor) restore(b map[string]judge.Baseline) {
+	ps.cont.Restore(b)
+	if len(ps.cont.Baselines()) > 0 {
+		ps.survey = 0
 	}
 }
 
@@ -75,28 +131,8 @@ func (a *Agent) measureOn(cpu int, measure func() ([]sense.ProbeReading, error))
 // buffers still warm in the caches and would set a baseline that normal
 // operation, one reading per interval, never gets back to.
 func (a *Agent) Calibrate(ctx context.Context, n int) error {
-	for i := range n {
-		if i > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(a.cfg.Interval):
-			}
-		}
-		rs, err := a.d.Probe.Measure()
-		if err != nil {
-			return err
-		}
-		a.cont.Calibrate(rs)
-	}
-	a.survey = 0
-	return nil
+	return a.sensor.calibrate(ctx, n, a.cfg.Interval)
 }
 
 // RestoreBaselines imports saved baselines.
-func (a *Agent) RestoreBaselines(b map[string]judge.Baseline) {
-	a.cont.Restore(b)
-	if len(a.cont.Baselines()) > 0 {
-		a.survey = 0
-	}
-}
+func (a *Agent) RestoreBaselines(b map[string]judge.Baseline) { a.sensor.restore(b) }

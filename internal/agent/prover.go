@@ -21,34 +21,44 @@ import (
 // on a verdict books it in the ledger and hands a convicted tenant to the
 // agent's throttles.
 type prover struct {
-	cfg    Config
-	ledger *proofLedger
-	cont   *judge.Contention
-	wait   *cpuWaitPolicy
-	acts   proofActs
-	log    *slog.Logger
+	cfg       Config
+	ledger    *proofLedger
+	cont      *judge.Contention
+	wait      *cpuWaitPolicy
+	caps      proofCaps
+	rec       proofRecords
+	writeErrs writeErrHandler
+	probe     cpuProbe
+	// convict hands a convicted suspect to the throttles.
+	convict func(ctx context.Context, now time.Time, p *proof, why string)
+	log     *slog.Logger
 	// proof is the proof in progress (nil: none).
 	proof *proof
 	// verdicts counts the proofs ended, by verdict.
 	verdicts map[string]uint64
 }
 
-// proofActs is what the prover needs of the agent: its actuators and
-// records, the probe, and the throttles a conviction starts.
-type proofActs interface {
+// proofCaps caps a suspect for a trial and frees it (probeHolds).
+type proofCaps interface {
 	apply(ctx context.Context, t sense.Tenant, q cgroup.Quota, reason string, now time.Time) error
-	handleWriteErr(ctx context.Context, t sense.Tenant, err error)
 	dropProbeHold(ctx context.Context, t sense.Tenant)
-	record(now time.Time, t sense.Tenant, kind api.ActionKind, quota, duty float64, reason string)
-	recordSlot(now time.Time, t sense.Tenant, kind api.ActionKind, quota float64, reason string)
-	journal(e act.Event)
-	noteAction(r api.ActionRecord)
-	measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error)
-	convicted(ctx context.Context, now time.Time, p *proof, why string)
 }
 
-func newProver(cfg Config, ledger *proofLedger, cont *judge.Contention, wait *cpuWaitPolicy, acts proofActs, log *slog.Logger) *prover {
-	return &prover{cfg: cfg, ledger: ledger, cont: cont, wait: wait, acts: acts, log: log, verdicts: map[string]uint64{}}
+// proofRecords records a proof: its start, its slots, its verdict and the
+// release that ends it (the recorder).
+type proofRecords interface {
+	probeRecords
+	journal(e act.Event)
+	noteAction(r api.ActionRecord)
+}
+
+// cpuProbe reads the canary probe on one CPU (probeSensor.measureCPU).
+type cpuProbe interface {
+	measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error)
+}
+
+func newProver(cfg Config, ledger *proofLedger, cont *judge.Contention, wait *cpuWaitPolicy, caps proofCaps, rec proofRecords, writeErrs writeErrHandler, probe cpuProbe, log *slog.Logger) *prover {
+	return &prover{cfg: cfg, ledger: ledger, cont: cont, wait: wait, caps: caps, rec: rec, writeErrs: writeErrs, probe: probe, log: log, verdicts: map[string]uint64{}}
 }
 
 // reconfigure takes what of cfg may change while the agent runs.
@@ -62,7 +72,7 @@ func (pr *prover) proving(id string) bool { return pr.proof != nil && pr.proof.t
 // would do. before is the contention ratio the proof answers to.
 func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before float64) {
 	if pr.cfg.DryRun {
-		pr.acts.record(now, p.tenant, api.KindProof, 0, 1, "dry run: would cap it to prove it: "+p.reason)
+		pr.rec.record(now, p.tenant, api.KindProof, 0, 1, "dry run: would cap it to prove it: "+p.reason)
 		pr.ledger.backOff(backoffKey(p.signal, p.tenant.ID), now)
 		return
 	}
@@ -77,7 +87,7 @@ func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before flo
 	carry := pr.ledger.takeCarry(key, now)
 	p.p = judge.NewProofCarry(cfg, before, now, uint64(now.UnixNano()), carry)
 	pr.proof = p
-	pr.acts.record(now, p.tenant, api.KindProof, 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", pr.cfg.Proof.Trials, p.reason))
+	pr.rec.record(now, p.tenant, api.KindProof, 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", pr.cfg.Proof.Trials, p.reason))
 	pr.followPlan(ctx, now, p)
 }
 
@@ -94,15 +104,15 @@ func (pr *prover) followPlan(ctx context.Context, now time.Time, p *proof) {
 		// Capped hard: the kernel's minimum quota (1 ms) per CPU a period,
 		// so the suspect runs in rare 1 ms slots while the probe reads.
 		q := cgroup.Quota{Quota: time.Duration(max(1, p.tenant.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
-		if err := pr.acts.apply(ctx, p.tenant, q, "proof", now); err != nil {
-			pr.acts.handleWriteErr(ctx, p.tenant, err)
+		if err := pr.caps.apply(ctx, p.tenant, q, "proof", now); err != nil {
+			pr.writeErrs.handleWriteErr(ctx, p.tenant, err)
 			p.p.Abort("could not cap it: " + err.Error())
 			pr.endProof(ctx, now, p)
 			return
 		}
 		p.capped, p.since = true, now
 		pr.ledger.capSpent(p.tenant.ID, now, 0)
-		pr.acts.recordSlot(now, p.tenant, api.KindProof, q.CPUs(), "proof: capped for a trial")
+		pr.rec.recordSlot(now, p.tenant, api.KindProof, q.CPUs(), "proof: capped for a trial")
 		return
 	}
 	pr.uncap(ctx, now, p, "proof: freed for a trial")
@@ -113,10 +123,10 @@ func (pr *prover) uncap(ctx context.Context, now time.Time, p *proof, why string
 	if !p.capped {
 		return
 	}
-	pr.acts.dropProbeHold(ctx, p.tenant)
+	pr.caps.dropProbeHold(ctx, p.tenant)
 	p.capped = false
 	pr.ledger.capSpent(p.tenant.ID, now, now.Sub(p.since))
-	pr.acts.recordSlot(now, p.tenant, api.KindProofFree, 0, why)
+	pr.rec.recordSlot(now, p.tenant, api.KindProofFree, 0, why)
 }
 
 // sample takes one reading for the proof in progress and moves it
@@ -135,7 +145,7 @@ func (pr *prover) sample(ctx context.Context, now time.Time) {
 		if p.kind != "" {
 			kinds = []string{p.kind}
 		}
-		if rs, err := pr.acts.measureCPU(p.cpu.Domain, p.cpu.CPU, kinds...); err == nil && len(rs) > 0 {
+		if rs, err := pr.probe.measureCPU(p.cpu.Domain, p.cpu.CPU, kinds...); err == nil && len(rs) > 0 {
 			ratio, ok = pr.cont.Worst(pr.cont.Rate(rs), nil), true
 		}
 	}
@@ -163,7 +173,7 @@ func (pr *prover) endProof(ctx context.Context, now time.Time, p *proof) {
 	pr.proof = nil
 	verdict, why := p.p.Verdict()
 	pr.verdicts[verdict]++
-	pr.acts.journal(act.Event{Kind: "proof", Tenant: p.tenant.ID, Name: p.tenant.Name, Detail: verdict + ": " + why,
+	pr.rec.journal(act.Event{Kind: "proof", Tenant: p.tenant.ID, Name: p.tenant.Name, Detail: verdict + ": " + why,
 		Evidence: ProofEvidence{Before: p.p.Before(), CPU: p.cpu.CPU, Kind: p.kind, Signal: p.signal, Trials: p.p.Trials(),
 			FalseConvictionBound: pr.cfg.Proof.FalseConviction()}})
 	key := backoffKey(p.signal, p.tenant.ID)
@@ -179,7 +189,7 @@ func (pr *prover) endProof(ctx context.Context, now time.Time, p *proof) {
 		} else {
 			pr.ledger.backOff(key, now)
 		}
-		pr.acts.noteAction(api.ActionRecord{Time: now, Tenant: p.tenant.ID, Name: p.tenant.Name, Kind: api.KindRelease, Policy: api.PolicyProbe,
+		pr.rec.noteAction(api.ActionRecord{Time: now, Tenant: p.tenant.ID, Name: p.tenant.Name, Kind: api.KindRelease, Policy: api.PolicyProbe,
 			Lever: api.LeverCPUQuota, Duty: 1, Reason: verdict + ": " + why})
 		pr.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
 		return
@@ -188,7 +198,7 @@ func (pr *prover) endProof(ctx context.Context, now time.Time, p *proof) {
 		pr.ledger.capSpent(p.tenant.ID, now, now.Sub(p.since))
 	}
 	pr.log.Info("proof", "tenant", p.tenant.Name, "verdict", verdict, "trials", p.p.Summary(), "why", why)
-	pr.acts.convicted(ctx, now, p, why)
+	pr.convict(ctx, now, p, why)
 }
 
 // inconclusiveRetry is how soon a suspect whose proof was inconclusive

@@ -69,7 +69,8 @@ func TestProverRunsAProof(t *testing.T) {
 			cont.Calibrate([]sense.ProbeReading{{Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: 100}})
 			acts := &fakeActs{guilty: tc.guilty}
 			ledger := newProofLedger(cfg.Proof)
-			pr := newProver(cfg, ledger, cont, nil, acts, slog.New(slog.DiscardHandler))
+			pr := newProver(cfg, ledger, cont, nil, acts, acts, acts, acts, slog.New(slog.DiscardHandler))
+			pr.convict = acts.convicted
 			now := time.Unix(1000, 0)
 			pr.start(context.Background(), now, &proof{tenant: suspect, cpu: CPUDomain{0, 1}, kind: sense.ProbeDRAM, signal: signalProbe}, 6)
 			for i := 0; i < 1000 && pr.proof != nil; i++ {

@@ -18,12 +18,12 @@ func (a *Agent) publish(now time.Time, v judge.Verdict, samples []sample, ranked
 		PMU: a.d.PMU, Contention: v.Contended, ContentionRatio: v.Ratio,
 		CPUWait: a.wait.verdict().Contended, CPUWaitRatio: a.wait.verdict().Ratio,
 		Tenants: []api.TenantState{}, Probes: []api.ProbeState{}, Suspects: []api.Suspect{},
-		Actions: slices.Clone(a.actions), ActionsTotal: map[string]uint64{}, ProofsTotal: map[string]uint64{},
+		Actions: slices.Clone(a.rec.actions), ActionsTotal: map[string]uint64{}, ProofsTotal: map[string]uint64{},
 	}
 	if st.Actions == nil {
 		st.Actions = []api.ActionRecord{}
 	}
-	for k, n := range a.totals {
+	for k, n := range a.rec.totals {
 		st.ActionsTotal[k] = n
 	}
 	for k, n := range a.prover.verdicts {
@@ -38,7 +38,7 @@ func (a *Agent) publish(now time.Time, v judge.Verdict, samples []sample, ranked
 	for _, s := range samples {
 		ts := api.TenantState{ID: s.t.ID, Kind: s.t.Kind, Name: s.t.Name, UUID: s.t.UUID, Cgroup: s.t.Cgroup, CPUs: s.t.CPUs.String(),
 			CPU: s.usage, ThrottledRatio: s.thrRatio, RunDelay: s.delay, PSI: s.psi, Counters: s.counters,
-			Duty: 1, Protected: a.protected(s.t), Score: scores[s.t.ID]}
+			Duty: 1, Protected: a.cfg.protects(s.t), Score: scores[s.t.ID]}
 		if h := a.arb.holds[s.t.ID]; h != nil && len(h.claims) > 0 {
 			ts.Throttled, ts.Duty, ts.Holds = true, h.duty(), h.describe()
 			if h.quota.Period > 0 {

@@ -95,18 +95,18 @@ func (a *Agent) Reconfigure(ctx context.Context, cfg Config) (ConfigChange, erro
 	const why = "protected by the reloaded configuration"
 	for _, id := range slices.Sorted(maps.Keys(a.throttles.throttled)) {
 		t := a.throttles.throttled[id]
-		if !a.protected(t.tenant) {
+		if !a.cfg.protects(t.tenant) {
 			continue
 		}
-		a.release(ctx, t.tenant, why)
+		a.holds.release(ctx, t.tenant, why)
 		delete(a.throttles.throttled, id)
 		change.Released = append(change.Released, t.tenant.Name)
 	}
-	if p := a.prover.proof; p != nil && a.protected(p.tenant) {
+	if p := a.prover.proof; p != nil && a.cfg.protects(p.tenant) {
 		p.p.Abort(why)
 		a.prover.uncap(ctx, now, p, why)
 		a.prover.proof = nil
-		a.record(now, p.tenant, api.KindRelease, 0, 1, why+", during its proof")
+		a.rec.record(now, p.tenant, api.KindRelease, 0, 1, why+", during its proof")
 		change.Released = append(change.Released, p.tenant.Name)
 	}
 	a.journal(act.Event{Time: now.UTC(), Kind: "reload", Detail: change.String()})

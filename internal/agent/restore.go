@@ -93,8 +93,9 @@ type RestoreContext struct {
 
 // recordRestorer undoes every record of one actuator kind that the state
 // file holds, forgetting each one it undid (or found moot), and returns how
-// many it undid.
-type recordRestorer func(rc RestoreContext) (int, error)
+// many it undid. One that waits on a service (libvirt) stops waiting when ctx
+// ends.
+type recordRestorer func(ctx context.Context, rc RestoreContext) (int, error)
 
 // recordRestorers maps each record kind of act.StateFile to its restorer.
 // Every actuator that records its changes with StateFile.PutRecord adds its
@@ -102,7 +103,7 @@ type recordRestorer func(rc RestoreContext) (int, error)
 // even after the agent was killed with SIGKILL.
 func recordRestorers() map[string]recordRestorer {
 	return map[string]recordRestorer{
-		act.RecordResctrlClass: func(rc RestoreContext) (int, error) {
+		act.RecordResctrlClass: func(_ context.Context, rc RestoreContext) (int, error) {
 			// Releasing a class needs only its record (mount, group, each
 			// thread's origin); the mount found now also lets RestoreAll
 			// remove crosstalk classes whose records were lost.
@@ -112,10 +113,10 @@ func recordRestorers() map[string]recordRestorer {
 			}
 			return c.RestoreAll()
 		},
-		act.RecordClockMod: func(rc RestoreContext) (int, error) {
+		act.RecordClockMod: func(_ context.Context, rc RestoreContext) (int, error) {
 			return act.RestoreClockModulation(rc.Host, rc.State, rc.Log)
 		},
-		act.RecordCPUFreq: func(rc RestoreContext) (int, error) {
+		act.RecordCPUFreq: func(_ context.Context, rc RestoreContext) (int, error) {
 			return act.RestoreCPUFreq(rc.Host, rc.State, rc.Log)
 		},
 		act.LibvirtRecordKind: restoreLibvirt,
@@ -125,15 +126,17 @@ func recordRestorers() map[string]recordRestorer {
 // restoreLibvirt undoes throttles made through libvirt: through libvirt
 // when it answers within its timeout, else through the VMs' cgroup files
 // (act.LibvirtQuota's fallback, loudly), keeping for the next agent the
-// records whose libvirt definition still needs the original back.
-func restoreLibvirt(rc RestoreContext) (int, error) {
+// records whose libvirt definition still needs the original back. An
+// ended ctx stops the wait for libvirt: the VMs' cgroup files are written
+// instead, at once.
+func restoreLibvirt(ctx context.Context, rc RestoreContext) (int, error) {
 	cfg := rc.Config
 	cfg.fill()
 	cq := &act.CPUQuota{Host: rc.Host, Layout: rc.Layout, State: rc.State, Log: rc.Log}
 	var sched act.LibvirtScheduler = offline{}
 	// The restore's lifetime: the client runs, and the actuator calls
 	// libvirt, under it.
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if cfg.Libvirt.Enabled != "false" {
 		client := libvirt.New(libvirt.Options{Socket: libvirt.SocketPath(rc.Host, cfg.Libvirt.Socket), URI: cfg.Libvirt.URI,
@@ -161,7 +164,7 @@ func restoreLibvirt(rc RestoreContext) (int, error) {
 // restoreRecords undoes every record of every kind recordRestorers knows,
 // for an agent that already has its state file open (its own start and
 // stop); `crosstalk restore` goes through RestoreAll instead.
-func restoreRecords(rc RestoreContext) (restored int, err error) {
+func restoreRecords(ctx context.Context, rc RestoreContext) (restored int, err error) {
 	var errs []error
 	restorers := recordRestorers()
 	for _, kind := range rc.State.RecordKinds() {
@@ -169,7 +172,7 @@ func restoreRecords(rc RestoreContext) (restored int, err error) {
 		if !ok || kind == act.LibvirtRecordKind {
 			continue // the agent's libvirt actuator restores its own
 		}
-		n, err := restore(rc)
+		n, err := restore(ctx, rc)
 		restored += n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", kind, err))
@@ -190,12 +193,12 @@ func restoreRecords(rc RestoreContext) (restored int, err error) {
 // (ErrInsecureStateDir). A missing state directory or file means there is
 // nothing to restore. On a read-only state directory it restores, and says
 // in StateNotUpdated that the file still lists what it undid.
-func RestoreAll(cfg Config, h *host.Host, log *slog.Logger) (RestoreReport, error) {
-	return RestoreWith(cfg, h, log, RestoreOptions{})
+func RestoreAll(ctx context.Context, cfg Config, h *host.Host, log *slog.Logger) (RestoreReport, error) {
+	return RestoreWith(ctx, cfg, h, log, RestoreOptions{})
 }
 
 // RestoreWith is RestoreAll with options.
-func RestoreWith(cfg Config, h *host.Host, log *slog.Logger, opts RestoreOptions) (RestoreReport, error) {
+func RestoreWith(ctx context.Context, cfg Config, h *host.Host, log *slog.Logger, opts RestoreOptions) (RestoreReport, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -213,24 +216,24 @@ func RestoreWith(cfg Config, h *host.Host, log *slog.Logger, opts RestoreOptions
 		return rep, err
 	}
 	defer lock.Unlock()
-	return lock.restore(cfg, h, log, opts)
+	return lock.restore(ctx, cfg, h, log, opts)
 }
 
 // RestoreAll is the package's RestoreAll for a process that already holds
 // the state directory: `crosstalk run` calls it at start, before the agent
 // is built, so what a killed predecessor left — of every actuator kind — is
 // undone in the one place `crosstalk restore` uses too.
-func (l *StateLock) RestoreAll(cfg Config, h *host.Host, log *slog.Logger) (RestoreReport, error) {
+func (l *StateLock) RestoreAll(ctx context.Context, cfg Config, h *host.Host, log *slog.Logger) (RestoreReport, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = Defaults().StateDir
 	}
-	return l.restore(cfg, h, log, RestoreOptions{})
+	return l.restore(ctx, cfg, h, log, RestoreOptions{})
 }
 
-func (l *StateLock) restore(cfg Config, h *host.Host, log *slog.Logger, opts RestoreOptions) (RestoreReport, error) {
+func (l *StateLock) restore(ctx context.Context, cfg Config, h *host.Host, log *slog.Logger, opts RestoreOptions) (RestoreReport, error) {
 	rep := RestoreReport{StateFile: StatePath(cfg.StateDir), Restored: map[string]int{}}
 	if !l.held() {
 		return rep, errors.New("restore: the state directory is not locked")
@@ -290,7 +293,7 @@ func (l *StateLock) restore(cfg Config, h *host.Host, log *slog.Logger, opts Res
 			log.Warn("state file has records this crosstalk cannot undo; kept for one that can", "kind", kind, "keys", rep.Kept[kind])
 			continue
 		}
-		n, err := restore(rc)
+		n, err := restore(ctx, rc)
 		rep.Restored[kind] = n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", kind, err))

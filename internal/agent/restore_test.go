@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,7 +88,7 @@ func TestRestoreAllUndoesWhatTheStateFileRecords(t *testing.T) {
 
 	cfg := Defaults()
 	cfg.StateDir = dir
-	rep, err := RestoreAll(cfg, h, nil)
+	rep, err := RestoreAll(t.Context(), cfg, h, nil)
 	if err != nil {
 		t.Fatalf("RestoreAll: %v", err)
 	}
@@ -121,7 +123,7 @@ func TestRestoreAllUndoesWhatTheStateFileRecords(t *testing.T) {
 	}
 
 	// Restoring twice is harmless.
-	rep, err = RestoreAll(cfg, h, nil)
+	rep, err = RestoreAll(t.Context(), cfg, h, nil)
 	if err != nil || rep.Total() != 0 {
 		t.Errorf("second restore = %+v, %v", rep, err)
 	}
@@ -140,7 +142,7 @@ func TestRestoreAllRefusesWhileAnAgentHoldsTheStateDir(t *testing.T) {
 	}
 	cfg := Defaults()
 	cfg.StateDir = dir
-	_, err = RestoreAll(cfg, h, nil)
+	_, err = RestoreAll(t.Context(), cfg, h, nil)
 	if !errors.Is(err, ErrStateLocked) || !strings.Contains(err.Error(), "held by pid") {
 		t.Fatalf("restore under a held lock: %v", err)
 	}
@@ -151,7 +153,7 @@ func TestRestoreAllRefusesWhileAnAgentHoldsTheStateDir(t *testing.T) {
 		t.Errorf("a second agent got the lock: %v", err)
 	}
 	lock.Unlock()
-	if rep, err := RestoreAll(cfg, h, nil); err != nil || rep.Restored[KindCPUQuota] != 1 {
+	if rep, err := RestoreAll(t.Context(), cfg, h, nil); err != nil || rep.Restored[KindCPUQuota] != 1 {
 		t.Errorf("restore after the agent stopped = %+v, %v", rep, err)
 	}
 }
@@ -160,7 +162,7 @@ func TestRestoreAllWithNothingRecorded(t *testing.T) {
 	h, _ := v2Tree(t)
 	cfg := Defaults()
 	cfg.StateDir = filepath.Join(t.TempDir(), "never-created")
-	rep, err := RestoreAll(cfg, h, nil)
+	rep, err := RestoreAll(t.Context(), cfg, h, nil)
 	if err != nil || rep.Total() != 0 {
 		t.Errorf("missing state dir: %+v, %v", rep, err)
 	}
@@ -171,7 +173,7 @@ func TestRestoreAllWithNothingRecorded(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(StatePath(dir), []byte("{not json"), 0o600)
 	cfg.StateDir = dir
-	if _, err := RestoreAll(cfg, h, nil); err == nil || !strings.Contains(err.Error(), "corrupt") {
+	if _, err := RestoreAll(t.Context(), cfg, h, nil); err == nil || !strings.Contains(err.Error(), "corrupt") {
 		t.Errorf("corrupt state file: %v", err)
 	}
 }
@@ -204,7 +206,7 @@ func TestRestoreAllLiftsLibvirtThrottlesWithoutLibvirt(t *testing.T) {
 	cfg.StateDir = dir
 	cfg.Libvirt.Socket = "/run/libvirt/nothing-here" // no libvirtd
 	cfg.Libvirt.Timeout = 200 * time.Millisecond
-	rep, err := RestoreAll(cfg, h, nil)
+	rep, err := RestoreAll(t.Context(), cfg, h, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,5 +226,59 @@ func TestRestoreAllLiftsLibvirtThrottlesWithoutLibvirt(t *testing.T) {
 	}
 	if ok, _ := again.GetRecord(act.LibvirtRecordKind, "/machine/qemu-2-other.libvirt-qemu", &rec); ok {
 		t.Error("the record of a VM whose limit someone else changed was kept")
+	}
+}
+
+// A restore waiting on a libvirt that accepts but never answers stops
+// waiting when its context ends, and lifts the VM's throttle through its
+// cgroup files instead.
+func TestRestoreAllStopsWaitingOnLibvirtWhenCancelled(t *testing.T) {
+	h, _ := v2Tree(t, "machine/qemu-1-vm.libvirt-qemu")
+	os.WriteFile(h.Path("/sys/fs/cgroup/machine/qemu-1-vm.libvirt-qemu/cpu.max"), []byte("2000 16000\n"), 0o644)
+	ln, err := net.Listen("unix", h.Path("/libvirt-sock"))
+	if err != nil {
+		t.Skip("no unix socket here:", err)
+	}
+	defer ln.Close()
+	go func() { // accept, hold, never answer
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	dir := t.TempDir()
+	st, err := act.OpenState(StatePath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := act.LibvirtRecord{Cgroup: "/machine/qemu-1-vm.libvirt-qemu", Domain: "vm", UUID: "u1", ID: 1, OriginalQuotaUS: -1, OriginalPeriodUS: 100000,
+		AppliedQuotaUS: 2000, AppliedPeriodUS: 16000, Path: act.PathLibvirt}
+	if err := st.PutRecord(act.LibvirtRecordKind, r.Cgroup, r); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Defaults()
+	cfg.StateDir = dir
+	cfg.Libvirt.Enabled, cfg.Libvirt.Socket, cfg.Libvirt.Timeout = "true", "/libvirt-sock", 5*time.Second
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	start := time.Now()
+	if _, err := RestoreAll(ctx, cfg, h, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Uncancelled, it would wait twice the timeout (10 s) for libvirt.
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("a cancelled restore waited %v on libvirt", took)
+	}
+	if got := cpuMax(t, h, "machine/qemu-1-vm.libvirt-qemu"); got != "max 100000" {
+		t.Errorf("vm's throttle not lifted through its cgroup: cpu.max %q", got)
 	}
 }

@@ -68,7 +68,7 @@ func (a *Agent) viewsOf(samples []sample) []judge.TenantView {
 		if !s.fresh {
 			continue
 		}
-		views = append(views, judge.TenantView{ID: s.t.ID, Name: s.t.Name, CPUs: s.t.CPUs, Usage: s.usage, Counters: s.counters, Protected: a.protected(s.t)})
+		views = append(views, judge.TenantView{ID: s.t.ID, Name: s.t.Name, CPUs: s.t.CPUs, Usage: s.usage, Counters: s.counters, Protected: a.cfg.protects(s.t)})
 	}
 	return views
 }

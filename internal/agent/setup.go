@@ -202,7 +202,7 @@ func BuildWith(ctx context.Context, cfg Config, h *host.Host, o BuildOptions) (*
 		}
 	}
 	rc := RestoreContext{Host: h, Layout: layout, State: state, Log: log}
-	d.RestoreRecords = func() (int, error) { return restoreRecords(rc) }
+	d.RestoreRecords = func(ctx context.Context) (int, error) { return restoreRecords(ctx, rc) }
 	var events []string
 	if pc, ok := d.Counters.(*sense.PerfCounters); ok {
 		for _, e := range pc.Events() {

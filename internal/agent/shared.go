@@ -16,7 +16,7 @@ func (a *Agent) capped(id string) bool {
 	if _, ok := a.throttles.throttled[id]; ok {
 		return true
 	}
-	return a.prover.proving(id) || a.held(id, "")
+	return a.prover.proving(id) || a.arb.held(id, "")
 }
 
 // resting reports whether a tenant may not be proved for signal now: it
@@ -29,7 +29,7 @@ func (a *Agent) resting(signal, id string, now time.Time) bool {
 // another throttle, and the last change has had a couple of intervals to
 // settle.
 func (a *Agent) mayProve(now time.Time) bool {
-	return len(a.throttles.throttled) < a.cfg.MaxThrottled && now.Sub(a.lastChange) >= 2*a.cfg.Interval
+	return len(a.throttles.throttled) < a.cfg.MaxThrottled && now.Sub(a.rec.lastChange) >= 2*a.cfg.Interval
 }
 
 // startProof starts a proof for a policy (see prover.start).
@@ -37,12 +37,9 @@ func (a *Agent) startProof(ctx context.Context, now time.Time, p *proof, before 
 	a.prover.start(ctx, now, p, before)
 }
 
-// tightening, tighteningOn and convicted are the throttles' (which see),
-// for the policies and the prover.
+// tightening and tighteningOn are the throttles' (which see), for the
+// policies.
 func (a *Agent) tightening(signal string, cpus cpuset.Set) bool {
 	return a.throttles.tightening(signal, cpus)
 }
 func (a *Agent) tighteningOn(domains []int) bool { return a.throttles.tighteningOn(domains) }
-func (a *Agent) convicted(ctx context.Context, now time.Time, p *proof, why string) {
-	a.throttles.convicted(ctx, now, p, why)
-}

@@ -44,33 +44,40 @@ type throttles struct {
 	domain map[int]cpuset.Set
 	ledger *proofLedger
 	prover *prover
-	acts   throttleActs
+	// holds, rec and writeErrs are what a throttle does to its tenant:
+	// its CPU-quota claim, its record, a failed write's handling.
+	holds     quotaHolds
+	rec       probeRecords
+	writeErrs writeErrHandler
 
 	throttled map[string]*throttled
 	// convicts are polluters released because they stopped, on record.
 	convicts map[string]convict
 }
 
-// throttleActs is what the throttles need of the agent: its actuators,
-// its records, and what the other policies and the configuration say of
-// a tenant.
-type throttleActs interface {
+// quotaHolds sets and lifts the probe policy's CPU-quota claims, which
+// the arbiter holds (probeHolds): the one way the throttles and the
+// prover write to a tenant.
+type quotaHolds interface {
 	apply(ctx context.Context, t sense.Tenant, q cgroup.Quota, reason string, now time.Time) error
-	handleWriteErr(ctx context.Context, t sense.Tenant, err error)
+	// dropProbeHold lifts a claim unrecorded (a proof's cap, a survey's);
+	// release lifts it and records the release.
+	dropProbeHold(ctx context.Context, t sense.Tenant)
 	release(ctx context.Context, t sense.Tenant, why string)
 	forgetHolds(ctx context.Context, id string)
-	record(now time.Time, t sense.Tenant, kind api.ActionKind, quota, duty float64, reason string)
-	// dropProbeHold and recordSlot lift a convicted tenant's proof cap
-	// when its throttle could not be set.
-	dropProbeHold(ctx context.Context, t sense.Tenant)
-	recordSlot(now time.Time, t sense.Tenant, kind api.ActionKind, quota float64, reason string)
 	held(id string, policy api.Policy) bool
-	protected(t sense.Tenant) bool
 }
 
-func newThrottles(cfg Config, cont *judge.Contention, wait *cpuWaitPolicy, domain map[int]cpuset.Set, ledger *proofLedger, prover *prover, acts throttleActs) *throttles {
+// probeRecords records the probe policy's steps: a throttle's, and a
+// proof's slots (the recorder).
+type probeRecords interface {
+	record(now time.Time, t sense.Tenant, kind api.ActionKind, quota, duty float64, reason string)
+	recordSlot(now time.Time, t sense.Tenant, kind api.ActionKind, quota float64, reason string)
+}
+
+func newThrottles(cfg Config, cont *judge.Contention, wait *cpuWaitPolicy, domain map[int]cpuset.Set, ledger *proofLedger, prover *prover, holds quotaHolds, rec probeRecords, writeErrs writeErrHandler) *throttles {
 	return &throttles{
-		cfg: cfg, sp: cfg.Sparsify(), duty: cfg.DutyController(), cont: cont, wait: wait, domain: domain, ledger: ledger, prover: prover, acts: acts,
+		cfg: cfg, sp: cfg.Sparsify(), duty: cfg.DutyController(), cont: cont, wait: wait, domain: domain, ledger: ledger, prover: prover, holds: holds, rec: rec, writeErrs: writeErrs,
 		throttled: map[string]*throttled{}, convicts: map[string]convict{},
 	}
 }
@@ -117,7 +124,7 @@ func (th *throttles) rethrottle(ctx context.Context, now time.Time, v judge.Verd
 			continue
 		}
 		s, ok := present[id]
-		if !ok || s.usage < minBusy || len(th.throttled) >= th.cfg.MaxThrottled || th.acts.held(id, "") || th.acts.protected(s.t) {
+		if !ok || s.usage < minBusy || len(th.throttled) >= th.cfg.MaxThrottled || th.holds.held(id, "") || th.cfg.protects(s.t) {
 			continue
 		}
 		if th.prover.proving(id) {
@@ -132,13 +139,13 @@ func (th *throttles) rethrottle(ctx context.Context, now time.Time, v judge.Verd
 		}
 		thr := th.duty.Start(now, v.Ratio)
 		q := th.sp.Quota(thr.Step, s.t.CPUs.Len())
-		if err := th.acts.apply(ctx, s.t, q, "convicted polluter busy again", now); err != nil {
-			th.acts.handleWriteErr(ctx, s.t, err)
+		if err := th.holds.apply(ctx, s.t, q, "convicted polluter busy again", now); err != nil {
+			th.writeErrs.handleWriteErr(ctx, s.t, err)
 			continue
 		}
 		delete(th.convicts, id)
 		th.throttled[id] = &throttled{tenant: s.t, thr: thr, signal: signalProbe, kind: c.kind, reason: c.reason, since: now}
-		th.acts.record(now, s.t, api.KindThrottle, q.CPUs(), th.sp.Duty(thr.Step),
+		th.rec.record(now, s.t, api.KindThrottle, q.CPUs(), th.sp.Duty(thr.Step),
 			fmt.Sprintf("convicted before and released %.1fs ago when it stopped; busy again (%.2f CPU) as the %.2f× contention returns: %s", now.Sub(c.at).Seconds(), s.usage, v.Ratio, c.reason))
 	}
 }
@@ -165,9 +172,9 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 		s, ok := present[id]
 		if !ok {
 			// The tenant vanished: nothing to restore, forget it.
-			th.acts.forgetHolds(ctx, id)
+			th.holds.forgetHolds(ctx, id)
 			delete(th.throttled, id)
-			th.acts.record(now, t.tenant, api.KindRelease, 0, 1, "tenant vanished")
+			th.rec.record(now, t.tenant, api.KindRelease, 0, 1, "tenant vanished")
 			continue
 		}
 		ratio := th.cont.Worst(t.readings(v.Readings), th.domainsOf(t.tenant.CPUs))
@@ -201,7 +208,7 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 			// cause. Free it, and do not suspect it again for a while (nor
 			// throttle it again on its record).
 			delete(th.convicts, id)
-			th.acts.release(ctx, t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× while it was held down", ratio))
+			th.holds.release(ctx, t.tenant, fmt.Sprintf("throttling it does not help: contention stayed at %.2f× while it was held down", ratio))
 			delete(th.throttled, id)
 			th.ledger.backOff(backoffKey(t.signal, id), now)
 		case judge.DutyRelease:
@@ -209,18 +216,18 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 			if underIdle {
 				why = fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed, never held back by it", s.usage, allowed)
 			}
-			th.acts.release(ctx, t.tenant, why)
+			th.holds.release(ctx, t.tenant, why)
 			delete(th.throttled, id)
 			if t.signal == signalProbe {
 				th.convicts[id] = convict{at: now, reason: t.reason, kind: t.kind}
 			}
 		case judge.DutyTighten, judge.DutyRelax:
 			q := th.sp.Quota(t.thr.Step, ncpus)
-			if err := th.acts.apply(ctx, t.tenant, q, fmt.Sprintf("duty %d/%d", t.thr.Step, th.sp.Steps), now); err != nil {
-				th.acts.handleWriteErr(ctx, t.tenant, err)
+			if err := th.holds.apply(ctx, t.tenant, q, fmt.Sprintf("duty %d/%d", t.thr.Step, th.sp.Steps), now); err != nil {
+				th.writeErrs.handleWriteErr(ctx, t.tenant, err)
 				continue
 			}
-			th.acts.record(now, t.tenant, api.ActionKind(d), q.CPUs(), th.sp.Duty(t.thr.Step), fmt.Sprintf("contention %.2f×", ratio))
+			th.rec.record(now, t.tenant, api.ActionKind(d), q.CPUs(), th.sp.Duty(t.thr.Step), fmt.Sprintf("contention %.2f×", ratio))
 		}
 	}
 	return idle
@@ -274,8 +281,8 @@ func (th *throttles) convicted(ctx context.Context, now time.Time, p *proof, why
 	key := backoffKey(p.signal, p.tenant.ID)
 	thr := th.duty.Start(now, p.p.Before())
 	q := th.sp.Quota(thr.Step, p.tenant.CPUs.Len())
-	if err := th.acts.apply(ctx, p.tenant, q, "proven polluter", now); err != nil {
-		th.acts.handleWriteErr(ctx, p.tenant, err)
+	if err := th.holds.apply(ctx, p.tenant, q, "proven polluter", now); err != nil {
+		th.writeErrs.handleWriteErr(ctx, p.tenant, err)
 		// Its proof's cap, if on, would stay held with no proof and no
 		// throttle to end it: lift it (a VM's through its cgroup files
 		// while libvirt does not answer, whatever that call left). The
@@ -283,9 +290,9 @@ func (th *throttles) convicted(ctx context.Context, now time.Time, p *proof, why
 		// throttled on this record once the actuator answers, with no new
 		// proof (rethrottle).
 		if p.capped {
-			th.acts.dropProbeHold(ctx, p.tenant)
+			th.holds.dropProbeHold(ctx, p.tenant)
 			p.capped = false
-			th.acts.recordSlot(now, p.tenant, api.KindProofFree, 0, "proven, but its throttle could not be set: "+err.Error())
+			th.rec.recordSlot(now, p.tenant, api.KindProofFree, 0, "proven, but its throttle could not be set: "+err.Error())
 		}
 		if !errors.Is(err, act.ErrGone) && p.signal == signalProbe {
 			th.convicts[p.tenant.ID] = convict{at: now, reason: "proven polluter: " + why, kind: p.kind}
@@ -294,5 +301,5 @@ func (th *throttles) convicted(ctx context.Context, now time.Time, p *proof, why
 	}
 	th.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal, kind: p.kind, reason: "proven polluter: " + why, since: now}
 	th.ledger.forgive(key)
-	th.acts.record(now, p.tenant, api.KindThrottle, q.CPUs(), th.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
+	th.rec.record(now, p.tenant, api.KindThrottle, q.CPUs(), th.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
 }

@@ -27,6 +27,18 @@ const surveyRounds = 2
 // surveyMax bounds the tenants a survey caps at once.
 const surveyMax = 16
 
+// surveyCaps caps a busy tenant for the survey and frees it (probeHolds).
+type surveyCaps interface {
+	apply(ctx context.Context, t sense.Tenant, q cgroup.Quota, reason string, now time.Time) error
+	held(id string, policy api.Policy) bool
+	dropProbeHold(ctx context.Context, t sense.Tenant)
+}
+
+// slotRecorder records a survey's cap and its release (the recorder).
+type slotRecorder interface {
+	recordSlot(now time.Time, t sense.Tenant, kind api.ActionKind, quota float64, reason string)
+}
+
 // surveyQuiet learns what the probes read when no tenant runs, for an
 // agent that starts with no baselines (none saved, none calibrated) on a
 // host that may already be contended: whatever the probes read first would
@@ -34,59 +46,59 @@ const surveyMax = 16
 // show. Every busy tenant is capped hard at once for a few milliseconds
 // while the probes read; those readings only ever lower the baselines.
 // It runs surveyRounds times, on intervals where tenants have rates, and
-// costs each busy tenant a few tens of milliseconds of CPU once; in
-// dry-run it is skipped (nothing may be written).
-func (a *Agent) surveyQuiet(ctx context.Context, now time.Time, samples []sample) {
-	if a.cfg.DryRun {
-		a.survey = 0
+// costs each busy tenant a few tens of milliseconds of CPU once, booked in
+// the proof ledger; in dry-run it is skipped (nothing may be written).
+func (ps *probeSensor) surveyQuiet(ctx context.Context, now time.Time, samples []sample, cfg Config, caps surveyCaps, rec slotRecorder, writeErrs writeErrHandler) {
+	if cfg.DryRun {
+		ps.survey = 0
 		return
 	}
 	var busy []sense.Tenant
 	fresh := false
 	for _, s := range samples {
 		fresh = fresh || s.fresh
-		if s.fresh && s.usage >= 0.05 && !a.protected(s.t) && len(busy) < surveyMax {
+		if s.fresh && s.usage >= 0.05 && !cfg.protects(s.t) && len(busy) < surveyMax {
 			busy = append(busy, s.t)
 		}
 	}
 	if !fresh {
 		return // no rates yet: who is busy is not known
 	}
-	a.survey--
+	ps.survey--
 	if len(busy) == 0 {
 		return
 	}
 	var capped []sense.Tenant
 	for _, t := range busy {
-		if a.held(t.ID, "") {
+		if caps.held(t.ID, "") {
 			continue
 		}
 		q := cgroup.Quota{Quota: time.Duration(max(1, t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
-		if err := a.apply(ctx, t, q, "survey", now); err != nil {
-			a.handleWriteErr(ctx, t, err)
+		if err := caps.apply(ctx, t, q, "survey", now); err != nil {
+			writeErrs.handleWriteErr(ctx, t, err)
 			continue
 		}
 		capped = append(capped, t)
-		a.recordSlot(now, t, api.KindProof, q.CPUs(), "start-up survey: capped for a moment to read the probes' quiet level")
+		rec.recordSlot(now, t, api.KindProof, q.CPUs(), "start-up survey: capped for a moment to read the probes' quiet level")
 	}
-	start := a.d.Now()
-	a.d.Sleep(a.cfg.Proof.Slot / 4)
+	start := ps.now()
+	ps.sleep(cfg.Proof.Slot / 4)
 	var readings []sense.ProbeReading
 	for range 2 {
-		for _, t := range a.d.Probe.Targets() {
-			if rs, err := a.measureCPU(t.Domain, t.CPU, t.Kinds...); err == nil {
+		for _, t := range ps.probe.Targets() {
+			if rs, err := ps.measureCPU(t.Domain, t.CPU, t.Kinds...); err == nil {
 				readings = append(readings, rs...)
 			}
 		}
 	}
-	a.cont.Lower(readings)
-	end := a.d.Now()
+	ps.cont.Lower(readings)
+	end := ps.now()
 	for _, t := range capped {
-		a.dropProbeHold(ctx, t)
-		a.ledger.capSpent(t.ID, end, end.Sub(start))
-		a.recordSlot(end, t, api.KindProofFree, 0, "start-up survey done")
+		caps.dropProbeHold(ctx, t)
+		ps.ledger.capSpent(t.ID, end, end.Sub(start))
+		rec.recordSlot(end, t, api.KindProofFree, 0, "start-up survey done")
 	}
-	a.log.Info("surveyed the probes' quiet level with busy tenants capped", "tenants", len(capped), "readings", len(readings))
+	ps.log.Info("surveyed the probes' quiet level with busy tenants capped", "tenants", len(capped), "readings", len(readings))
 }
 
 // quickProber is a probe with a cheap reading for the watch.
@@ -96,9 +108,9 @@ type quickProber interface {
 
 // measureQuick is the watch's reading: the probe's cheap one where it has
 // one, else a whole reading of the kind.
-func (a *Agent) measureQuick(domain, cpu int, kind string) ([]sense.ProbeReading, error) {
-	if q, ok := a.d.Probe.(quickProber); ok {
-		return a.measureOn(cpu, func() ([]sense.ProbeReading, error) { return q.MeasureQuick(domain, cpu, kind) })
+func (ps *probeSensor) measureQuick(domain, cpu int, kind string) ([]sense.ProbeReading, error) {
+	if q, ok := ps.probe.(quickProber); ok {
+		return ps.measureOn(cpu, func() ([]sense.ProbeReading, error) { return q.MeasureQuick(domain, cpu, kind) })
 	}
-	return a.measureCPU(domain, cpu, kind)
+	return ps.measureCPU(domain, cpu, kind)
 }

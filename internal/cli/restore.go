@@ -7,7 +7,9 @@ import (
 	"io"
 	"maps"
 	"os"
+	"os/signal"
 	"slices"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -82,7 +84,11 @@ Exit status:
 				return err
 			}
 			defer h.Close()
-			rep, rerr := agent.RestoreWith(cfg, h, log, agent.RestoreOptions{Adopt: adopt})
+			// Ctrl-C (or systemd's SIGTERM) stops a wait on libvirt: the
+			// VMs' throttles are then lifted through their cgroup files.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			rep, rerr := agent.RestoreWith(ctx, cfg, h, log, agent.RestoreOptions{Adopt: adopt})
 			if warning != "" {
 				rep.Warnings = append([]string{warning}, rep.Warnings...)
 			}

@@ -156,7 +156,7 @@ docs/configuration.md for the configuration file (unknown keys are rejected).`,
 			defer hostLock.Unlock()
 			// Undo what a killed predecessor left, of every actuator kind,
 			// before anything else (the agent itself re-checks its quotas).
-			if rep, err := lock.RestoreAll(cfg, h, log); err != nil || rep.Total() > 0 {
+			if rep, err := lock.RestoreAll(ctx, cfg, h, log); err != nil || rep.Total() > 0 {
 				log.Warn("restored what a previous crosstalk left behind", "restored", rep.Restored, "kept", rep.Kept, "err", err)
 			}
 			safety := agent.NewSafety()
