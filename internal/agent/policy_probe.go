@@ -61,6 +61,9 @@ type probePolicy struct {
 type probeProofs interface {
 	waitProofs
 	tighteningOn(domains []int) bool
+	// readable reports whether the contention shows where and how a
+	// proof would read it (prover.readable).
+	readable(p *proof, before float64) bool
 }
 
 func newProbePolicy(cfg Config, cont *judge.Contention, domain map[int]cpuset.Set, probe Prober, quick func(domain, cpu int, kind string) ([]sense.ProbeReading, error), ledger *proofLedger, proofs probeProofs, log *slog.Logger) *probePolicy {
@@ -143,8 +146,14 @@ func (p *probePolicy) maybeProve(ctx context.Context, now time.Time, v judge.Ver
 			continue
 		}
 		reason := fmt.Sprintf("%s; suspect score %.2f: %s", v.Reason, top.Score, strings.Join(top.Reasons, "; "))
+		pr := &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}
+		if !p.proofs.readable(pr, before) {
+			// Where it would read, the contention does not show at a
+			// proof's pace: no suspect would fare better there now.
+			return
+		}
 		p.proofs.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{Ratio: v.Ratio, Suspects: ranked}})
-		p.proofs.startProof(ctx, now, &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}, before)
+		p.proofs.startProof(ctx, now, pr, before)
 		return
 	}
 }

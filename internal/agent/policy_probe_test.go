@@ -17,9 +17,12 @@ import (
 type fakeProbeProofs struct {
 	fakeProofs
 	tightOn bool
+	// unreadable: the contention does not show at a proof's pace.
+	unreadable bool
 }
 
-func (f *fakeProbeProofs) tighteningOn([]int) bool { return f.tightOn }
+func (f *fakeProbeProofs) tighteningOn([]int) bool       { return f.tightOn }
+func (f *fakeProbeProofs) readable(*proof, float64) bool { return !f.unreadable }
 
 // The probe policy proves the top suspect that has a CPU away from it
 // reading the contention, read there, unless a proof may not start or a
@@ -39,6 +42,7 @@ func TestProbePolicyProvesTheTopSuspect(t *testing.T) {
 		{"free to prove", &fakeProbeProofs{}, true},
 		{"no room for another proof", &fakeProbeProofs{fakeProofs: fakeProofs{blocked: true}}, false},
 		{"a throttle on the domain can still tighten", &fakeProbeProofs{tightOn: true}, false},
+		{"the contention does not show at a proof's pace", &fakeProbeProofs{unreadable: true}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{}
@@ -49,6 +53,9 @@ func TestProbePolicyProvesTheTopSuspect(t *testing.T) {
 				t.Fatalf("proof started = %v, want %v", got, tc.want)
 			}
 			if !tc.want {
+				if len(tc.f.journaled) > 0 {
+					t.Errorf("journal %+v, want nothing: no proof started", tc.f.journaled)
+				}
 				return
 			}
 			pr := tc.f.started[0]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
@@ -89,6 +90,46 @@ func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before flo
 	pr.proof = p
 	pr.rec.record(now, p.tenant, api.KindProof, 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", pr.cfg.Proof.Trials, p.reason))
 	pr.followPlan(ctx, now, p)
+}
+
+// precheckReadings is how many readings at the proof's pace a probe
+// proof takes, with nobody capped, before it starts.
+const precheckReadings = 4
+
+// readable reports whether the contention a probe proof answers to shows
+// where and how the proof reads: a few readings of its kind on its CPU,
+// back to back as a slot takes them (after one that warms the buffer), with nobody capped, whose level (the
+// mean of their log-ratios, as a slot's) is not quiet. The LLC walk read
+// once an interval (its buffer cold) can read several times its quiet
+// level while the same walk read every few milliseconds (its buffer warm)
+// reads quiet: a proof started there would cap its suspect only to read
+// three quiet trials. Deciding whether to prove from readings taken before
+// the proof leaves its bound as it is.
+func (pr *prover) readable(p *proof, before float64) bool {
+	var kinds []string
+	if p.kind != "" {
+		kinds = []string{p.kind}
+	}
+	var sum float64
+	// One reading more, the first, to warm the probe's buffer as a
+	// proof's readings keep it warm: that first reading is the interval's
+	// kind of reading again, not the proof's.
+	for i := range precheckReadings + 1 {
+		rs, err := pr.probe.measureCPU(p.cpu.Domain, p.cpu.CPU, kinds...)
+		if err != nil || len(rs) == 0 {
+			return true // the proof will say what the probe can read
+		}
+		if i > 0 {
+			sum += max(0, math.Log(pr.cont.Worst(pr.cont.Rate(rs), nil)))
+		}
+	}
+	level, quiet := math.Exp(sum/precheckReadings), judge.QuietLevel(before)
+	if level >= quiet {
+		return true
+	}
+	pr.log.Debug("proof not started: the contention does not show at the proof's pace", "tenant", p.tenant.Name,
+		"cpu", p.cpu.CPU, "kind", p.kind, "before", before, "level", level, "quiet", quiet)
+	return false
 }
 
 // followPlan applies the cap state the proof wants now and sets the

@@ -107,3 +107,65 @@ func TestProverRunsAProof(t *testing.T) {
 		})
 	}
 }
+
+// readingsProbe reads the same latency on every CPU, whatever is capped:
+// first a cold reading, then ns in turn (the last one repeats).
+type readingsProbe struct {
+	cold  float64
+	ns    []float64
+	reads int
+}
+
+func (r *readingsProbe) measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error) {
+	ns := r.cold
+	if r.reads > 0 {
+		ns = r.ns[min(r.reads-1, len(r.ns)-1)]
+	}
+	r.reads++
+	return []sense.ProbeReading{{Domain: domain, CPU: cpu, Kind: kinds[0], Ns: ns}}, nil
+}
+
+// Before a probe proof caps anyone, a few readings at the proof's pace
+// must show the contention: an LLC walk that read 8× its quiet level once
+// in an interval (and again in the first reading after it, its buffer
+// still cold) reads 1.0× when read back to back, and a proof there would
+// cap its suspect for three quiet trials and nothing else.
+func TestProverReadableAtTheProofsPace(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ns   []float64
+		want bool
+	}{
+		{"quiet at the proof's pace", []float64{100, 102, 98}, false},
+		{"contended", []float64{600}, true},
+		// A slot is quiet under a third of the way from 1× to the
+		// contention before, and under 1.3× whatever it was; its level is
+		// the mean of its readings' log-ratios.
+		{"under the quiet level of a 4× contention", []float64{125}, false},
+		{"over it", []float64{135}, true},
+		{"one stray reading of four", []float64{100, 100, 250, 100}, false},
+		{"a bursty polluter showing in one reading of four", []float64{100, 100, 700, 100}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{}
+			cfg.fill()
+			cont := judge.NewContention(cfg.Thresholds())
+			cont.Calibrate([]sense.ProbeReading{{Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: 100}})
+			// The first reading is cold, the buffer evicted since the
+			// interval's: 9× whatever comes next, and it must not count.
+			probe := &readingsProbe{cold: 900, ns: tc.ns}
+			acts := &fakeActs{}
+			pr := newProver(cfg, newProofLedger(cfg.Proof), cont, nil, acts, acts, acts, probe, slog.New(slog.DiscardHandler))
+			p := &proof{tenant: sense.Tenant{ID: "/lab/suspect"}, cpu: CPUDomain{0, 1}, kind: sense.ProbeDRAM, signal: signalProbe}
+			if got := pr.readable(p, 4); got != tc.want {
+				t.Errorf("readable = %v, want %v", got, tc.want)
+			}
+			if probe.reads != precheckReadings+1 {
+				t.Errorf("%d readings, want %d", probe.reads, precheckReadings+1)
+			}
+			if len(acts.records) > 0 || acts.capped {
+				t.Errorf("the check capped or recorded: %v", acts.records)
+			}
+		})
+	}
+}

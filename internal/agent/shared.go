@@ -37,6 +37,9 @@ func (a *Agent) startProof(ctx context.Context, now time.Time, p *proof, before 
 	a.prover.start(ctx, now, p, before)
 }
 
+// readable is the prover's (which see), for the probe policy.
+func (a *Agent) readable(p *proof, before float64) bool { return a.prover.readable(p, before) }
+
 // tightening and tighteningOn are the throttles' (which see), for the
 // policies.
 func (a *Agent) tightening(signal string, cpus cpuset.Set) bool {

@@ -213,7 +213,7 @@ func NewProofCarry(cfg ProofConfig, before float64, now time.Time, seed uint64, 
 	}
 	l := math.Log(before)
 	p := &Proof{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), before: before,
-		margin: max(cfg.Effect*l, minMargin), quiet: math.Log(min(1+(before-1)/3, quietRatio)), ceil: l + math.Ln2, share: min(innocentShare*l, maxShare),
+		margin: max(cfg.Effect*l, minMargin), quiet: math.Log(QuietLevel(before)), ceil: l + math.Ln2, share: min(innocentShare*l, maxShare),
 		start: now, from: now, evidence: carry}
 	p.trials = append(p.trials, Trial{CappedFirst: p.rng.IntN(2) == 0})
 	return p
@@ -420,6 +420,13 @@ const minMargin = 0.0953 // log 1.1
 // whatever the contention was before: a freed slot at 2× a capped one at
 // 1× says something even when the contention had been at 8×.
 const quietRatio = 1.3
+
+// QuietLevel is the contention ratio under which a proof against
+// contention at before reads a slot as quiet: a third of the way from 1 to
+// before, at most quietRatio.
+func QuietLevel(before float64) float64 {
+	return min(1+(max(before, 1.01)-1)/3, quietRatio)
+}
 
 // quietStop is how many quiet trials in a row end a proof, and
 // leaningQuietStop how many end one whose evidence leans to guilt.
