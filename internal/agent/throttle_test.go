@@ -76,11 +76,7 @@ func TestAgentThrottleAnswersToItsProofsKind(t *testing.T) {
 // between intervals: its proof starts within two watches, not after the
 // next interval and its confirmation.
 func TestAgentWatchCatchesAPolluterBetweenIntervals(t *testing.T) {
-	w := newWorld(t)
-	w.setRunning(false)
-	cfg := testConfig(t.TempDir())
-	cfg.Interval = time.Second
-	hs := newVirtualHarness(t, w, cfg, nil)
+	w, _, hs := newQuietHarness(t, time.Second)
 	defer hs.stop(t)
 	// Quiet intervals at 0, 1, 2 and 3 s: the clock stops just after the
 	// last one.

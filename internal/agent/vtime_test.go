@@ -188,11 +188,7 @@ func TestVirtualLoopTakesProofReadingsWhenDue(t *testing.T) {
 // a polluter already running is judged within a fraction of a second. The
 // third comes an interval after the second.
 func TestVirtualLoopJudgesSoonAtStart(t *testing.T) {
-	w := newWorld(t)
-	w.setRunning(false)
-	cfg := testConfig(t.TempDir())
-	cfg.Interval = time.Second
-	hs := newVirtualHarness(t, w, cfg, nil)
+	_, cfg, hs := newQuietHarness(t, time.Second)
 	defer hs.stop(t)
 	start := hs.clock.Now()
 	quick := hs.agent.WatchEvery()
@@ -216,4 +212,15 @@ func TestVirtualLoopJudgesSoonAtStart(t *testing.T) {
 	if hs.agent.steps != 3 {
 		t.Errorf("%d intervals at %s, want 3", hs.agent.steps, quick+cfg.Interval)
 	}
+}
+
+// newQuietHarness is an agent on virtual time sampling every interval in
+// a world whose polluter does not run (yet).
+func newQuietHarness(t *testing.T, interval time.Duration) (*world, Config, *harness) {
+	t.Helper()
+	w := newWorld(t)
+	w.setRunning(false)
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = interval
+	return w, cfg, newVirtualHarness(t, w, cfg, nil)
 }
