@@ -54,8 +54,13 @@ type WaitSample struct {
 	Stale bool
 	// Fair is the CPU the tenant is entitled to where every busy tenant
 	// sharing its CPUs wants more (0 = unknown): a tenant that gets at
-	// least that waits as the price of sharing, and is no victim. The
-	// scheduler, not crosstalk, keeps tenants that share CPUs fair.
+	// least that waits as the price of sharing, and is no victim. Nor is
+	// one that asked for less than that (its CPU time and its run delay
+	// together, what it would have run with the CPUs to itself): the
+	// scheduler gives such a tenant all it asks for, later, and its waits
+	// are the wake-up latency of sharing a CPU with a busy neighbour, not
+	// CPU taken from it. The scheduler, not crosstalk, keeps tenants that
+	// share CPUs fair.
 	Fair float64
 }
 
@@ -173,7 +178,7 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 			c.hot[s.ID] = c.hot[s.ID] << 1 & 0b111
 		}
 		r.Contended = above && (c.runs[s.ID] >= 2 || b.Above(stretch, c.th.Strong, 2*c.th.Noise)) &&
-			!(s.Fair > 0 && s.Usage >= s.Fair) && c.lost(s.ID, s.Usage)
+			!(s.Fair > 0 && s.Usage >= s.Fair) && !(s.Fair > 0 && s.Usage+s.Delay < s.Fair) && c.lost(s.ID, s.Usage)
 		if c.last == nil {
 			c.last = map[string]WaitRating{}
 		}

@@ -215,15 +215,28 @@ func TestCPUWaitFairShare(t *testing.T) {
 		usage  float64
 		fair   float64
 		victim bool
+		// before is its CPU use before the waits (default 0.95).
+		before float64
 	}{
-		{"below its share", 0.3, 0.5, true},
-		{"at its share", 0.5, 0.5, false},
-		{"above its share", 0.8, 0.5, false},
-		{"share unknown", 0.8, 0, true},
+		{"below its share", 0.3, 0.5, true, 0},
+		{"at its share", 0.5, 0.5, false, 0},
+		{"above its share", 0.8, 0.5, false, 0},
+		{"share unknown", 0.8, 0, true, 0},
+		// A light service that used 0.15 of a CPU and now gets 0.12,
+		// waiting twice that: it asked for 0.36 of a CPU whose fair
+		// share is a half. Its waits are wake-up latency behind a busy
+		// neighbour, and it would get all it asks for with nobody
+		// crowding it out.
+		{"asked for less than its share", 0.12, 0.5, false, 0.15},
+		{"asked for its share and got less", 0.2, 0.5, true, 0.3},
 	} {
 		c := NewCPUWait(Thresholds{})
+		before := tc.before
+		if before == 0 {
+			before = 0.95
+		}
 		for range 8 {
-			c.Update([]WaitSample{{ID: "t", Usage: 0.95, Delay: 0.05, Fair: tc.fair}})
+			c.Update([]WaitSample{{ID: "t", Usage: before, Delay: 0.05 * before, Fair: tc.fair}})
 		}
 		var v WaitVerdict
 		for range 2 {
