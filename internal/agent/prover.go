@@ -96,8 +96,8 @@ func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before flo
 // proof takes, with nobody capped, before it starts.
 const precheckReadings = 4
 
-// readable reports whether the contention a probe proof answers to shows
-// where and how the proof reads: a few readings of its kind on its CPU,
+// readable reports whether the LLC contention a probe proof answers to
+// shows where and how the proof reads: a few readings of its kind on its CPU,
 // back to back as a slot takes them (after one that warms the buffer), with nobody capped, whose level (the
 // mean of their log-ratios, as a slot's) is not quiet. The LLC walk read
 // once an interval (its buffer cold) can read several times its quiet
@@ -106,10 +106,14 @@ const precheckReadings = 4
 // three quiet trials. Deciding whether to prove from readings taken before
 // the proof leaves its bound as it is.
 func (pr *prover) readable(p *proof, before float64) bool {
-	var kinds []string
-	if p.kind != "" {
-		kinds = []string{p.kind}
+	if p.kind != sense.ProbeLLC {
+		// The DRAM chase's buffer is far beyond the caches, cold at
+		// any pace; and a split-lock storm in a VM comes in bursts that
+		// a few milliseconds of readings can miss, where a proof's
+		// trials, spread over a second, do not.
+		return true
 	}
+	kinds := []string{p.kind}
 	var sum float64
 	// One reading more, the first, to warm the probe's buffer as a
 	// proof's readings keep it warm: that first reading is the interval's
