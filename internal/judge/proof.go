@@ -31,10 +31,11 @@ type ProofConfig struct {
 	Slot time.Duration `yaml:"slot" json:"slot"`
 	// Samples is how many probe readings each slot takes (default 12,
 	// about 1.5 ms apart: a DRAM reading takes about 1.2 ms on the dev
-	// VM, so a slot's readings fit its last 70%); the slot's level is the mean of their log-ratios
-	// (each clipped to [0, log(before)+log 2]), so that a polluter
-	// that shows in a quarter of the readings moves a slot by a quarter of
-	// its contention and a stray reading by a twelfth. A split-lock
+	// VM, so a slot's readings fit its last 70%); the slot's level is the
+	// mean of their log-ratios (each clipped to [0, log(before)+log 2]),
+	// so that a polluter that shows in a quarter of the readings moves a
+	// slot by a quarter of its contention and a stray reading by a
+	// twelfth. A split-lock
 	// polluter in a VM pollutes in bursts: measured on the dev VM, a
 	// polluter sharing its CPU with a paced service showed in one DRAM
 	// reading of four (the host stalls a vCPU that split-locks after it
@@ -50,14 +51,14 @@ type ProofConfig struct {
 	// Alpha is the false-conviction bound (default 0.01): a tenant whose
 	// cap does not move the probe, or moves it by no more than an
 	// innocent's share of the contention (see FalseConviction), is
-	// convicted with at most this probability, however long the proof runs and whenever it stops (a
-	// proof that continues its suspect's previous one, see Carry, shares
+	// convicted with at most this probability, however long the proof
+	// runs and whenever it stops (a proof that continues its suspect's previous one, see Carry, shares
 	// that one's bound).
 	Alpha float64 `yaml:"alpha" json:"alpha"`
 	// Effect is the part of the contention, in log-ratio, that a trial
 	// must see the cap remove beyond an innocent's share (a quarter of
 	// it, at most a drop of 15%) to count in full (default 0.25: with
-	// contention at 4×, the freed slot's level 1.87× the capped one's; a
+	// contention at 4×, the freed slot's level 1.63× the capped one's; a
 	// split-lock polluter sharing its CPU showed in a third to a sixth of
 	// a freed slot's readings on the dev VM). A trial that sees less
 	// counts in proportion, and one that sees less than the share counts
@@ -181,8 +182,9 @@ type Proof struct {
 	ceil   float64 // a reading's log-ratio counts up to this
 	share  float64 // a drop (log) this small is a bystander's share: it bets against guilt
 	start  time.Time
-	// evidence is the running product of the trials' bets: a martingale
-	// with expectation 1 while the cap does nothing.
+	// evidence is the running product of the trials' bets: a nonnegative
+	// supermartingale from 1 while the cap does no more than an
+	// innocent's share.
 	evidence float64
 
 	trials []Trial
