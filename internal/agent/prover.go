@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
@@ -113,21 +112,20 @@ func (pr *prover) readable(p *proof, before float64) bool {
 		// trials, spread over a second, do not.
 		return true
 	}
-	kinds := []string{p.kind}
-	var sum float64
+	ratios := make([]float64, 0, precheckReadings)
 	// One reading more, the first, to warm the probe's buffer as a
 	// proof's readings keep it warm: that first reading is the interval's
 	// kind of reading again, not the proof's.
 	for i := range precheckReadings + 1 {
-		rs, err := pr.probe.measureCPU(p.cpu.Domain, p.cpu.CPU, kinds...)
+		rs, err := pr.probe.measureCPU(p.cpu.Domain, p.cpu.CPU, p.kind)
 		if err != nil || len(rs) == 0 {
 			return true // the proof will say what the probe can read
 		}
 		if i > 0 {
-			sum += max(0, math.Log(pr.cont.Worst(pr.cont.Rate(rs), nil)))
+			ratios = append(ratios, pr.cont.Worst(pr.cont.Rate(rs), nil))
 		}
 	}
-	level, quiet := math.Exp(sum/precheckReadings), judge.QuietLevel(before)
+	level, quiet := judge.SlotLevel(before, ratios), judge.QuietLevel(before)
 	if level >= quiet {
 		return true
 	}

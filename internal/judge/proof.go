@@ -318,12 +318,25 @@ func (p *Proof) score(t *Trial) {
 // level is a slot's contention: the mean of its readings' log-ratios,
 // each clipped to [0, ceil] (a reading faster than the baseline is no
 // contention; one far beyond the contention before is one reading).
-func (p *Proof) level(rs []float64) float64 {
+func (p *Proof) level(rs []float64) float64 { return slotLevel(rs, p.ceil) }
+
+func slotLevel(rs []float64, ceil float64) float64 {
 	var sum float64
 	for _, r := range rs {
-		sum += max(0, min(p.ceil, math.Log(r)))
+		sum += max(0, min(ceil, math.Log(r)))
 	}
 	return sum / float64(len(rs))
+}
+
+// SlotLevel is the contention ratio a proof against contention at before
+// reads from a slot with these readings (contention ratios): the
+// exponential of their mean log-ratio, each clipped as the proof clips it.
+// Under QuietLevel(before) the slot is quiet.
+func SlotLevel(before float64, ratios []float64) float64 {
+	if len(ratios) == 0 {
+		return 1
+	}
+	return math.Exp(slotLevel(ratios, math.Log(max(before, 1.01))+math.Ln2))
 }
 
 func (p *Proof) decide() bool {
