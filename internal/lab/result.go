@@ -26,6 +26,10 @@ type Result struct {
 	// VictimSlowdownWithoutPolluter is the victim's slowdown with its
 	// neighbours but the polluter, under no policy (Options.WithoutPolluter).
 	VictimSlowdownWithoutPolluter *float64 `json:"victim_slowdown_without_polluter,omitempty"`
+	// VictimSlowdownCPUStandIn is the victim's slowdown with the polluter
+	// replaced by a cache-friendly cpu load of its timing, under no policy
+	// (Options.CPUStandIn; only where the polluter shares the victim's CPUs).
+	VictimSlowdownCPUStandIn *float64 `json:"victim_slowdown_cpu_stand_in,omitempty"`
 }
 
 // Solo is a tenant's metric when it ran alone.

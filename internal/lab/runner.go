@@ -43,7 +43,15 @@ type Options struct {
 	// there, against the none policy's, is how much the polluter itself
 	// hurt it (the rest is its other neighbours' share of the CPUs).
 	WithoutPolluter bool
-	Log             *slog.Logger
+	// CPUStandIn adds, to a scenario whose polluter shares a CPU with the
+	// victim, a co-located phase with no policy and the polluter replaced
+	// by the built-in cpu load on its CPUs and with its timing: busy as
+	// the polluter is, but cache-friendly. The victim's slowdown there,
+	// against the none policy's, is what the polluter cost it beyond the
+	// CPU time any busy neighbour on its CPU takes, which the scheduler
+	// shares out and crosstalk leaves alone.
+	CPUStandIn bool
+	Log        *slog.Logger
 	// Stamp is the caller's part of every result's Meta: the binary's
 	// version and commit and the command line.
 	Stamp Meta
@@ -176,6 +184,9 @@ func Planned(s *Scenario, opt Options) time.Duration {
 	if opt.WithoutPolluter && polluter {
 		rep += s.Phase
 	}
+	if _, ok := cpuStandIn(s); opt.CPUStandIn && ok {
+		rep += s.Phase
+	}
 	return time.Duration(max(s.Repetitions, 1)) * rep
 }
 
@@ -192,6 +203,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	stats := map[string]map[string][2]time.Duration{} // policy → tenant → {throttled, cpu} summed
 	last := map[string]phaseOut{}
 	var without []float64 // the victim's value with the polluter left out
+	var standIn []float64 // and with a cpu load in its place
 	for _, p := range r.opt.Policies {
 		colo[p] = map[string][]float64{}
 		stats[p] = map[string][2]time.Duration{}
@@ -247,6 +259,16 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 				}
 			}
 		}
+		if tenants, ok := cpuStandIn(s); r.opt.CPUStandIn && ok {
+			r.log.Info("co-located phase with a cpu load in the polluter's place", "policy", "none", "seconds", s.Phase.Seconds(), "repetition", rep)
+			out, err := r.phase(ctx, fmt.Sprintf("r%d-cpu-stand-in", rep), s.Phase, 0, tenants, nonePolicy{})
+			if err != nil {
+				return nil, err
+			}
+			if v, ok := out.values[s.Victim().Name]; ok {
+				standIn = append(standIn, v)
+			}
+		}
 	}
 
 	for _, t := range s.Tenants {
@@ -264,6 +286,13 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		if so := res.Solo[res.Victim]; so.Value != nil {
 			if sd, ok := Slowdown(*so.Value, v, so.Direction); ok {
 				res.VictimSlowdownWithoutPolluter = ptr(sd)
+			}
+		}
+	}
+	if v, ok := median(standIn); ok {
+		if so := res.Solo[res.Victim]; so.Value != nil {
+			if sd, ok := Slowdown(*so.Value, v, so.Direction); ok {
+				res.VictimSlowdownCPUStandIn = ptr(sd)
 			}
 		}
 	}
@@ -550,4 +579,22 @@ func (o *Options) fill() error {
 		o.Registry = DefaultPolicies()
 	}
 	return nil
+}
+
+// cpuStandIn is the scenario's tenants with the polluter replaced by the
+// built-in cpu load, on the polluter's CPUs and with its start, stop and
+// pause: ok is false unless the polluter shares a CPU with the victim (only
+// there does its CPU use alone slow the victim).
+func cpuStandIn(s *Scenario) ([]Tenant, bool) {
+	victim := s.Victim()
+	out := make([]Tenant, 0, len(s.Tenants))
+	ok := false
+	for _, t := range s.Tenants {
+		if t.Role == RolePolluter && !t.cpus.Intersect(victim.cpus).IsEmpty() {
+			t.Load, t.Args, t.Command, t.Metric, t.re = "cpu", nil, nil, nil, nil
+			ok = true
+		}
+		out = append(out, t)
+	}
+	return out, ok
 }

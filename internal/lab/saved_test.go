@@ -277,3 +277,51 @@ func TestMetaLines(t *testing.T) {
 		})
 	}
 }
+
+// A polluter on the victim's CPU gets a cpu load in its place, on its CPUs
+// and with its timing; one on other CPUs does not (its CPU use alone does
+// not slow the victim).
+func TestCPUStandIn(t *testing.T) {
+	parse := func(polluterCPUs string) *Scenario {
+		t.Helper()
+		s, err := Parse([]byte(`name: shared
+phase: 4s
+tenants:
+  - {name: victim, role: victim, load: chase, args: ["--size", "4MiB"], cpus: "1"}
+  - {name: bus, role: polluter, load: splitlock, args: ["--rate", "1000"], cpus: "`+polluterCPUs+`", start: 1s, stop: 3s, pause: 1500ms, resume: 2s}
+  - {name: svc, role: bystander, command: ["sh", "-c", "echo ops 5"], metric: {name: ops, regex: "ops (\\d+)", direction: higher}, cpus: "0"}
+`), "shared")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := parse("0-1")
+	got, ok := cpuStandIn(s)
+	if !ok || len(got) != 3 {
+		t.Fatalf("cpuStandIn = %d tenants, %v; want 3, true", len(got), ok)
+	}
+	in := got[1]
+	if in.Role != RolePolluter || in.Load != "cpu" || in.Args != nil || in.Command != nil || in.Metric != nil ||
+		in.CPUSet().String() != "0-1" || in.Start != time.Second || in.Stop != 3*time.Second || in.Pause != 1500*time.Millisecond || in.Resume != 2*time.Second {
+		t.Errorf("stand-in = %+v", in)
+	}
+	if got[0].Load != "chase" || got[2].Command == nil || s.Tenants[1].Load != "splitlock" {
+		t.Errorf("the other tenants or the scenario changed: %+v, %+v", got, s.Tenants[1])
+	}
+	if name, _, _ := in.MetricInfo(); name != "ops_per_sec" {
+		t.Errorf("stand-in's metric = %q, want the cpu load's", name)
+	}
+	opt := Options{Policies: []string{"none", "crosstalk"}, SoloVictimOnly: true, WithoutPolluter: true, CPUStandIn: true}
+	// 1 solo + 2 co-located + 1 without the polluter + 1 with the stand-in.
+	if p := Planned(s, opt); p != 20*time.Second {
+		t.Errorf("Planned = %s, want 20s", p)
+	}
+	alone := parse("0")
+	if _, ok := cpuStandIn(alone); ok {
+		t.Error("a stand-in for a polluter that does not share the victim's CPUs")
+	}
+	if p := Planned(alone, opt); p != 16*time.Second {
+		t.Errorf("Planned alone = %s, want 16s", p)
+	}
+}

@@ -54,9 +54,18 @@ type RunScore struct {
 	VictimSlowdownAfter map[string]*float64 `json:"victim_slowdown_after_first_action"`
 	// Harm is what the polluter itself cost the victim: its slowdown under
 	// the none policy over its slowdown with the polluter left out (nil
-	// when not measured). Harmful: at least HarmThreshold.
-	Harm    *float64 `json:"harm,omitempty"`
-	Harmful bool     `json:"harmful"`
+	// when not measured).
+	Harm *float64 `json:"harm,omitempty"`
+	// HarmBeyondCPU, where the polluter shares the victim's CPUs, is its
+	// harm beyond the CPU time it takes there: the victim's slowdown under
+	// the none policy over its slowdown with a cache-friendly cpu load of
+	// the polluter's timing in its place (nil when not measured). CPU time
+	// on a shared CPU is the scheduler's to share out; what crosstalk
+	// answers for is the rest.
+	HarmBeyondCPU *float64 `json:"harm_beyond_cpu,omitempty"`
+	// Harmful: HarmBeyondCPU where measured, else Harm, at least
+	// HarmThreshold.
+	Harmful bool `json:"harmful"`
 }
 
 // HarmThreshold is the harm from which a polluter run counts as harmful:
@@ -234,9 +243,14 @@ func ScoreRun(s *Scenario, res *Result) RunScore {
 	in.PolicyStart, in.Events, in.Actions = ct.PolicyStartSeconds, ct.Timeline.Events, ct.Actions
 	firstAction := ScoreAttribution(&sc, in)
 	if in.Guilty != "" {
-		if none, without := sc.VictimSlowdown["none"], res.VictimSlowdownWithoutPolluter; none != nil && without != nil && *without > 0 {
+		none := sc.VictimSlowdown["none"]
+		if without := res.VictimSlowdownWithoutPolluter; none != nil && without != nil && *without > 0 {
 			sc.Harm = ptr(*none / *without)
 			sc.Harmful = *sc.Harm >= HarmThreshold
+		}
+		if standIn := res.VictimSlowdownCPUStandIn; none != nil && standIn != nil && *standIn > 0 {
+			sc.HarmBeyondCPU = ptr(*none / *standIn)
+			sc.Harmful = *sc.HarmBeyondCPU >= HarmThreshold
 		}
 	}
 	var solo Solo

@@ -183,6 +183,22 @@ func TestScoreVictimSlowdownAfterFirstAction(t *testing.T) {
 			t.Errorf("without the polluter %v: harm %v harmful %v, want %v %v", c.without, deref(got.Harm), got.Harmful, 5/c.without, c.harmful)
 		}
 	}
+	// Where the polluter shares the victim's CPUs, a cpu load in its place
+	// decides: harm beyond its CPU use, whatever the harm.
+	res.VictimSlowdownWithoutPolluter = fp(2)
+	for _, c := range []struct {
+		standIn float64
+		harmful bool
+	}{{4.5, false}, {2, true}} {
+		res.VictimSlowdownCPUStandIn = fp(c.standIn)
+		got = ScoreRun(s, res)
+		if got.HarmBeyondCPU == nil || math.Abs(*got.HarmBeyondCPU-5/c.standIn) > 1e-9 || got.Harmful != c.harmful ||
+			got.Harm == nil || math.Abs(*got.Harm-2.5) > 1e-9 {
+			t.Errorf("cpu load in its place %v: harm %v beyond CPU %v harmful %v, want 2.5 %v %v",
+				c.standIn, deref(got.Harm), deref(got.HarmBeyondCPU), got.Harmful, 5/c.standIn, c.harmful)
+		}
+	}
+	res.VictimSlowdownCPUStandIn = nil
 	// Without a policy "crosstalk" there is nothing to score.
 	res.Results = res.Results[:1]
 	if sc := ScoreRun(s, res); sc.Error == "" {
