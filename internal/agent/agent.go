@@ -241,6 +241,9 @@ func (a *Agent) Tick(ctx context.Context, now, next time.Time) time.Time {
 	due := next.IsZero() || !now.Before(next)
 	if !due && !a.watchAt.IsZero() && !now.Before(a.watchAt) {
 		a.watchAt = now.Add(a.WatchEvery())
+		if len(a.throttles.throttled) > 0 && !a.cfg.DryRun {
+			a.throttles.releaseStopped(ctx, now, a.d.Stats)
+		}
 		due = a.probes.watch(a.prover.proof != nil || len(a.throttles.throttled) > 0)
 	}
 	if !due {

@@ -27,6 +27,11 @@ type throttled struct {
 	kind   string
 	reason string // the conviction, for a re-throttle on its record
 	since  time.Time
+	// looked is its CPU use at the watch's last look between intervals,
+	// and idleLooks how many looks in a row found it idle (see
+	// releaseStopped).
+	looked    *sense.TenantStats
+	idleLooks int
 }
 
 // throttles are the tenants the probe policy and CPU wait convicted and
@@ -216,11 +221,7 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 			if underIdle {
 				why = fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed, never held back by it", s.usage, allowed)
 			}
-			th.holds.release(ctx, t.tenant, why)
-			delete(th.throttled, id)
-			if t.signal == signalProbe {
-				th.convicts[id] = convict{at: now, reason: t.reason, kind: t.kind}
-			}
+			th.release(ctx, now, id, t, why)
 		case judge.DutyTighten, judge.DutyRelax:
 			q := th.sp.Quota(t.thr.Step, ncpus)
 			if err := th.holds.apply(ctx, t.tenant, q, fmt.Sprintf("duty %d/%d", t.thr.Step, th.sp.Steps), now); err != nil {
@@ -231,6 +232,71 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 		}
 	}
 	return idle
+}
+
+// release lifts a throttle its controller is done with (the contention
+// stayed quiet at full relaxation, or the tenant stopped); a polluter
+// convicted by the probes stays on record (convicts), so that it is held
+// again at once if it comes back with the contention.
+func (th *throttles) release(ctx context.Context, now time.Time, id string, t *throttled, why string) {
+	th.holds.release(ctx, t.tenant, why)
+	delete(th.throttled, id)
+	if t.signal == signalProbe {
+		th.convicts[id] = convict{at: now, reason: t.reason, kind: t.kind}
+	}
+}
+
+// stoppedLooks is how many looks in a row must find a throttled tenant
+// idle before the watch releases it.
+const stoppedLooks = 2
+
+// minLook is the shortest window a look judges a tenant's CPU use over:
+// several periods of the duty grid (16 ms by default), so that a tenant
+// still running at its duty shows its share in every window.
+const minLook = 50 * time.Millisecond
+
+// releaseStopped looks, between intervals, at the CPU use of each
+// throttled tenant and releases one that used less than its idle share
+// of what its duty allows, never held back by its quota, over
+// stoppedLooks looks in a row (a quarter-interval each by default): it
+// has stopped or exited. The interval's own rule takes two idle intervals,
+// the first of them wholly after the stop, so a polluter that stopped
+// would stay throttled for one to one and a half intervals; a look is one
+// read of its cgroup's CPU counters. It reports whether it released any.
+func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats StatsReader) bool {
+	released := false
+	for id, t := range th.throttled {
+		st, err := stats.Read(ctx, t.tenant, t.looked)
+		if err != nil {
+			// Gone, or unreadable for now: the interval decides.
+			t.looked, t.idleLooks = nil, 0
+			continue
+		}
+		prev := t.looked
+		if prev == nil || st.At.Sub(prev.At) < minLook {
+			if prev == nil {
+				t.looked = &st
+			}
+			continue
+		}
+		t.looked = &st
+		window := st.At.Sub(prev.At)
+		used := (st.Usage - prev.Usage).Seconds() / window.Seconds()
+		ncpus := t.tenant.CPUs.Len()
+		idle := st.Throttled == prev.Throttled && now.Sub(t.since) >= th.idleGrace() && th.duty.Idle(t.thr.Step, used, ncpus)
+		if !idle {
+			t.idleLooks = 0
+			continue
+		}
+		t.idleLooks++
+		if t.idleLooks < stoppedLooks {
+			continue
+		}
+		th.release(ctx, now, id, t, fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed over the last %.2fs, never held back by it",
+			used, th.duty.Allowed(t.thr.Step, ncpus), window.Seconds()))
+		released = true
+	}
+	return released
 }
 
 // readings are the readings its controller answers to: those of the kind

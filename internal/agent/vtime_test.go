@@ -224,3 +224,36 @@ func newQuietHarness(t *testing.T, interval time.Duration) (*world, Config, *har
 	cfg.Interval = interval
 	return w, cfg, newVirtualHarness(t, w, cfg, nil)
 }
+
+// A throttled polluter that stops is released between intervals, at the
+// watch's pace: two looks in a row that find it idle, well under the
+// interval (whose own rule needs two idle intervals, the first of them
+// wholly after the stop). One still running at its duty is not.
+func TestVirtualLoopReleasesAStoppedPolluterBetweenIntervals(t *testing.T) {
+	w := newWorld(t)
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = time.Second
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop(t)
+	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
+	// Past the grace after a throttle begins, still running at its duty.
+	hs.advance(t, hs.agent.throttles.idleGrace()+cfg.Interval, nil)
+	if hs.has(api.KindRelease, "polluter") || w.quota("polluter").Unlimited() {
+		t.Fatalf("released while it ran at its duty:\n%s", hs.log)
+	}
+	w.setRunning(false)
+	took := hs.until(t, "release", 5*time.Second, func() bool { return hs.has(api.KindRelease, "polluter") })
+	look := hs.agent.WatchEvery()
+	if took > (stoppedLooks+1)*look || took >= cfg.Interval {
+		t.Errorf("released %s after it stopped, want within %d looks of %s (and under the interval %s):\n%s", took, stoppedLooks+1, look, cfg.Interval, hs.log)
+	}
+	if !w.quota("polluter").Unlimited() {
+		t.Error("its quota is still set after the release")
+	}
+	hs.mu.Lock()
+	last := hs.actions[len(hs.actions)-1]
+	hs.mu.Unlock()
+	if last.Kind != api.KindRelease || !strings.Contains(last.Reason, "it stopped") {
+		t.Errorf("last action %s (%s), want a release because it stopped", last.Kind, last.Reason)
+	}
+}
