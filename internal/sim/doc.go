@@ -57,8 +57,9 @@
 // step solves that fixed point.
 //
 //   - CPU time: each tenant's demand (cpu × vCPUs, capped by its CFS quota)
-//     is spread over its CPUs; an oversubscribed CPU is shared in
-//     proportion, the rest waits (run delay, PSI).
+//     is spread over its CPUs; an oversubscribed CPU is shared
+//     max-min fairly, as CFS shares it among tenants of equal weight;
+//     the rest waits (run delay, PSI).
 //   - Compute factor C: fmax / (f × clock-modulation duty), times
 //     1 + smtPenalty × (the SMT sibling's busy fraction).
 //   - Frequency: a socket whose power — idle power plus Σ per-CPU dynamic

@@ -442,37 +442,9 @@ func (s *simHost) advance(dt float64) {
 // publish writes the sensor files the agent reads.
 func (s *simHost) publish() error {
 	st := s.state
-	var hostPSI float64
-	for i, t := range s.tenants {
-		if !s.present[i] {
-			continue
-		}
-		c := &s.cum[i]
-		hostPSI += c.psi
-		w := writtenStats{int64(c.usage * 1e6), int64(c.throttled * 1e6), int64(c.psi * 1e6), int64(c.delay * 1e9)}
-		old := s.written[i]
-		dir := s.h.Path(cgroupRoot + t.cgroupPath())
-		if w.usageUS != old.usageUS || w.thrUS != old.thrUS {
-			if err := os.WriteFile(dir+"/cpu.stat", []byte(cpuStat(w.usageUS, int64(c.periods), int64(c.nrThrottled), w.thrUS)), 0o644); err != nil {
-				return err
-			}
-		}
-		if w.psiUS != old.psiUS {
-			if err := os.WriteFile(dir+"/cpu.pressure", []byte(pressure(w.psiUS)), 0o644); err != nil {
-				return err
-			}
-		}
-		if w.delayNS != old.delayNS {
-			// Run delay per thread: the vCPUs share it evenly.
-			per := w.delayNS / int64(t.Threads)
-			run := int64(c.usage * 1e9 / float64(t.Threads))
-			for k := 0; k < t.Threads; k++ {
-				if err := os.WriteFile(s.h.Path(fmt.Sprintf("/proc/%d/schedstat", t.TID(k))), []byte(fmt.Sprintf("%d %d %d\n", run, per, int64(c.ctxs)/int64(t.Threads))), 0o644); err != nil {
-					return err
-				}
-			}
-		}
-		s.written[i] = w
+	hostPSI, err := s.publishTenants()
+	if err != nil {
+		return err
 	}
 	if err := os.WriteFile(s.h.Path("/proc/pressure/cpu"), []byte(pressure(int64(hostPSI*1e6))), 0o644); err != nil {
 		return err
@@ -515,6 +487,46 @@ func (s *simHost) publish() error {
 		}
 	}
 	return nil
+}
+
+// publishTenants writes each tenant's CPU counters (cpu.stat, cpu.pressure,
+// its threads' schedstat): the kernel moves them continuously, so they are
+// written every step, not only when the agent's interval is due (the
+// agent reads them between intervals too: a throttled tenant's CPU use,
+// a CPU-wait proof's victims). It returns the tenants' PSI summed.
+func (s *simHost) publishTenants() (hostPSI float64, err error) {
+	for i, t := range s.tenants {
+		if !s.present[i] {
+			continue
+		}
+		c := &s.cum[i]
+		hostPSI += c.psi
+		w := writtenStats{int64(c.usage * 1e6), int64(c.throttled * 1e6), int64(c.psi * 1e6), int64(c.delay * 1e9)}
+		old := s.written[i]
+		dir := s.h.Path(cgroupRoot + t.cgroupPath())
+		if w.usageUS != old.usageUS || w.thrUS != old.thrUS {
+			if err := os.WriteFile(dir+"/cpu.stat", []byte(cpuStat(w.usageUS, int64(c.periods), int64(c.nrThrottled), w.thrUS)), 0o644); err != nil {
+				return 0, err
+			}
+		}
+		if w.psiUS != old.psiUS {
+			if err := os.WriteFile(dir+"/cpu.pressure", []byte(pressure(w.psiUS)), 0o644); err != nil {
+				return 0, err
+			}
+		}
+		if w.delayNS != old.delayNS {
+			// Run delay per thread: the vCPUs share it evenly.
+			per := w.delayNS / int64(t.Threads)
+			run := int64(c.usage * 1e9 / float64(t.Threads))
+			for k := 0; k < t.Threads; k++ {
+				if err := os.WriteFile(s.h.Path(fmt.Sprintf("/proc/%d/schedstat", t.TID(k))), []byte(fmt.Sprintf("%d %d %d\n", run, per, int64(c.ctxs)/int64(t.Threads))), 0o644); err != nil {
+					return 0, err
+				}
+			}
+		}
+		s.written[i] = w
+	}
+	return hostPSI, nil
 }
 
 func (s *simHost) publishTemps() error {

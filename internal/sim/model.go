@@ -3,6 +3,7 @@ package sim
 import (
 	"math"
 	"math/bits"
+	"slices"
 	"time"
 )
 
@@ -396,8 +397,12 @@ func (md *Model) solve(st *State, active []int, lv *Levers, iters int) {
 	h.CPUTemp = make([]float64, md.ncpu)
 
 	// 1. CPU time: each tenant's demand (capped by its quota) is spread
-	// over its CPUs; an oversubscribed CPU is shared in proportion (CFS).
+	// over its CPUs; an oversubscribed CPU is shared as CFS shares it
+	// among tenants of equal weight, max-min fairly: a tenant that wants
+	// less than an equal share gets all it wants, and those that want more
+	// split the rest equally (level: see waterLevel).
 	load := make([]float64, md.ncpu)
+	demands := make([][]float64, md.ncpu)
 	for _, i := range active {
 		ts := &st.Tenants[i]
 		b := md.tenants[i].Phases[ts.Phase]
@@ -409,14 +414,15 @@ func (md *Model) solve(st *State, active []int, lv *Levers, iters int) {
 		per := eff / float64(len(md.cpus[i]))
 		for _, c := range md.cpus[i] {
 			load[c] += per
+			demands[c] = append(demands[c], per)
 		}
 	}
-	share := func(c int) float64 {
-		if load[c] <= 1 {
-			return 1
-		}
-		return 1 / load[c]
+	level := make([]float64, md.ncpu)
+	for c := range level {
+		level[c] = waterLevel(demands[c], 1)
 	}
+	// got is the CPU time a tenant wanting per of CPU c gets there.
+	got := func(per float64, c int) float64 { return min(per, level[c]) }
 	for c := range load {
 		h.CPUBusy[c] = min(1, load[c])
 	}
@@ -429,10 +435,10 @@ func (md *Model) solve(st *State, active []int, lv *Levers, iters int) {
 		per := eff / float64(len(md.cpus[i]))
 		perW := b.Power / float64(len(md.tenants[i].VCPUs))
 		for _, c := range md.cpus[i] {
-			got := per * share(c)
-			ts.Alloc += got
-			ts.Waiting += per - got
-			pw[c] += got * perW * duty(lv.Duty[c])
+			g := got(per, c)
+			ts.Alloc += g
+			ts.Waiting += per - g
+			pw[c] += g * perW * duty(lv.Duty[c])
 		}
 	}
 
@@ -493,7 +499,7 @@ func (md *Model) solve(st *State, active []int, lv *Levers, iters int) {
 		per := eff / float64(len(md.cpus[i]))
 		var num, mhz float64
 		for _, c := range md.cpus[i] {
-			w := per * share(c) / ts.Alloc
+			w := got(per, c) / ts.Alloc
 			f := h.CPUMHz[c] * duty(lv.Duty[c])
 			smt := 1.0
 			if sib := md.sibling[c]; sib >= 0 {
@@ -738,7 +744,7 @@ func (md *Model) solve(st *State, active []int, lv *Levers, iters int) {
 		per := min(ts.Want, lv.Quota[i]) / float64(len(md.cpus[i]))
 		for _, c := range md.cpus[i] {
 			if pw[c] > 0 {
-				ts.Power += h.CPUPower[c] * per * share(c) * perW * duty(lv.Duty[c]) / pw[c]
+				ts.Power += h.CPUPower[c] * got(per, c) * perW * duty(lv.Duty[c]) / pw[c]
 			}
 		}
 		work := ts.Progress
@@ -753,6 +759,30 @@ func (md *Model) solve(st *State, active []int, lv *Levers, iters int) {
 			ContextSw:    250 * ts.Alloc,
 		}
 	}
+}
+
+// waterLevel is the most CPU time any one demand gets when capacity is
+// shared max-min fairly: every demand under it is met in full, and every
+// demand over it gets it (+Inf when all demands fit).
+func waterLevel(demands []float64, capacity float64) float64 {
+	var total float64
+	for _, d := range demands {
+		total += d
+	}
+	if total <= capacity {
+		return math.Inf(1)
+	}
+	ds := slices.Clone(demands)
+	slices.Sort(ds)
+	left := capacity
+	for k, d := range ds {
+		share := left / float64(len(ds)-k)
+		if d >= share {
+			return share
+		}
+		left -= d
+	}
+	return left // not reached: the demands exceed the capacity
 }
 
 // busOccupancy is the fraction of time bus locks hold the memory system at

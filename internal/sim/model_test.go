@@ -301,3 +301,34 @@ tenants:
 		t.Errorf("%d probe targets, want 2 per domain", n)
 	}
 }
+
+// A CPU is shared max-min fairly, as CFS shares it among tenants of equal
+// weight: a demand under an equal share is met in full, the others split
+// the rest equally.
+func TestWaterLevel(t *testing.T) {
+	for _, c := range []struct {
+		demands []float64
+		want    float64
+	}{
+		{[]float64{0.3, 0.5}, math.Inf(1)},                   // fits
+		{[]float64{1, 1}, 0.5},                               // equal split
+		{[]float64{0.1, 1, 1}, 0.45},                         // the small one in full
+		{[]float64{0.404, 0.637, 1}, 1.0 / 3},                // all over an equal share
+		{[]float64{0.2, 0.3, 0.9, 0.9}, 0.8 / 3},             // 0.2 met, the rest split 0.8
+		{[]float64{0.05, 0.1, 0.2, 2}, 1 - 0.05 - 0.1 - 0.2}, // one takes what is left
+	} {
+		got := waterLevel(c.demands, 1)
+		if math.Abs(got-c.want) > 1e-9 && !(math.IsInf(got, 1) && math.IsInf(c.want, 1)) {
+			t.Errorf("waterLevel(%v) = %v, want %v", c.demands, got, c.want)
+		}
+		if !math.IsInf(got, 1) {
+			var sum float64
+			for _, d := range c.demands {
+				sum += min(d, got)
+			}
+			if math.Abs(sum-1) > 1e-9 {
+				t.Errorf("waterLevel(%v) = %v hands out %v of 1", c.demands, got, sum)
+			}
+		}
+	}
+}

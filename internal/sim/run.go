@@ -236,6 +236,8 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 				if err := s.publish(); err != nil {
 					return nil, err
 				}
+			} else if _, err := s.publishTenants(); err != nil {
+				return nil, err
 			}
 			before := processCPU()
 			nn := r.ag.Tick(ctx, now, next)
