@@ -54,7 +54,8 @@ type WaitSample struct {
 	Stale bool
 	// Fair is the CPU the tenant is entitled to where every busy tenant
 	// sharing its CPUs wants more (0 = unknown): a tenant that gets at
-	// least that waits as the price of sharing, and is no victim. Nor is
+	// least that (within fairSlack) waits as the price of sharing, and is
+	// no victim. Nor is
 	// one that asked for less than that (its CPU time and its run delay
 	// together, what it would have run with the CPUs to itself): the
 	// scheduler gives such a tenant all it asks for, later, and its waits
@@ -89,6 +90,12 @@ type WaitVerdict struct {
 	Ratings []WaitRating
 	Reason  string
 }
+
+// fairSlack is how far under its fair share a tenant's CPU use may be and
+// still count as its fair share: the scheduler shares a CPU fairly over
+// its own periods, not over every window of an interval, and three
+// tenants wanting a whole CPU each read 0.32-0.34 of it, not 1/3 exactly.
+const fairSlack = 0.1
 
 // minWaitUsage is the CPU use below which a tenant's stretch is not judged:
 // a nearly idle tenant's few wake-ups make its stretch noise.
@@ -178,7 +185,7 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 			c.hot[s.ID] = c.hot[s.ID] << 1 & 0b111
 		}
 		r.Contended = above && (c.runs[s.ID] >= 2 || b.Above(stretch, c.th.Strong, 2*c.th.Noise)) &&
-			!(s.Fair > 0 && s.Usage >= s.Fair) && !(s.Fair > 0 && s.Usage+s.Delay < s.Fair) && c.lost(s.ID, s.Usage)
+			!(s.Fair > 0 && s.Usage >= (1-fairSlack)*s.Fair) && !(s.Fair > 0 && s.Usage+s.Delay < s.Fair) && c.lost(s.ID, s.Usage)
 		if c.last == nil {
 			c.last = map[string]WaitRating{}
 		}

@@ -220,6 +220,10 @@ func TestCPUWaitFairShare(t *testing.T) {
 	}{
 		{"below its share", 0.3, 0.5, true, 0},
 		{"at its share", 0.5, 0.5, false, 0},
+		// Three tenants that want a whole CPU each, read over a window:
+		// a third of it each, give or take the scheduler's periods.
+		{"a shade under its share", 0.3215, 1.0 / 3, false, 0},
+		{"a tenth under its share", 0.29, 1.0 / 3, true, 0},
 		{"above its share", 0.8, 0.5, false, 0},
 		{"share unknown", 0.8, 0, true, 0},
 		// A light service that used 0.15 of a CPU and now gets 0.12,
