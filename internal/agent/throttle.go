@@ -283,7 +283,11 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 		window := st.At.Sub(prev.At)
 		used := (st.Usage - prev.Usage).Seconds() / window.Seconds()
 		ncpus := t.tenant.CPUs.Len()
-		idle := st.Throttled == prev.Throttled && now.Sub(t.since) >= th.idleGrace() && th.duty.Idle(t.thr.Step, used, ncpus)
+		// Its windows begin after the throttle did, so none spans the
+		// switch from a proof's cap; a proof's period (1 s) must still
+		// have passed, in case the switch left it waiting that out.
+		idle := st.Throttled == prev.Throttled && !prev.At.Before(t.since) && now.Sub(t.since) >= proofPeriod &&
+			th.duty.Idle(t.thr.Step, used, ncpus)
 		if !idle {
 			t.idleLooks = 0
 			continue

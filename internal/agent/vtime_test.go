@@ -256,4 +256,18 @@ func TestVirtualLoopReleasesAStoppedPolluterBetweenIntervals(t *testing.T) {
 	if last.Kind != api.KindRelease || !strings.Contains(last.Reason, "it stopped") {
 		t.Errorf("last action %s (%s), want a release because it stopped", last.Kind, last.Reason)
 	}
+
+	// Back, it is throttled again on its record; stopped again a proof's
+	// period after that (the interval's rule would still wait a second
+	// and two intervals), it is released at the watch's pace again.
+	throttles := hs.count(api.KindThrottle, "polluter")
+	w.setRunning(true)
+	hs.until(t, "throttle again", 5*time.Second, func() bool { return hs.count(api.KindThrottle, "polluter") > throttles })
+	hs.advance(t, proofPeriod+look, nil)
+	releases := hs.count(api.KindRelease, "polluter")
+	w.setRunning(false)
+	took = hs.until(t, "second release", 5*time.Second, func() bool { return hs.count(api.KindRelease, "polluter") > releases })
+	if took > (stoppedLooks+1)*look {
+		t.Errorf("released %s after it stopped a second time, want within %d looks of %s:\n%s", took, stoppedLooks+1, look, hs.log)
+	}
 }
