@@ -490,10 +490,7 @@ func (s *simHost) publish() error {
 }
 
 // publishTenants writes each tenant's CPU counters (cpu.stat, cpu.pressure,
-// its threads' schedstat): the kernel moves them continuously, so they are
-// written every step, not only when the agent's interval is due (the
-// agent reads them between intervals too: a throttled tenant's CPU use,
-// a CPU-wait proof's victims). It returns the tenants' PSI summed.
+// its threads' schedstat). It returns the tenants' PSI summed.
 func (s *simHost) publishTenants() (hostPSI float64, err error) {
 	for i, t := range s.tenants {
 		if !s.present[i] {

@@ -211,7 +211,7 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 		a.Start(ctx)
 	}
 
-	var next time.Time
+	var next, lastState time.Time
 	var reported time.Duration // virtual time told to o.Progress
 	step := sc.Step
 	dt := step.Seconds()
@@ -231,22 +231,21 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 		r.account(dt)
 		if r.ag != nil {
 			now := vclock()
-			due := next.IsZero() || !now.Before(next)
-			if due {
-				if err := s.publish(); err != nil {
-					return nil, err
-				}
-			} else if _, err := s.publishTenants(); err != nil {
+			// The kernel's counters move continuously, and the agent
+			// reads some between its intervals (the watch, a proof's
+			// readings) and may run an interval early (a first sign of
+			// contention): every step publishes them all.
+			if err := s.publish(); err != nil {
 				return nil, err
 			}
 			before := processCPU()
 			nn := r.ag.Tick(ctx, now, next)
-			if due {
+			// An interval ran if the agent published a new state.
+			if st, ok := r.ag.Latest(); ok && st.Time.After(lastState) {
+				lastState = st.Time
 				r.ticks = append(r.ticks, (processCPU() - before).Seconds())
-				if st, ok := r.ag.Latest(); ok {
-					r.intervals = append(r.intervals, st.IntervalCPU)
-					r.perfFDs = max(r.perfFDs, st.PerfFDs)
-				}
+				r.intervals = append(r.intervals, st.IntervalCPU)
+				r.perfFDs = max(r.perfFDs, st.PerfFDs)
 			}
 			next = nn
 		}
