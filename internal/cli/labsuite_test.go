@@ -108,6 +108,11 @@ func TestLabSuiteSmoke(t *testing.T) {
 			t.Errorf("no victim slowdown under %s: %v", p, r.VictimSlowdown)
 		}
 	}
+	// A polluter on the victim's CPUs has its harm beyond CPU use measured
+	// (a cpu load in its place), and only such a polluter.
+	if shared := r.Placement == lab.PlaceWithVictim; shared != (r.HarmBeyondCPU != nil) {
+		t.Errorf("placement %s: harm beyond its CPU use %v", r.Placement, r.HarmBeyondCPU)
+	}
 	if r.Convicted && r.ConvictionSeconds == nil || r.FirstCapSeconds == nil && r.ConvictionSeconds != nil {
 		t.Errorf("inconsistent scores: %+v", r)
 	}
