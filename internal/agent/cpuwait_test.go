@@ -30,9 +30,9 @@ type cpuWorld struct {
 	tenants []sense.Tenant
 	hogOn   bool
 	// hogWeight is the hog's CPU weight against the victim's 1 (its
-	// cpu.shares over the victim's; 0 counts as 1): at weight 2 it takes
-	// two thirds of CPU 1, more than its fair half, and the victim gets
-	// less than its own.
+	// cpu.shares over the victim's; 0 counts as 1): at weight 4 it takes
+	// four fifths of CPU 1, far more than its fair half, and the victim
+	// gets less than half its own.
 	hogWeight float64
 	hogBoot   float64 // while > 0 the hog is booting: it uses this much CPU and hardly waits
 	bg        float64 // busy threads of no tenant on CPU 1
@@ -191,13 +191,13 @@ func (w *cpuWorld) set(f func(w *cpuWorld)) {
 }
 
 // The hog arrives on the victim's CPU after the victim learned its quiet
-// waits and takes more than its fair half of it: the probes stay quiet, the
+// waits and takes far more than its fair half of it: the probes stay quiet, the
 // victim's CPU wait convicts the hog by a proof, it is throttled, and
 // released when it stops. Neither the victim nor the bystander on the other
 // CPU is ever throttled.
 func TestAgentCPUWaitThrottlesTheHog(t *testing.T) {
 	w := newCPUWorld(t)
-	w.hogWeight = 2
+	w.hogWeight = 4
 	hs := newCPUHarness(t, w)
 	hs.advance(t, 400*time.Millisecond, nil) // the victim's quiet baseline
 	w.set(func(w *cpuWorld) { w.hogOn = true })
@@ -284,7 +284,7 @@ func TestAgentCPUWaitDisabled(t *testing.T) {
 	// start starts the hog after the victim's quiet baseline.
 	start := func(tweak ...func(*Config)) *cpuHarness {
 		w := newCPUWorld(t)
-		w.hogWeight = 2
+		w.hogWeight = 4
 		hs := newCPUHarness(t, w, tweak...)
 		hs.advance(t, 300*time.Millisecond, nil)
 		w.set(func(w *cpuWorld) { w.hogOn = true })
@@ -319,12 +319,41 @@ func TestAgentCPUWaitSparesATenantWithinItsFairShare(t *testing.T) {
 		hs.stop(t)
 		return hs
 	}
-	if hs := run(3); hs.count("throttle", "hog") == 0 {
-		t.Fatalf("control: a hog taking 3/5 of CPU 1 (over its fair half) was not throttled: %+v", hs.actions)
+	if hs := run(8); hs.count("throttle", "hog") == 0 {
+		t.Fatalf("control: a hog taking 4/5 of CPU 1 (over half again its fair half) was not throttled: %+v", hs.actions)
 	}
 	hs := run(1)
 	if n := hs.count("proof", "hog") + hs.count("throttle", "hog"); n > 0 {
 		t.Errorf("a hog within its fair share (1/3 of CPU 1, fair 1/2) was proved or throttled %d times", n)
+	}
+	st, _ := hs.a.Latest()
+	if st.CPUWaitRatio < 1.3 {
+		t.Errorf("the victim did not wait (ratio %.2f): the test tests nothing", st.CPUWaitRatio)
+	}
+}
+
+// A tenant a little over its fair share — 0.63 of CPU 1 against a fair
+// half, as a service that wakes often takes from a CPU-bound neighbour —
+// makes the victim wait, and capping it would relieve the victim, but it
+// is not crowding anyone out: it is never proved for it. The control: the
+// same world with the hog at four fifths of CPU 1 convicts it.
+func TestAgentCPUWaitSparesATenantAShadeOverItsShare(t *testing.T) {
+	run := func(weight float64) *cpuHarness {
+		w := newCPUWorld(t)
+		w.hogWeight = weight
+		hs := newCPUHarness(t, w)
+		hs.advance(t, 400*time.Millisecond, nil)
+		w.set(func(w *cpuWorld) { w.hogOn = true })
+		hs.advance(t, 4*time.Second, nil)
+		hs.stop(t)
+		return hs
+	}
+	if hs := run(4); hs.count("throttle", "hog") == 0 {
+		t.Fatalf("control: a hog taking 4/5 of CPU 1 was not throttled: %+v", hs.actions)
+	}
+	hs := run(1.7) // 1.7/2.7 = 0.63 of CPU 1
+	if n := hs.count("proof", "hog") + hs.count("throttle", "hog"); n > 0 {
+		t.Errorf("a hog at 0.63 of CPU 1 (fair 1/2) was proved or throttled %d times", n)
 	}
 	st, _ := hs.a.Latest()
 	if st.CPUWaitRatio < 1.3 {

@@ -42,8 +42,9 @@ func (zeroStats) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats) (
 }
 
 // driveWait runs the policy through a quiet minute (the victim alone
-// busy on CPU 1) and then a crowded one (the hog takes two thirds of CPU
-// 1, the victim waits), and returns the last ranking.
+// busy on CPU 1) and then a crowded one (the hog takes four fifths of CPU
+// 1, over half again its fair half; the victim waits), and returns the
+// last ranking.
 func driveWait(t *testing.T, f *fakeProofs) []judge.Suspect {
 	t.Helper()
 	cfg := Config{}
@@ -57,8 +58,8 @@ func driveWait(t *testing.T, f *fakeProofs) []judge.Suspect {
 		vs := sample{t: victim, usage: 1, fresh: true, waitUsage: 1, waitDelay: 0.01, waitFresh: true}
 		hs := sample{t: hog, usage: 0, fresh: true, waitFresh: true}
 		if i >= 20 {
-			vs.usage, vs.waitUsage, vs.waitDelay = 0.33, 0.33, 0.67
-			hs.usage, hs.waitUsage, hs.waitDelay = 0.67, 0.67, 0.1
+			vs.usage, vs.waitUsage, vs.waitDelay = 0.2, 0.2, 0.8
+			hs.usage, hs.waitUsage, hs.waitDelay = 0.8, 0.8, 0.1
 		}
 		samples := []sample{vs, hs}
 		views := []judge.TenantView{{ID: victim.ID, Name: victim.Name, CPUs: victim.CPUs, Usage: vs.usage}, {ID: hog.ID, Name: hog.Name, CPUs: hog.CPUs, Usage: hs.usage}}

@@ -35,7 +35,10 @@ phase, starts late, stops early, pauses and comes back, or is already running
 when the agent starts; 0-3 innocent bystanders; and about one run in five a
 control run with no polluter at all. Built-in scenarios (--builtins) and
 scenario files can be added. Each run has the victim's solo phase and one
-co-located phase per policy.
+co-located phase per policy; a polluter run under the none policy has one more
+without the polluter (its harm) and, where the polluter shares the victim's
+CPUs, one with a cache-friendly cpu load in its place (its harm beyond the CPU
+time it takes there). Harmful runs (at least 1.2x) are scored apart.
 
 Each run is scored from the crosstalk policy's actions: the polluter convicted
 or not, the time to its first cap and to its conviction, its release after it
