@@ -14,11 +14,15 @@
 #   ct-libvirt-victim     CPU 1   chase (a busy, latency-bound guest)
 #   ct-libvirt-bystander  CPU 0   cpu --rate (a light steady service)
 #   ct-libvirt-polluter   CPU 1   cpu (a CPU hog), started once the agent
-#                                 has learned the victim's quiet waits
+#                                 has learned the victim's quiet waits, with
+#                                 eight times the victim's CPU weight
 #
 # Under TCG a guest's split locks are no host bus locks (QEMU runs them as
 # ordinary host code, stopping its own vCPUs), so what the polluter does to
-# the victim is CPU-time contention: the victim's vCPU waits for CPU 1. The
+# the victim is CPU-time contention: the victim's vCPU waits for CPU 1. Two
+# guests of equal weight would share it fairly, half each, which crosstalk
+# leaves alone; with its weight the polluter takes eight ninths of it, far
+# over an equal share (crosstalk's fair share counts tenants equally). The
 # real agent (`crosstalk run`, temp state dir) must find the domains by name
 # and UUID, prove the polluter, throttle it through libvirt (virsh
 # schedinfo shows it) and never the others, keep it throttled across a
@@ -234,6 +238,13 @@ domquota() {
   echo "none"
 }
 schedq() { $V schedinfo "$1" --live 2>/dev/null | awk '/^global_quota/{q=$3} /^global_period/{p=$3} END{print q "/" p}'; }
+# heavy gives a domain eight times its CPU weight (libvirt's cpu_shares).
+heavy() {
+  local s
+  s=$($V schedinfo "$1" --live 2>/dev/null | awk '/^cpu_shares/{print $3}')
+  [ -n "$s" ] && [ "$s" -gt 0 ] || fail "no cpu_shares for $1 in virsh schedinfo"
+  $V schedinfo "$1" --live --set cpu_shares=$((s * 8)) >/dev/null || fail "could not set $1's cpu_shares"
+}
 api() {
   exec 3<>"/dev/tcp/127.0.0.1/$PORT" || return 1
   printf 'GET /api/state HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3
@@ -353,6 +364,7 @@ sleep 5 # the victim's quiet waits
 log "starting ct-libvirt-polluter on the victim's CPU"
 TP=$(date +%s.%N)
 guest ct-libvirt-polluter 1 cpu --duration 300s --interval 10s
+heavy ct-libvirt-polluter
 waitfor 60 "the agent to throttle ct-libvirt-polluter" journal_has throttle ct-libvirt-polluter
 TT=$(date +%s.%N)
 TPr=$(awk "BEGIN{print $TP - $T0}") TTr=$(awk "BEGIN{print $TT - $T0}")
@@ -404,6 +416,7 @@ $V destroy ct-libvirt-polluter >/dev/null
 start_agent "$W/agent2.log"; A2=$AGENT
 sleep 5
 guest ct-libvirt-polluter 1 cpu --duration 300s --interval 10s
+heavy ct-libvirt-polluter
 waitfor 60 "the second agent to throttle the polluter" throttles_at_least 2
 q3=$(schedq ct-libvirt-polluter)
 stop_agent "$A2" KILL
