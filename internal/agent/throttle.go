@@ -262,9 +262,8 @@ const minLook = 50 * time.Millisecond
 // has stopped or exited. The interval's own rule takes two idle intervals,
 // the first of them wholly after the stop, so a polluter that stopped
 // would stay throttled for one to one and a half intervals; a look is one
-// read of its cgroup's CPU counters. It reports whether it released any.
-func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats StatsReader) bool {
-	released := false
+// read of its cgroup's CPU counters.
+func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats StatsReader) {
 	for id, t := range th.throttled {
 		st, err := stats.Read(ctx, t.tenant, t.looked)
 		if err != nil {
@@ -298,9 +297,7 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 		}
 		th.release(ctx, now, id, t, fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed over the last %.2fs, never held back by it",
 			used, th.duty.Allowed(t.thr.Step, ncpus), window.Seconds()))
-		released = true
 	}
-	return released
 }
 
 // readings are the readings its controller answers to: those of the kind
