@@ -309,16 +309,7 @@ func TestAgentCPUWaitDisabled(t *testing.T) {
 // the hog crowds no one out and is never proved for it. The control: the
 // same world with the hog weighted to take more than its share convicts it.
 func TestAgentCPUWaitSparesATenantWithinItsFairShare(t *testing.T) {
-	run := func(weight float64) *cpuHarness {
-		w := newCPUWorld(t)
-		w.hogWeight = weight
-		hs := newCPUHarness(t, w)
-		hs.advance(t, 400*time.Millisecond, nil)
-		w.set(func(w *cpuWorld) { w.hogOn, w.bg = true, 1 })
-		hs.advance(t, 4*time.Second, nil)
-		hs.stop(t)
-		return hs
-	}
+	run := func(weight float64) *cpuHarness { return runHog(t, weight, 1) }
 	if hs := run(8); hs.count("throttle", "hog") == 0 {
 		t.Fatalf("control: a hog taking 4/5 of CPU 1 (over half again its fair half) was not throttled: %+v", hs.actions)
 	}
@@ -338,16 +329,7 @@ func TestAgentCPUWaitSparesATenantWithinItsFairShare(t *testing.T) {
 // is not crowding anyone out: it is never proved for it. The control: the
 // same world with the hog at four fifths of CPU 1 convicts it.
 func TestAgentCPUWaitSparesATenantAShadeOverItsShare(t *testing.T) {
-	run := func(weight float64) *cpuHarness {
-		w := newCPUWorld(t)
-		w.hogWeight = weight
-		hs := newCPUHarness(t, w)
-		hs.advance(t, 400*time.Millisecond, nil)
-		w.set(func(w *cpuWorld) { w.hogOn = true })
-		hs.advance(t, 4*time.Second, nil)
-		hs.stop(t)
-		return hs
-	}
+	run := func(weight float64) *cpuHarness { return runHog(t, weight, 0) }
 	if hs := run(4); hs.count("throttle", "hog") == 0 {
 		t.Fatalf("control: a hog taking 4/5 of CPU 1 was not throttled: %+v", hs.actions)
 	}
@@ -359,4 +341,19 @@ func TestAgentCPUWaitSparesATenantAShadeOverItsShare(t *testing.T) {
 	if st.CPUWaitRatio < 1.3 {
 		t.Errorf("the victim did not wait (ratio %.2f): the test tests nothing", st.CPUWaitRatio)
 	}
+}
+
+// runHog starts the hog at a CPU weight on the victim's CPU, beside bg busy
+// threads of no tenant, once the victim's quiet waits are learned; runs the
+// agent 4 s on and stops it.
+func runHog(t *testing.T, weight, bg float64) *cpuHarness {
+	t.Helper()
+	w := newCPUWorld(t)
+	w.hogWeight = weight
+	hs := newCPUHarness(t, w)
+	hs.advance(t, 400*time.Millisecond, nil)
+	w.set(func(w *cpuWorld) { w.hogOn, w.bg = true, bg })
+	hs.advance(t, 4*time.Second, nil)
+	hs.stop(t)
+	return hs
 }

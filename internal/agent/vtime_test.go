@@ -160,12 +160,8 @@ func TestVirtualLoopKeepsTheInterval(t *testing.T) {
 // Run's proof timer takes them: a proof of a few tens of slots ends well
 // within an interval of a second.
 func TestVirtualLoopTakesProofReadingsWhenDue(t *testing.T) {
-	w := newWorld(t)
-	cfg := testConfig(t.TempDir())
-	cfg.Interval = time.Second
-	hs := newVirtualHarness(t, w, cfg, nil)
+	_, cfg, hs := newThrottledHarness(t)
 	defer hs.stop(t)
-	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has("throttle", "polluter") })
 	var proved, throttled time.Time
 	hs.mu.Lock()
 	for _, r := range hs.actions {
@@ -230,12 +226,8 @@ func newQuietHarness(t *testing.T, interval time.Duration) (*world, Config, *har
 // interval (whose own rule needs two idle intervals, the first of them
 // wholly after the stop). One still running at its duty is not.
 func TestVirtualLoopReleasesAStoppedPolluterBetweenIntervals(t *testing.T) {
-	w := newWorld(t)
-	cfg := testConfig(t.TempDir())
-	cfg.Interval = time.Second
-	hs := newVirtualHarness(t, w, cfg, nil)
+	w, cfg, hs := newThrottledHarness(t)
 	defer hs.stop(t)
-	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
 	// Past the grace after a throttle begins, still running at its duty.
 	hs.advance(t, hs.agent.throttles.idleGrace()+cfg.Interval, nil)
 	if hs.has(api.KindRelease, "polluter") || w.quota("polluter").Unlimited() {
@@ -270,4 +262,16 @@ func TestVirtualLoopReleasesAStoppedPolluterBetweenIntervals(t *testing.T) {
 	if took > (stoppedLooks+1)*look {
 		t.Errorf("released %s after it stopped a second time, want within %d looks of %s:\n%s", took, stoppedLooks+1, look, hs.log)
 	}
+}
+
+// newThrottledHarness is an agent on virtual time, sampling every second,
+// run until it has proved and throttled the world's polluter.
+func newThrottledHarness(t *testing.T) (*world, Config, *harness) {
+	t.Helper()
+	w := newWorld(t)
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = time.Second
+	hs := newVirtualHarness(t, w, cfg, nil)
+	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
+	return w, cfg, hs
 }

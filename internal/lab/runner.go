@@ -250,23 +250,17 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			}
 			if len(rest) < len(s.Tenants) {
 				r.log.Info("co-located phase without the polluter", "policy", "none", "seconds", s.Phase.Seconds(), "repetition", rep)
-				out, err := r.phase(ctx, fmt.Sprintf("r%d-without-polluter", rep), s.Phase, 0, rest, nonePolicy{})
-				if err != nil {
+				var err error
+				if without, err = r.victimUnderNone(ctx, fmt.Sprintf("r%d-without-polluter", rep), rest, without); err != nil {
 					return nil, err
-				}
-				if v, ok := out.values[s.Victim().Name]; ok {
-					without = append(without, v)
 				}
 			}
 		}
 		if tenants, ok := cpuStandIn(s); r.opt.CPUStandIn && ok {
 			r.log.Info("co-located phase with a cpu load in the polluter's place", "policy", "none", "seconds", s.Phase.Seconds(), "repetition", rep)
-			out, err := r.phase(ctx, fmt.Sprintf("r%d-cpu-stand-in", rep), s.Phase, 0, tenants, nonePolicy{})
-			if err != nil {
+			var err error
+			if standIn, err = r.victimUnderNone(ctx, fmt.Sprintf("r%d-cpu-stand-in", rep), tenants, standIn); err != nil {
 				return nil, err
-			}
-			if v, ok := out.values[s.Victim().Name]; ok {
-				standIn = append(standIn, v)
 			}
 		}
 	}
@@ -579,6 +573,19 @@ func (o *Options) fill() error {
 		o.Registry = DefaultPolicies()
 	}
 	return nil
+}
+
+// victimUnderNone runs a co-located phase of these tenants under no
+// policy and appends the victim's value to vals (if it reported one).
+func (r *runner) victimUnderNone(ctx context.Context, name string, tenants []Tenant, vals []float64) ([]float64, error) {
+	out, err := r.phase(ctx, name, r.s.Phase, 0, tenants, nonePolicy{})
+	if err != nil {
+		return vals, err
+	}
+	if v, ok := out.values[r.s.Victim().Name]; ok {
+		vals = append(vals, v)
+	}
+	return vals, nil
 }
 
 // cpuStandIn is the scenario's tenants with the polluter replaced by the
