@@ -55,9 +55,9 @@ type WaitSample struct {
 	// Fair is the CPU the tenant is entitled to where every busy tenant
 	// sharing its CPUs wants more (0 = unknown): a tenant that gets at
 	// least that (within fairSlack) waits as the price of sharing, and is
-	// no victim. Nor is
-	// one that asked for less than that (its CPU time and its run delay
-	// together, what it would have run with the CPUs to itself): the
+	// no victim. Nor is one that asked for less than that (its CPU time
+	// and its run delay together, what it would have run with the CPUs to
+	// itself): the
 	// scheduler gives such a tenant all it asks for, later, and its waits
 	// are the wake-up latency of sharing a CPU with a busy neighbour, not
 	// CPU taken from it. The scheduler, not crosstalk, keeps tenants that
