@@ -57,11 +57,10 @@ type WaitSample struct {
 	// least that (within fairSlack) waits as the price of sharing, and is
 	// no victim. Nor is one that asked for less than that (its CPU time
 	// and its run delay together, what it would have run with the CPUs to
-	// itself): the
-	// scheduler gives such a tenant all it asks for, later, and its waits
-	// are the wake-up latency of sharing a CPU with a busy neighbour, not
-	// CPU taken from it. The scheduler, not crosstalk, keeps tenants that
-	// share CPUs fair.
+	// itself): the scheduler gives such a tenant all it asks for, later,
+	// and its waits are the wake-up latency of sharing a CPU with a busy
+	// neighbour, not CPU taken from it. The scheduler, not crosstalk, keeps
+	// tenants that share CPUs fair.
 	Fair float64
 }
 
