@@ -283,6 +283,7 @@ func TestSuiteTextAndJSON(t *testing.T) {
 	sr := &SuiteResult{Seed: 7, Policies: []string{"none", "crosstalk"}, Runs: []RunScore{
 		{Name: "gen-7", Repetition: 1, Seed: &seed, Class: ClassPolluter, Victim: "chase-4MiB", Polluter: "splitlock", Timing: TimingBeforeAgent, Placement: PlaceAlone,
 			AlreadyRunning: true, Convicted: true, FirstCapSeconds: fp(0.8), ConvictionSeconds: fp(1.2), InnocentsProofCapped: 1, InnocentProofCapSeconds: 0.25,
+			Harm: fp(3), HarmBeyondCPU: fp(1.5), Harmful: true,
 			VictimSlowdown: map[string]*float64{"none": fp(6), "crosstalk": fp(1.5)}, VictimSlowdownAfter: map[string]*float64{"none": fp(7), "crosstalk": fp(1.1)}},
 		{Name: "gen-8", Repetition: 1, Class: ClassControl, Timing: TimingWhole, Victim: "server", InnocentsConvicted: 1, InnocentConvictedSeconds: 3,
 			VictimSlowdown: map[string]*float64{"none": fp(1), "crosstalk": fp(1.2)}},
@@ -296,7 +297,7 @@ func TestSuiteTextAndJSON(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"gen-7      splitlock before-agent alone vs chase-4MiB",
-		"caught", "cap 0.80s convict 1.20s release – (already running)",
+		"caught", "cap 0.80s convict 1.20s release – (already running) | harm 3.00× (beyond its CPU use 1.50×)",
 		"innocents proof 1 (0.25s) convicted 0 (0.00s)",
 		"victim crosstalk 1.50× (after 1.10×), none 6.00× (after 7.00×)",
 		"gen-8      control whole vs server", "false-conviction",
@@ -336,6 +337,7 @@ func TestSuiteReportHTML(t *testing.T) {
 	sr := &SuiteResult{Seed: 3, Host: "<host>", Policies: []string{"none", "crosstalk"}, Runs: []RunScore{
 		{Name: "gen-3", Repetition: 1, Seed: &seed, Class: ClassPolluter, Victim: "chase-1MiB", Polluter: "stream", Timing: TimingPause, Placement: PlaceWithVictim,
 			Bystanders: []string{"steady", "redis"}, Convicted: true, FirstCapSeconds: fp(0.5), ConvictionSeconds: fp(0.9), ReleaseSeconds: fp(0.3), AlreadyRunning: true,
+			Harm: fp(2.4), HarmBeyondCPU: fp(1.3), Harmful: true,
 			VictimSlowdown: map[string]*float64{"none": fp(2), "crosstalk": fp(1.25)}, VictimSlowdownAfter: map[string]*float64{"none": fp(2.5), "crosstalk": fp(1.05)}},
 		{Name: "my-<file>", Repetition: 2, Class: ClassControl, Error: "tenant <x> failed"},
 	}}
@@ -348,7 +350,7 @@ func TestSuiteReportHTML(t *testing.T) {
 	wantAll(t, page, "<title>crosstalk lab suite</title>", "host <b>&lt;host&gt;</b>", "2 run(s)",
 		"100% of 1", "0.90s / 0.90s", "0.30s / 0.30s",
 		">chase-1MiB<", ">stream<", ">pause<", ">with-victim<", "steady, redis", `class="verdict-caught">caught<`, "0.50s ⁱ",
-		"2.00× / 2.50×", "1.25× / 1.05×", "my-&lt;file&gt; #2", "error: tenant &lt;x&gt; failed")
+		"2.00× / 2.50×", "1.25× / 1.05×", "2.40× / 1.30× ʰ", "my-&lt;file&gt; #2", "error: tenant &lt;x&gt; failed")
 	if strings.Contains(page, "<host>") || strings.Contains(page, "<x>") {
 		t.Error("names from the result are not escaped")
 	}
