@@ -22,7 +22,7 @@
 # the victim is CPU-time contention: the victim's vCPU waits for CPU 1. Two
 # guests of equal weight would share it fairly, half each, which crosstalk
 # leaves alone; with its weight the polluter takes eight ninths of it, far
-# over an equal share (crosstalk's fair share counts tenants equally). The
+# over an equal share, which the agent (cpu_wait.prove on) proves. The
 # real agent (`crosstalk run`, temp state dir) must find the domains by name
 # and UUID, prove the polluter, throttle it through libvirt (virsh
 # schedinfo shows it) and never the others, keep it throttled across a
@@ -267,7 +267,9 @@ waitfor() { # seconds description command...
 # host's other tenants and from the hypervisor descheduling our own vCPUs;
 # with the default thresholds the probe path proves whichever guest it
 # tests by coincidence every minute or so. The e2e is about libvirt and
-# the CPU-wait signal, which keep their defaults; the probes are the lab's.
+# the CPU-wait signal, which keeps its thresholds; the probes are the lab's.
+# CPU wait proves and throttles only where cpu_wait.prove says so: here,
+# a host whose guests' CPU weights are not meant to divide a shared CPU.
 cat > "$W/agent.yaml" <<EOF
 interval: 250ms
 listen: $API
@@ -277,6 +279,8 @@ judge:
   strong: 100
   llc_ratio: 50
   llc_strong: 100
+cpu_wait:
+  prove: true
 EOF
 start_agent() { # log-file
   "$CROSSTALK" run --config "$W/agent.yaml" --log-level info > "$1" 2>&1 &

@@ -175,6 +175,15 @@ type CPUWaitConfig struct {
 	// Enabled judges CPU wait (default true). Turn it off where tenants are
 	// meant to share CPUs and compete for them.
 	Enabled *bool `yaml:"enabled"`
+	// Prove lets CPU wait prove and throttle a tenant that takes half
+	// again an equal share of the CPUs it shares (default false: it
+	// reports the victims and the suspects, and proves no one). The
+	// scheduler already shares a CPU fairly among tenants of equal CPU
+	// weight; one takes that much more only by a larger weight — on a
+	// Kubernetes node its pods' requests, which crosstalk must not undo —
+	// or by threads outside its group. Turn it on where tenants' weights
+	// are not meant to divide shared CPUs.
+	Prove *bool `yaml:"prove"`
 	// Ratio: a tenant's stretch ((CPU time + run delay) / CPU time) this
 	// many times its quiet stretch, twice in a row, is contention (default
 	// 1.5); Strong counts at once (default 4).
@@ -347,6 +356,9 @@ func (c *Config) fill() {
 	}
 	if c.CPUWait.Enabled == nil {
 		c.CPUWait.Enabled = ptrTo(true)
+	}
+	if c.CPUWait.Prove == nil {
+		c.CPUWait.Prove = ptrTo(false)
 	}
 	if c.CPUWait.Ratio == 0 {
 		c.CPUWait.Ratio = 1.5

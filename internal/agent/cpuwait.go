@@ -35,10 +35,13 @@ func backoffKey(signal, id string) string {
 // tenant), reached through proofs.
 type cpuWaitPolicy struct {
 	enabled bool
-	stats   StatsReader
-	proofs  waitProofs
-	wait    *judge.CPUWait
-	susp    *judge.Suspects
+	// prove: proofs and throttles for CPU wait (cpu_wait.prove); without
+	// it the policy judges and ranks, and reports.
+	prove  bool
+	stats  StatsReader
+	proofs waitProofs
+	wait   *judge.CPUWait
+	susp   *judge.Suspects
 	// last is this interval's verdict, cpus the CPUs of the tenants it
 	// judged.
 	last judge.WaitVerdict
@@ -71,14 +74,17 @@ type waitProofs interface {
 
 func newCPUWaitPolicy(cfg Config, stats StatsReader, proofs waitProofs) *cpuWaitPolicy {
 	return &cpuWaitPolicy{
-		enabled: *cfg.CPUWait.Enabled, stats: stats, proofs: proofs,
+		enabled: *cfg.CPUWait.Enabled, prove: *cfg.CPUWait.Prove, stats: stats, proofs: proofs,
 		wait: judge.NewCPUWait(cfg.WaitThresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
 		cpus: map[string]cpuset.Set{},
 	}
 }
 
 // reconfigure takes what of cfg may change while the agent runs.
-func (w *cpuWaitPolicy) reconfigure(cfg Config) { w.wait.SetThresholds(cfg.WaitThresholds()) }
+func (w *cpuWaitPolicy) reconfigure(cfg Config) {
+	w.wait.SetThresholds(cfg.WaitThresholds())
+	w.prove = *cfg.CPUWait.Prove
+}
 
 // verdict is this interval's CPU-wait verdict.
 func (w *cpuWaitPolicy) verdict() judge.WaitVerdict { return w.last }
@@ -183,7 +189,7 @@ func (w *cpuWaitPolicy) maybeProve(ctx context.Context, now time.Time, views []j
 	for i := range ranked {
 		ranked[i].Reasons = append(ranked[i].Reasons, fmt.Sprintf("uses %.2f CPU more than before the waits began", w.wait.Gain(ranked[i].ID, usage[ranked[i].ID])))
 	}
-	if !wv.Persistent || len(ranked) == 0 || !w.proofs.mayProve(now) {
+	if !w.prove || !wv.Persistent || len(ranked) == 0 || !w.proofs.mayProve(now) {
 		return ranked
 	}
 	// A throttled tenant on these CPUs that can still be held tighter is

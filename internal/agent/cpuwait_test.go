@@ -160,6 +160,9 @@ type cpuHarness struct {
 func newCPUHarness(t *testing.T, w *cpuWorld, tweak ...func(*Config)) *cpuHarness {
 	t.Helper()
 	cfg := testConfig(t.TempDir())
+	// What CPU wait proves is what these tests are about (cpu_wait.prove;
+	// a tweak may turn it off again).
+	cfg.CPUWait.Prove = ptrTo(true)
 	for _, f := range tweak {
 		f(&cfg)
 	}
@@ -356,4 +359,26 @@ func runHog(t *testing.T, weight, bg float64) *cpuHarness {
 	hs.advance(t, 4*time.Second, nil)
 	hs.stop(t)
 	return hs
+}
+
+// By default (cpu_wait.prove off) CPU wait judges and reports — the victim
+// waits, the hog that takes four fifths of CPU 1 is its suspect — and
+// proves no one: equal shares are the scheduler's to keep, and a tenant
+// over them by its weight is where its weight puts it.
+func TestAgentCPUWaitReportsWithoutProvingByDefault(t *testing.T) {
+	w := newCPUWorld(t)
+	w.hogWeight = 4
+	hs := newCPUHarness(t, w, func(c *Config) { c.CPUWait.Prove = nil })
+	hs.advance(t, 400*time.Millisecond, nil)
+	w.set(func(w *cpuWorld) { w.hogOn = true })
+	waiting := func() bool { st, _ := hs.a.Latest(); return st.CPUWait }
+	hs.until(t, "the victim's waits reported", 10*time.Second, waiting)
+	hs.advance(t, 4*time.Second, nil)
+	hs.stop(t)
+	if n := hs.count("proof", "hog") + hs.count("throttle", "hog"); n > 0 {
+		t.Errorf("the hog was proved or throttled %d times with cpu_wait.prove off", n)
+	}
+	if q := w.quota("hog"); !q.Unlimited() {
+		t.Errorf("hog quota %v", q)
+	}
 }

@@ -48,6 +48,7 @@ func (zeroStats) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats) (
 func driveWait(t *testing.T, f *fakeProofs) []judge.Suspect {
 	t.Helper()
 	cfg := Config{}
+	cfg.CPUWait.Prove = ptrTo(true)
 	cfg.fill()
 	w := newCPUWaitPolicy(cfg, zeroStats{}, f)
 	victim := sense.Tenant{ID: "/lab/victim", Name: "victim", CPUs: cpuset.Of(1)}

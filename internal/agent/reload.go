@@ -71,7 +71,7 @@ func (a *Agent) Reconfigure(ctx context.Context, cfg Config) (ConfigChange, erro
 	next.LogLevel = cfg.LogLevel
 	next.Judge.Ratio, next.Judge.Strong, next.Judge.Tolerance = cfg.Judge.Ratio, cfg.Judge.Strong, cfg.Judge.Tolerance
 	next.Judge.LLCRatio, next.Judge.LLCStrong = cfg.Judge.LLCRatio, cfg.Judge.LLCStrong
-	next.CPUWait.Ratio, next.CPUWait.Strong = cfg.CPUWait.Ratio, cfg.CPUWait.Strong
+	next.CPUWait.Ratio, next.CPUWait.Strong, next.CPUWait.Prove = cfg.CPUWait.Ratio, cfg.CPUWait.Strong, cfg.CPUWait.Prove
 	next.Proof = cfg.Proof
 	period, steps := next.Throttle.Period, next.Throttle.Steps
 	next.Throttle = cfg.Throttle
