@@ -28,7 +28,7 @@ import (
 const unitFile = "systemd/crosstalk.service"
 
 // The capabilities the unit keeps, each with the reason docs/operating.md gives.
-var unitCaps = []string{"CAP_PERFMON", "CAP_DAC_OVERRIDE", "CAP_SYS_RAWIO"}
+var unitCaps = []string{"CAP_PERFMON", "CAP_DAC_OVERRIDE", "CAP_SYS_RAWIO", "CAP_SYSLOG"}
 
 // systemd-analyze verify checks every key and value against systemd's own
 // parser (it needs no running manager). It only warns, exit 0, about unknown
@@ -101,8 +101,8 @@ func TestUnitMatchesTheAgent(t *testing.T) {
 			t.Errorf("ReadWritePaths %v lacks %s", rw, p)
 		}
 	}
-	if got := u.get(svc, "DeviceAllow"); got != "char-cpu/msr rw" {
-		t.Errorf("DeviceAllow = %q", got)
+	if got := u[svc]["DeviceAllow"]; !slices.Equal(got, []string{"char-cpu/msr rw", "/dev/kmsg r"}) {
+		t.Errorf("DeviceAllow = %q, want the MSR devices and /dev/kmsg read-only", got)
 	}
 	if fams := u.words(svc, "RestrictAddressFamilies"); !slices.Contains(fams, "AF_UNIX") || !slices.Contains(fams, "AF_INET") {
 		t.Errorf("RestrictAddressFamilies = %v: AF_UNIX (libvirt) and AF_INET (metrics, Kubernetes API) are needed", fams)
@@ -226,6 +226,43 @@ func TestUnitCapabilitiesOpenPerfCounters(t *testing.T) {
 		if b, _ := os.ReadFile("/proc/sys/kernel/perf_event_paranoid"); strings.TrimSpace(string(b)) > "0" {
 			t.Errorf("without CAP_PERFMON the agent still opened %d perf counters: is the capability needed?", n)
 		}
+	}
+}
+
+// CAP_SYSLOG is what lets the agent read the kernel's bus-lock reports from
+// /dev/kmsg where kernel.dmesg_restrict is 1: the test binary, re-run under
+// setpriv, opens it as the agent does (sense.OpenKernelBusLocks).
+func TestUnitCapabilitiesReadKernelLog(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv not installed (util-linux)")
+	}
+	if _, err := os.Stat("/dev/kmsg"); err != nil {
+		t.Skip("no /dev/kmsg")
+	}
+	open := func(caps []string) error {
+		t.Helper()
+		bs := "-all"
+		for _, c := range caps {
+			bs += ",+" + strings.ToLower(strings.TrimPrefix(c, "CAP_"))
+		}
+		cmd := exec.Command("setpriv", "--bounding-set="+bs, "--inh-caps=-all", "--no-new-privs", "--", os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), kmsgHelperEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	if err := open(unitCaps); err != nil {
+		t.Errorf("with the unit's capabilities %v /dev/kmsg does not open: %v", unitCaps, err)
+	}
+	without := slices.DeleteFunc(slices.Clone(unitCaps), func(c string) bool { return c == "CAP_SYSLOG" })
+	err := open(without)
+	if b, _ := os.ReadFile("/proc/sys/kernel/dmesg_restrict"); strings.TrimSpace(string(b)) == "1" && err == nil {
+		t.Error("without CAP_SYSLOG /dev/kmsg still opened under dmesg_restrict=1: is the capability needed?")
 	}
 }
 

@@ -42,7 +42,7 @@ func (fullState) Latest() (api.State, bool) {
 		Time: time.Now(), Interval: 0.5, Host: "h1", Version: "test", PMU: true, Contention: true, ContentionRatio: 2.5,
 		Tenants: []api.TenantState{
 			{ID: "/vm/a", Kind: "vm", Name: "a", CPU: 1, Duty: 1, Counters: map[string]float64{"bus_locks": 1e5, "llc_misses": 1e6},
-				CPUSeconds: 10, PSISomeSeconds: &psiSeconds, PerfEvents: map[string]float64{"bus_locks": 1e6, "llc_misses": 1e7}},
+				CPUSeconds: 10, PSISomeSeconds: &psiSeconds, PerfEvents: map[string]float64{"bus_locks": 1e6, "llc_misses": 1e7}, KernelBusLockReports: 3},
 			{ID: "/vm/b", Kind: "vm", Name: "b", CPU: 0.1, Throttled: true, Duty: 1.0 / 16, Quota: 0.0625, Score: 3,
 				Holds:     []api.HoldState{{Policy: "buslocks", Lever: "clock_modulation", Duty: 0.125}},
 				Pollution: 58000, Watts: 20, LLCOccupancy: 14 << 20, MemBandwidth: 8.5e9},

@@ -66,6 +66,11 @@ type Deps struct {
 	// budget, pollution permits, LLC/MBA isolation) where the host has
 	// what they need; nil runs only the probe policy.
 	Hardware *Hardware
+	// BusLocks are the kernel's reports of bus-locking threads, where the
+	// CPU detects split or bus locks (nil: none read); ThreadCgroups reads
+	// a reported thread's cgroups (sense.ThreadCgroups).
+	BusLocks      BusLockReports
+	ThreadCgroups func(tid int) ([]string, error)
 	// RestoreRecords undoes every hardware lever recorded in the state
 	// file (resctrl classes, clock modulation, cpufreq limits) from the
 	// records alone, at start (what a killed predecessor left) and at stop.
@@ -126,6 +131,10 @@ type Agent struct {
 	rec   *recorder
 	holds probeHolds
 
+	// kbl attributes the kernel's bus-lock reports (kernelbuslocks.go);
+	// nil without them.
+	kbl *kernelBusLocks
+
 	// health is how each sensor fared (health.go).
 	health *sensorHealth
 
@@ -175,6 +184,9 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a.probes = newProbePolicy(cfg, a.cont, a.domain, d.Probe, a.sensor.measureQuick, a.ledger, a, d.Log)
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
+	}
+	if d.BusLocks != nil {
+		a.kbl = newKernelBusLocks(d.BusLocks, d.ThreadCgroups, d.Log)
 	}
 	return a, nil
 }
@@ -359,6 +371,11 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	}
 	a.budgetRunDelay(tenants)
 	samples := a.sampleTenants(ctx, tenants)
+	if a.kbl != nil {
+		start := time.Now()
+		err := a.kbl.observe(now, samples)
+		a.health.record(sensorKernelReport, time.Since(start), err)
+	}
 	// At start no tenant has rates yet (they take two readings): the
 	// next interval comes soon, so that a polluter already running is
 	// judged within a fraction of a second, not after two intervals.

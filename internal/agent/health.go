@@ -12,14 +12,15 @@ import (
 
 // The sensors the agent runs each interval, as the health metrics name them.
 const (
-	sensorDiscovery    = "discovery"     // the tenant walk (cgroups)
-	sensorLibvirt      = "libvirt"       // libvirt's domain list, where VMs are enriched from it
-	sensorTenantStats  = "tenant_stats"  // every tenant's cgroup counters
-	sensorPerfCounters = "perf_counters" // per-tenant perf events (sync and read)
-	sensorProbe        = "probe"         // the canary probe, over the CPUs it ran on
-	sensorPower        = "power"         // RAPL and its attribution to tenants
-	sensorResctrlSync  = "resctrl_sync"  // resctrl monitoring groups kept in step with the tenants
-	sensorResctrlRead  = "resctrl_read"  // resctrl monitoring data
+	sensorDiscovery    = "discovery"        // the tenant walk (cgroups)
+	sensorLibvirt      = "libvirt"          // libvirt's domain list, where VMs are enriched from it
+	sensorTenantStats  = "tenant_stats"     // every tenant's cgroup counters
+	sensorPerfCounters = "perf_counters"    // per-tenant perf events (sync and read)
+	sensorProbe        = "probe"            // the canary probe, over the CPUs it ran on
+	sensorPower        = "power"            // RAPL and its attribution to tenants
+	sensorResctrlSync  = "resctrl_sync"     // resctrl monitoring groups kept in step with the tenants
+	sensorResctrlRead  = "resctrl_read"     // resctrl monitoring data
+	sensorKernelReport = "kernel_bus_locks" // the kernel's bus-lock reports (/dev/kmsg)
 )
 
 // libvirtHealth is a discoverer that enriches VMs from libvirt

@@ -140,7 +140,7 @@ crosstalk_sensor_errors_total{sensor="discovery"} 0
 crosstalk_sensor_errors_total{sensor="perf_counters"} 3
 crosstalk_sensor_errors_total{sensor="probe"} 0
 crosstalk_sensor_errors_total{sensor="tenant_stats"} 0
-# HELP crosstalk_sensor_success 1 if the sensor's last attempt worked, 0 if it failed (the log and the state API's sensors say why): discovery, libvirt, tenant_stats, perf_counters, probe, power, resctrl_sync, resctrl_read.
+# HELP crosstalk_sensor_success 1 if the sensor's last attempt worked, 0 if it failed (the log and the state API's sensors say why): discovery, libvirt, tenant_stats, perf_counters, kernel_bus_locks, probe, power, resctrl_sync, resctrl_read.
 # TYPE crosstalk_sensor_success gauge
 crosstalk_sensor_success{sensor="discovery"} 1
 crosstalk_sensor_success{sensor="perf_counters"} 0

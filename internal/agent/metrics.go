@@ -46,7 +46,7 @@ type stateCollector struct {
 
 	tenantCPU, tenantThrottledTime, tenantRunDelay, tenantPSI *prometheus.Desc
 	tenantQuota, tenantDuty, tenantThrottled, tenantProtected *prometheus.Desc
-	tenantScore, tenantPerfEvents                             *prometheus.Desc
+	tenantScore, tenantPerfEvents, tenantKernelBusLocks       *prometheus.Desc
 
 	probeLatency, probeBaseline, probeRatio *prometheus.Desc
 
@@ -89,6 +89,8 @@ func newStateCollector(src StateSource, version, commit string) *stateCollector 
 		tenantPerfEvents: d("tenant_perf_events_total",
 			"Perf events counted for the tenant (bus_locks, llc_misses, cycles, instructions, context_switches, ...), summed over the intervals it was counted in: where the perf fd budget leaves it uncounted, nothing is added.",
 			append(slices.Clone(tl), "event")...),
+		tenantKernelBusLocks: d("tenant_kernel_bus_lock_reports_total",
+			"The kernel's split-lock (#AC) and bus-lock (#DB) reports that named one of the tenant's threads, since crosstalk first saw it; absent for a tenant never named. The kernel rate-limits them, so this counts reports, not bus locks.", tl...),
 
 		probeLatency: d("probe_latency_seconds",
 			"Latest latency of a canary probe on an L3 domain, in seconds per operation.", pl...),
@@ -125,7 +127,7 @@ func newStateCollector(src StateSource, version, commit string) *stateCollector 
 			"1 if hardware performance counters are in use, 0 if the canary probes are the only contention signal."),
 
 		sensorSuccess: d("sensor_success",
-			"1 if the sensor's last attempt worked, 0 if it failed (the log and the state API's sensors say why): discovery, libvirt, tenant_stats, perf_counters, probe, power, resctrl_sync, resctrl_read.", "sensor"),
+			"1 if the sensor's last attempt worked, 0 if it failed (the log and the state API's sensors say why): discovery, libvirt, tenant_stats, perf_counters, kernel_bus_locks, probe, power, resctrl_sync, resctrl_read.", "sensor"),
 		sensorDuration: d("sensor_duration_seconds",
 			"Time the sensor's last attempt took, in seconds.", "sensor"),
 		sensorErrors: d("sensor_errors_total",
@@ -138,7 +140,7 @@ func (c *stateCollector) descs() []*prometheus.Desc {
 		c.buildInfo,
 		c.tenantCPU, c.tenantThrottledTime, c.tenantRunDelay, c.tenantPSI,
 		c.tenantQuota, c.tenantDuty, c.tenantThrottled, c.tenantProtected,
-		c.tenantScore, c.tenantPerfEvents,
+		c.tenantScore, c.tenantPerfEvents, c.tenantKernelBusLocks,
 		c.probeLatency, c.probeBaseline, c.probeRatio,
 		c.contention, c.contentionRatio, c.tenants, c.actionsTotal, c.proofsTotal,
 		c.proofInProgress, c.perfFDs, c.interval, c.lastUpdate,
@@ -190,6 +192,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.tenantThrottled, b2f(t.Throttled), l...)
 		gauge(c.tenantProtected, b2f(t.Protected), l...)
 		gauge(c.tenantScore, t.Score, l...)
+		if t.KernelBusLockReports > 0 {
+			counter(c.tenantKernelBusLocks, t.KernelBusLockReports, l...)
+		}
 		seenEvent := make(map[string]bool, len(t.PerfEvents))
 		for ev, v := range t.PerfEvents {
 			// Distinct map keys can collide once invalid UTF-8 is replaced.

@@ -57,7 +57,8 @@ func sampleState() api.State {
 				Counters: map[string]float64{"bus_locks": 250000, "cycles": 9.5e9, "instructions": 2.1e9},
 				Quota:    2, Throttled: true, Duty: 0.5, Score: 0.92,
 				CPUSeconds: 1234.5, ThrottledSeconds: 61.25, RunDelaySeconds: 80, PSISomeSeconds: ptrTo(12.5),
-				PerfEvents: map[string]float64{"bus_locks": 3.5e6, "cycles": 2e12},
+				PerfEvents:           map[string]float64{"bus_locks": 3.5e6, "cycles": 2e12},
+				KernelBusLockReports: 7,
 			},
 			{
 				ID: "pod:web-1/app", Kind: "container", Name: "web-1/app", CPUs: "4-7",
@@ -154,7 +155,7 @@ crosstalk_sensor_duration_seconds{sensor="perf_counters"} 0.5
 # TYPE crosstalk_sensor_errors_total counter
 crosstalk_sensor_errors_total{sensor="discovery"} 0
 crosstalk_sensor_errors_total{sensor="perf_counters"} 3
-# HELP crosstalk_sensor_success 1 if the sensor's last attempt worked, 0 if it failed (the log and the state API's sensors say why): discovery, libvirt, tenant_stats, perf_counters, probe, power, resctrl_sync, resctrl_read.
+# HELP crosstalk_sensor_success 1 if the sensor's last attempt worked, 0 if it failed (the log and the state API's sensors say why): discovery, libvirt, tenant_stats, perf_counters, kernel_bus_locks, probe, power, resctrl_sync, resctrl_read.
 # TYPE crosstalk_sensor_success gauge
 crosstalk_sensor_success{sensor="discovery"} 1
 crosstalk_sensor_success{sensor="perf_counters"} 0
@@ -162,6 +163,9 @@ crosstalk_sensor_success{sensor="perf_counters"} 0
 # TYPE crosstalk_tenant_cpu_seconds_total counter
 crosstalk_tenant_cpu_seconds_total{kind="container",name="web-1/app",tenant="pod:web-1/app"} 600
 crosstalk_tenant_cpu_seconds_total{kind="vm",name="noisy",tenant="vm:noisy"} 1234.5
+# HELP crosstalk_tenant_kernel_bus_lock_reports_total The kernel's split-lock (#AC) and bus-lock (#DB) reports that named one of the tenant's threads, since crosstalk first saw it; absent for a tenant never named. The kernel rate-limits them, so this counts reports, not bus locks.
+# TYPE crosstalk_tenant_kernel_bus_lock_reports_total counter
+crosstalk_tenant_kernel_bus_lock_reports_total{kind="vm",name="noisy",tenant="vm:noisy"} 7
 # HELP crosstalk_tenant_duty_ratio Fraction (0-1) of its CPUs crosstalk lets the tenant use (1 = not throttled by crosstalk).
 # TYPE crosstalk_tenant_duty_ratio gauge
 crosstalk_tenant_duty_ratio{kind="container",name="web-1/app",tenant="pod:web-1/app"} 1
@@ -250,8 +254,8 @@ func TestMetricsVanishedTenant(t *testing.T) {
 		}
 		return n
 	}
-	if n := count("vm:noisy"); n != 9+2 { // 9 per-tenant series (PSI among them) + 2 perf events
-		t.Fatalf("vm:noisy before: %d series, want 11", n)
+	if n := count("vm:noisy"); n != 9+2+1 { // 9 per-tenant series (PSI among them) + 2 perf events + kernel reports
+		t.Fatalf("vm:noisy before: %d series, want 12", n)
 	}
 
 	s2 := sampleState()

@@ -66,6 +66,7 @@ func (a *Agent) publish(now time.Time, v judge.Verdict, samples []sample, ranked
 			ts.PSISomeSeconds = &psi
 		}
 		ts.PerfEvents = a.countPerfEvents(s)
+		ts.KernelBusLockReports = s.kernelBusLocksTotal
 		st.Tenants = append(st.Tenants, ts)
 	}
 	for id := range a.perfTotals {

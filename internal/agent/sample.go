@@ -32,6 +32,11 @@ type sample struct {
 	// the window ended this interval.
 	waitUsage, waitDelay float64
 	waitFresh            bool
+	// kernelBusLocks is how many of the kernel's bus-lock reports named
+	// its threads in the last kernelReportWindow; kernelBusLocksTotal
+	// since it was first seen (kernelbuslocks.go).
+	kernelBusLocks      int
+	kernelBusLocksTotal float64
 }
 
 // runDelayBudget is how many threads' run delay (a /proc/TID/schedstat
@@ -68,7 +73,7 @@ func (a *Agent) viewsOf(samples []sample) []judge.TenantView {
 		if !s.fresh {
 			continue
 		}
-		views = append(views, judge.TenantView{ID: s.t.ID, Name: s.t.Name, CPUs: s.t.CPUs, Usage: s.usage, Counters: s.counters, Protected: a.cfg.protects(s.t)})
+		views = append(views, judge.TenantView{ID: s.t.ID, Name: s.t.Name, CPUs: s.t.CPUs, Usage: s.usage, Counters: s.counters, KernelBusLocks: s.kernelBusLocks, Protected: a.cfg.protects(s.t)})
 	}
 	return views
 }

@@ -201,6 +201,18 @@ func BuildWith(ctx context.Context, cfg Config, h *host.Host, o BuildOptions) (*
 			d.Counters, d.PMU = pc, pres.Hardware
 		}
 	}
+	if idErr == nil {
+		if ok, why := sense.KernelReportsBusLocks(h, id.HasFlag); !ok {
+			log.Info("kernel bus-lock reports off", "why", why)
+		} else if kb, err := sense.OpenKernelBusLocks(h); err != nil {
+			log.Warn("kernel bus-lock reports off", "err", err)
+		} else {
+			log.Info("kernel bus-lock reports on: tenants whose threads the kernel names go first among suspects", "why", why)
+			d.BusLocks = kb
+			d.ThreadCgroups = func(tid int) ([]string, error) { return sense.ThreadCgroups(h, tid) }
+			closers = append(closers, func() { kb.Close() })
+		}
+	}
 	rc := RestoreContext{Host: h, Layout: layout, State: state, Log: log}
 	d.RestoreRecords = func(ctx context.Context) (int, error) { return restoreRecords(ctx, rc) }
 	var events []string

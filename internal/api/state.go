@@ -103,6 +103,10 @@ type TenantState struct {
 	// multiplexing left it uncounted); task_clock is left out, CPUSeconds
 	// has it.
 	PerfEvents map[string]float64 `json:"perf_events_total,omitempty"`
+	// KernelBusLockReports counts the kernel's split-lock and bus-lock
+	// reports that named its threads, since crosstalk first saw it (the
+	// kernel rate-limits them: a count of reports, not of bus locks).
+	KernelBusLockReports float64 `json:"kernel_bus_lock_reports_total,omitempty"`
 	// Quota is the CPU quota in CPUs now (0 = unlimited).
 	Quota float64 `json:"quota"`
 	// Throttled says crosstalk is holding it to a reduced duty; Duty is the
@@ -175,7 +179,7 @@ type ActionRecord struct {
 // SensorState is how one sensor fared: on its last attempt, and in all.
 type SensorState struct {
 	// Sensor names it: discovery, libvirt, tenant_stats, perf_counters,
-	// probe, power, resctrl_sync, resctrl_read.
+	// kernel_bus_locks, probe, power, resctrl_sync, resctrl_read.
 	Sensor string `json:"sensor"`
 	// Success says its last attempt worked; DurationSeconds is what that
 	// attempt took.

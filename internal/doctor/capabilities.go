@@ -25,12 +25,22 @@ type Capabilities struct {
 	PSI      bool        `json:"psi"`
 	PSIInfo  PSICap      `json:"psi_detail"`
 	PMU      PMUCap      `json:"pmu"`
-	Resctrl  ResctrlCap  `json:"resctrl"`
-	RAPL     RAPLCap     `json:"rapl"`
-	CPUFreq  CPUFreqCap  `json:"cpufreq"`
-	MSR      MSRCap      `json:"msr"`
-	KVM      KVMCap      `json:"kvm"`
-	Libvirt  LibvirtCap  `json:"libvirt"`
+	// BusLockReports says whether the kernel names threads that take split
+	// or bus locks (read from /dev/kmsg), which the agent uses where no PMU
+	// counts bus locks.
+	BusLockReports BusLockReportsCap `json:"kernel_bus_lock_reports"`
+	Resctrl        ResctrlCap        `json:"resctrl"`
+	RAPL           RAPLCap           `json:"rapl"`
+	CPUFreq        CPUFreqCap        `json:"cpufreq"`
+	MSR            MSRCap            `json:"msr"`
+	KVM            KVMCap            `json:"kvm"`
+	Libvirt        LibvirtCap        `json:"libvirt"`
+}
+
+// BusLockReportsCap is the kernel's split-lock and bus-lock reporting.
+type BusLockReportsCap struct {
+	On     bool   `json:"on"`
+	Reason string `json:"reason"`
 }
 
 // CPUCap is the CPU's identity.
@@ -174,6 +184,11 @@ func capabilities(e *env) Capabilities {
 	c.PSIInfo = psiCap(e, c.Cgroup)
 	c.PSI = c.PSIInfo.Host
 	c.PMU = pmuCap(e)
+	if e.idErr != nil {
+		c.BusLockReports.Reason = "CPU unknown: " + e.idErr.Error()
+	} else {
+		c.BusLockReports.On, c.BusLockReports.Reason = sense.KernelReportsBusLocks(e.h, e.id.HasFlag)
+	}
 	c.Resctrl = resctrlCap(e)
 	c.RAPL = raplCap(e)
 	c.CPUFreq = cpufreqCap(e)

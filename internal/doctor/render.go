@@ -1,6 +1,8 @@
 package doctor
 
 import (
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+
 	"fmt"
 	"io"
 	"strings"
@@ -284,6 +286,11 @@ func capabilityLines(c Capabilities) [][2]string {
 		add("", fmt.Sprintf("bus-lock event %s (raw config %#x, %s)", m.BusLockEvent.Name, m.BusLockEvent.Config, m.BusLockEvent.Source))
 	} else {
 		add("", "bus-lock event: none ("+m.BusLockReason+")")
+	}
+	if b := c.BusLockReports; b.On {
+		add("", "kernel bus-lock reports: on, read from "+sense.KmsgPath+": "+b.Reason)
+	} else {
+		add("", "kernel bus-lock reports: off: "+b.Reason)
 	}
 
 	r := c.Resctrl

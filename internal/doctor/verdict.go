@@ -64,6 +64,14 @@ func Verdict(r Report) []VerdictItem {
 	}
 	out = append(out, counters)
 
+	reports := VerdictItem{Name: "kernel reports", On: c.BusLockReports.On}
+	if reports.On {
+		reports.What = "names the tenants whose threads take bus locks"
+	} else {
+		reports.What = shortReason(c.BusLockReports.Reason)
+	}
+	out = append(out, reports)
+
 	for _, p := range r.Policies {
 		v := VerdictItem{Name: p.Name, On: p.On, What: shortReason(p.Why)}
 		if v.On && v.What == "" {

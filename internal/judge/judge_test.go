@@ -2,6 +2,7 @@ package judge
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
@@ -195,6 +196,33 @@ func TestRankCounters(t *testing.T) {
 	got := s.Rank(v, tenants, domains, nil)
 	if got[0].ID != "locker" {
 		t.Errorf("bus-lock evidence ignored: %+v", got)
+	}
+}
+
+// Without a PMU, the kernel naming a tenant's thread for bus locks puts it
+// above a busier tenant; a report for a tenant off the contended CPUs, or
+// one idle, puts it nowhere.
+func TestRankKernelReports(t *testing.T) {
+	s := NewSuspects(16)
+	domains := map[int]cpuset.Set{0: cpuset.Of(0, 1, 2, 3), 1: cpuset.Of(4, 5, 6, 7)}
+	tenants := []TenantView{
+		{ID: "busy", CPUs: cpuset.Of(0, 1, 2, 3), Usage: 3},
+		{ID: "locker", CPUs: cpuset.Of(2), Usage: 0.5, KernelBusLocks: 4},
+		{ID: "elsewhere", CPUs: cpuset.Of(5), Usage: 1, KernelBusLocks: 10},
+		{ID: "idle", CPUs: cpuset.Of(1), Usage: 0.01, KernelBusLocks: 10},
+	}
+	v := Verdict{Contended: true, Ratio: 6, Domains: []int{0}}
+	s.Observe(v, tenants)
+	got := s.Rank(v, tenants, domains, nil)
+	if len(got) != 2 || got[0].ID != "locker" || got[1].ID != "busy" {
+		t.Fatalf("ranking = %+v, want locker then busy", got)
+	}
+	if !strings.Contains(strings.Join(got[0].Reasons, "; "), "the kernel reported 4 bus lock(s)") {
+		t.Errorf("locker's reasons do not say why: %q", got[0].Reasons)
+	}
+	tenants[1].KernelBusLocks = 0
+	if got := s.Rank(v, tenants, domains, nil); got[0].ID != "busy" {
+		t.Errorf("without the reports the busier tenant should lead: %+v", got)
 	}
 }
 

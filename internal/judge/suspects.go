@@ -12,12 +12,15 @@ import (
 
 // TenantView is what the judge needs to know about a tenant this interval.
 type TenantView struct {
-	ID        string
-	Name      string
-	CPUs      cpuset.Set
-	Usage     float64            // CPU time per second (cores)
-	Counters  map[string]float64 // perf event rates per second; nil when not counted
-	Protected bool
+	ID       string
+	Name     string
+	CPUs     cpuset.Set
+	Usage    float64            // CPU time per second (cores)
+	Counters map[string]float64 // perf event rates per second; nil when not counted
+	// KernelBusLocks is how many of the kernel's bus-lock reports named its
+	// threads lately (split_lock_detect/bus_lock_detect in warn mode).
+	KernelBusLocks int
+	Protected      bool
 }
 
 // Suspect is a tenant ranked as a possible polluter, with the evidence.
@@ -83,6 +86,12 @@ func appendWindow(h []float64, x float64, n int) []float64 {
 	return h
 }
 
+// kernelReportScore is what the kernel naming a tenant's thread for a bus
+// lock adds to its score: as much as a PMU counting all the host's bus
+// locks against it, and more than activity and correlation give a tenant
+// on fewer than three busy CPUs.
+const kernelReportScore = 3
+
 // minUsage is the CPU use below which a tenant cannot be the polluter.
 const minUsage = 0.05
 
@@ -142,6 +151,13 @@ func (s *Suspects) RankOn(contended cpuset.Set, tenants []TenantView, skip func(
 					reasons = append(reasons, fmt.Sprintf("%s %s/s, %.0f%% of the host's", ev.what, humanize.SI(x, ""), 100*share))
 				}
 			}
+		}
+		if t.KernelBusLocks > 0 {
+			// The kernel saw its threads take bus locks: no other tenant's
+			// CPU use or correlation outweighs that. It orders the proofs
+			// only; the proof still decides.
+			score += kernelReportScore
+			reasons = append(reasons, fmt.Sprintf("the kernel reported %d bus lock(s) by its threads lately", t.KernelBusLocks))
 		}
 		out = append(out, Suspect{ID: t.ID, Name: t.Name, Score: score, Reasons: reasons})
 	}
