@@ -40,6 +40,7 @@ func TestDetectTrees(t *testing.T) {
 	}{
 		{"dev-epyc-vm", ModeHybrid, "/sys/fs/cgroup/unified", "v1", "/sys/fs/cgroup/cpu"},
 		{"intel-skx-2s", ModeV2, "/sys/fs/cgroup", "v2", ""},
+		{"intel-emr-vm", ModeV2, "/sys/fs/cgroup", "v2", ""},
 		{"amd-milan-1s", ModeV1, "", "v1", "/sys/fs/cgroup/cpu,cpuacct"},
 	}
 	for _, tc := range tests {

@@ -49,7 +49,7 @@ func TestDoctorJSON(t *testing.T) {
 // A capture of a tree, read back, must give the same report: the recorder
 // saw every file doctor used.
 func TestCaptureRoundTrip(t *testing.T) {
-	for _, name := range []string{"dev-epyc-vm", "intel-skx-2s", "amd-milan-1s"} {
+	for _, name := range []string{"dev-epyc-vm", "intel-emr-vm", "intel-skx-2s", "amd-milan-1s"} {
 		t.Run(name, func(t *testing.T) { checkCaptureRoundTrip(t, tree(name)) })
 	}
 }

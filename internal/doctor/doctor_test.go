@@ -93,6 +93,7 @@ func TestDoctorTrees(t *testing.T) {
 		zones     []string
 		cpus      float64
 		numaNodes float64
+		reports   bool // the kernel reports bus-locking threads
 		checks    map[string]string
 	}{
 		{
@@ -102,6 +103,17 @@ func TestDoctorTrees(t *testing.T) {
 				"split_lock_detect": "info", "ksm": "ok", "ept": "info", "thp": "ok", "smt": "ok",
 				"numa_balancing": "ok", "cpufreq_governor": "info", "nmi_watchdog": "ok",
 				"resctrl_mount": "info", "perf_event_paranoid": "info", "psi": "ok",
+			},
+		},
+		{
+			// Captured: a 16-vCPU Firecracker guest on Emerald Rapids, with
+			// bus_lock_detect passed through and cgroup v2's controllers.
+			tree: "intel-emr-vm", mode: "v2", psi: true, hwPMU: false, busLock: nil,
+			resctrl: false, l3Ways: nil, mba: false, zones: []string{}, cpus: 16, numaNodes: 1, reports: true,
+			checks: map[string]string{
+				"split_lock_detect": "ok", "ksm": "ok", "ept": "info", "thp": "ok", "smt": "ok",
+				"numa_balancing": "ok", "cpufreq_governor": "info", "nmi_watchdog": "ok",
+				"resctrl_mount": "info", "perf_event_paranoid": "ok", "psi": "ok",
 			},
 		},
 		{
@@ -192,6 +204,9 @@ func TestDoctorTrees(t *testing.T) {
 			}
 			if got := get(t, m, "capabilities.topology.numa_nodes"); got != tc.numaNodes {
 				t.Errorf("topology.numa_nodes = %v, want %v", got, tc.numaNodes)
+			}
+			if got := get(t, m, "capabilities.kernel_bus_lock_reports.on"); got != tc.reports {
+				t.Errorf("kernel_bus_lock_reports.on = %v (%v), want %v", got, get(t, m, "capabilities.kernel_bus_lock_reports.reason"), tc.reports)
 			}
 			got := statuses(t, m)
 			for id, want := range tc.checks {
