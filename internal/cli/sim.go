@@ -70,7 +70,8 @@ Scenario YAML (unknown keys are errors, with their line):
     memory_bandwidth: 100GB/s   # per socket
     tdp: 165W              # per socket, enforced by lowering the socket's frequency
     idle_power: 40W
-    features: {pmu: true, cat: true, mba: true, mbm: true, rapl: true, cpufreq: true, msr: true, hwmon: true}
+    features: {pmu: true, cat: true, mba: true, mbm: true, rapl: true, cpufreq: true, msr: true, hwmon: true,
+               kernel_reports: true}   # kernel_reports: the kernel names split-lock/bus-lock threads in /dev/kmsg, where the CPU detects them
   agent:                   # any key of 'crosstalk run --config'
     interval: 500ms
   tenants:

@@ -31,7 +31,9 @@
 // interval writes what the sensors read (cpu.stat, cpu.pressure,
 // /proc/TID/schedstat, /proc/stat, energy_uj, hwmon temperatures,
 // scaling_cur_freq) and hands the resctrl emulation each RMID's occupancy
-// and memory traffic (resctrlfs.FS.Account), which renders mon_data.
+// and memory traffic (resctrlfs.FS.Account), which renders mon_data. Where
+// the CPU detects split or bus locks, each step also appends the kernel's
+// reports of the locking threads to dev/kmsg (kmsg.go).
 //
 // components_test.go is the contract with the hardware components:
 // each production sensor and actuator (sense.ResctrlMonitor,

@@ -65,6 +65,9 @@ type simHost struct {
 	place      []placement
 	mbmPending map[int][]float64
 	rmidOcc    map[int][]float64
+	// klog is the kernel's split-lock and bus-lock reports (nil where the
+	// CPU detects neither, or Features.KernelReports is off).
+	klog *kernelLog
 }
 
 // tenantCounters are a tenant's cumulative counters.
@@ -141,6 +144,12 @@ func newSimHost(sc *Scenario, dir string) (*simHost, error) {
 			s.msr = append(s.msr, f)
 		}
 	}
+	if trap := s.m.busLockTrap(); trap != "" && on(s.m.Features.KernelReports) {
+		if s.klog, err = newKernelLog(s.root, trap, sc.Seed); err != nil {
+			h.Close()
+			return nil, err
+		}
+	}
 	s.dirtyResctrl, s.dirtyFreq = true, true
 	return s, nil
 }
@@ -148,6 +157,9 @@ func newSimHost(sc *Scenario, dir string) (*simHost, error) {
 func (s *simHost) close() {
 	for _, f := range s.msr {
 		f.Close()
+	}
+	if s.klog != nil {
+		s.klog.close()
 	}
 	s.h.Close()
 }
@@ -282,6 +294,9 @@ func (s *simHost) step(step time.Duration) error {
 	}
 	s.setState(s.model.Solve(s.now, s.levers, s.state, step))
 	s.advance(step.Seconds())
+	if s.klog != nil {
+		return s.logBusLocks(step)
+	}
 	return nil
 }
 
@@ -437,6 +452,44 @@ func (s *simHost) advance(dt float64) {
 	if s.rc != nil && on(s.m.Features.MBM) {
 		s.accountMBM(dt)
 	}
+}
+
+// logBusLocks writes the kernel's reports of the bus locks taken in the
+// step that ends now: a VM's are its vCPU threads' ("CPU k/KVM", as a KVM
+// host reports a guest's), a container's its threads'.
+func (s *simHost) logBusLocks(step time.Duration) error {
+	dt := step.Seconds()
+	var lockers []locker
+	for i, t := range s.tenants {
+		ts := &s.state.Tenants[i]
+		if !ts.Active || !s.present[i] || ts.Rates.BusLocks <= 0 {
+			continue
+		}
+		l := locker{locks: ts.Rates.BusLocks * dt}
+		n := t.Threads
+		if t.Kind == KindVM {
+			n = len(t.VCPUs)
+		}
+		for k := range n {
+			comm := t.Name
+			if t.Kind == KindVM {
+				comm = fmt.Sprintf("CPU %d/KVM", k)
+			} else if len(comm) > 15 {
+				comm = comm[:15] // TASK_COMM_LEN
+			}
+			l.tids, l.comm = append(l.tids, t.TID(k)), append(l.comm, comm)
+		}
+		if len(l.tids) > 0 {
+			lockers = append(lockers, l)
+		}
+	}
+	if len(lockers) == 0 {
+		return nil
+	}
+	if err := s.klog.log((s.now + step).Seconds(), lockers); err != nil {
+		return fmt.Errorf("kernel log: %w", err)
+	}
+	return nil
 }
 
 // publish writes the sensor files the agent reads.

@@ -97,6 +97,12 @@ type Features struct {
 	MSR     *bool `yaml:"msr" json:"msr"`
 	// Hwmon is coretemp temperatures per package and core.
 	Hwmon *bool `yaml:"hwmon" json:"hwmon"`
+	// KernelReports: the kernel names threads that take split or bus
+	// locks in /dev/kmsg (split_lock_detect=warn, its default), where the
+	// CPU detects them (Ice Lake and later Xeons: #AC, once per thread;
+	// Zen 3 and later: #DB, ten reports per five seconds for the host);
+	// false = split_lock_detect=off.
+	KernelReports *bool `yaml:"kernel_reports" json:"kernel_reports"`
 }
 
 func on(b *bool) bool { return b == nil || *b }

@@ -180,7 +180,7 @@ func writeStatic(root string, sc *Scenario) error {
 		if on(f.PMU) {
 			flags = append(flags, "arch_perfmon", "pebs", "bts")
 		}
-		if cm.model != 0x3f && cm.model != 0x55 {
+		if m.busLockTrap() == trapSplitLock {
 			flags = append(flags, "split_lock_detect")
 		}
 	} else {
@@ -188,7 +188,7 @@ func writeStatic(root string, sc *Scenario) error {
 		if on(f.PMU) {
 			flags = append(flags, "perfctr_core", "perfctr_nb", "perfctr_llc")
 		}
-		if cm.family >= 0x19 {
+		if m.busLockTrap() == trapBusLock {
 			flags = append(flags, "bus_lock_detect")
 		}
 	}
