@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"regexp"
 	"strconv"
@@ -77,7 +76,9 @@ func ParseBusLockRecord(rec string) (BusLockReport, bool) {
 // whose hypervisor hides the PMU but passes bus-lock detection through.
 // The reports are few by design, so they say who, not how much.
 //
-// It reads only what the kernel logs after it opens the device.
+// Its first reads return what the kernel's ring still holds from before it
+// opened the device: #AC names a thread once, when it starts, so a loop
+// that began before the agent is named only there.
 type KernelBusLocks struct {
 	f       *os.File
 	buf     []byte
@@ -87,15 +88,12 @@ type KernelBusLocks struct {
 	Records, Lost int
 }
 
-// OpenKernelBusLocks opens the host's /dev/kmsg, non-blocking, at its end.
+// OpenKernelBusLocks opens the host's /dev/kmsg, non-blocking, at the
+// oldest record the kernel holds.
 func OpenKernelBusLocks(h *host.Host) (*KernelBusLocks, error) {
 	f, err := h.OpenFile(KmsgPath, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("kernel bus-lock reports: %w", err)
-	}
-	if _, err := f.Seek(0, io.SeekEnd); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("kernel bus-lock reports: seek to the end of %s: %w", f.Name(), err)
 	}
 	// A /dev/kmsg read returns one record and fails with EINVAL when the
 	// buffer is smaller (records are at most 8 KiB with their dictionary).
