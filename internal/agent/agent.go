@@ -134,6 +134,11 @@ type Agent struct {
 	// kbl attributes the kernel's bus-lock reports (kernelbuslocks.go);
 	// nil without them.
 	kbl *kernelBusLocks
+	// quietSteps counts the intervals in a row in which no tenant was busy
+	// (idleProbeEvery); lastReadings are the probe's last readings, which
+	// the state shows while the probe rests.
+	quietSteps   int
+	lastReadings []sense.ProbeReading
 
 	// health is how each sensor fared (health.go).
 	health *sensorHealth
@@ -412,6 +417,20 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	var readings []sense.ProbeReading
 	var starved []int
 	targets := a.d.Probe.Targets()
+	resting := false
+	if !starting && a.noneBusy(samples) {
+		// No tenant uses the CPU a polluter needs: there is no one to
+		// judge, so the probe only keeps its quiet baselines learning, one
+		// interval in idleProbeEvery. A tenant that turns busy is seen in
+		// the same interval (its CPU use is read first), and probed there.
+		resting = a.quietSteps%idleProbeEvery != 0
+		a.quietSteps++
+	} else {
+		a.quietSteps = 0
+	}
+	if resting {
+		targets = nil
+	}
 	if n := len(targets); n > 1 {
 		// Start from a different CPU each interval and pause between CPUs:
 		// probing a CPU pauses the tenant running there, and whatever runs
@@ -447,6 +466,13 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	if len(starved) > 0 {
 		a.log.Debug("probe could not run in time on CPUs", "cpus", starved)
 	}
+	if resting {
+		views := a.viewsOf(samples)
+		a.wait.observe(samples, views)
+		a.hardware(ctx, now, hw, tenants, discovered)
+		a.publish(now, judge.Verdict{Ratio: a.probes.lastRatio}, samples, nil, a.lastReadings, cpuBefore)
+		return false
+	}
 	if len(readings) == 0 {
 		// No probe signal this interval: hold every probe decision rather
 		// than read silence as quiet (which would relax throttled
@@ -465,6 +491,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 		a.publish(now, judge.Verdict{Ratio: a.probes.lastRatio}, samples, ranked, nil, cpuBefore)
 		return starting
 	}
+	a.lastReadings = readings
 	held := a.heldDomains()
 	a.probes.noteInterval(samples, readings)
 	a.cont.Hold(held)
@@ -503,6 +530,24 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	// A first sign of contention, or a throttled polluter that looks idle:
 	// the next interval comes soon, to confirm it (or release it).
 	return starting || idle || a.prover.proof == nil && len(a.throttles.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent
+}
+
+// idleProbeEvery is how often the probe runs while no tenant is busy: one
+// interval in four (it is most of an idle agent's CPU).
+const idleProbeEvery = 4
+
+// noneBusy says no tenant uses judge.MinUsage of a CPU or more, none is
+// new (without rates yet), and none is throttled or being proved.
+func (a *Agent) noneBusy(samples []sample) bool {
+	if a.prover.proof != nil || len(a.throttles.throttled) > 0 {
+		return false
+	}
+	for _, s := range samples {
+		if !s.fresh || s.usage >= judge.MinUsage {
+			return false
+		}
+	}
+	return true
 }
 
 // domainsOf lists the probe domains a tenant's CPUs touch.

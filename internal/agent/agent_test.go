@@ -34,6 +34,8 @@ type world struct {
 	tenants  []sense.Tenant
 	gone     map[string]bool
 	running  bool          // the polluter is polluting
+	idle     bool          // no tenant uses any CPU
+	probed   int           // the probe's per-CPU measurements so far
 	busyCPU  int           // a CPU whose probe never returns (-1: none)
 	counters bool          // report PMU counters
 	block    chan struct{} // closed to release a blocked probe
@@ -133,9 +135,11 @@ func (s *fakeStats) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats
 	defer s.mu.Unlock()
 	now := s.w.now()
 	rate := map[string]float64{"victim": 1.0, "polluter": 0.85, "bystander": 0.15}[t.Name]
-	if t.Name == "polluter" && !s.w.running {
+	s.w.mu.Lock()
+	if t.Name == "polluter" && !s.w.running || s.w.idle {
 		rate = 0
 	}
+	s.w.mu.Unlock()
 	if q := s.w.quota(t.Name); !q.Unlimited() {
 		rate = min(rate, q.CPUs())
 	}
@@ -171,6 +175,9 @@ func (p fakeProbe) Measure() ([]sense.ProbeReading, error) {
 	return append(p.reading(0), p.reading(1)...), nil
 }
 func (p fakeProbe) MeasureCPU(domain, cpu int, _ ...string) ([]sense.ProbeReading, error) {
+	p.w.mu.Lock()
+	p.w.probed++
+	p.w.mu.Unlock()
 	if cpu == p.w.busyCPU {
 		// A CPU the probe cannot get onto. Released when the test ends,
 		// it reads nothing: the world is being torn down.

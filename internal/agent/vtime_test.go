@@ -275,3 +275,40 @@ func newThrottledHarness(t *testing.T) (*world, Config, *harness) {
 	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
 	return w, cfg, hs
 }
+
+// While no tenant uses the CPU, the probe runs one interval in four (the
+// state keeps showing its last readings); a tenant that turns busy is
+// probed in the interval that first sees it busy.
+func TestVirtualLoopProbeRestsWhileNoTenantIsBusy(t *testing.T) {
+	w := newWorld(t)
+	w.setRunning(false)
+	w.mu.Lock()
+	w.idle = true
+	w.mu.Unlock()
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = time.Second
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop(t)
+	probed := func() int { w.mu.Lock(); defer w.mu.Unlock(); return w.probed }
+	hs.advance(t, 2*cfg.Interval, nil) // the first intervals, before rates
+	before, steps := probed(), hs.agent.steps
+	hs.advance(t, 12*cfg.Interval, nil)
+	intervals := hs.agent.steps - steps
+	if got, most := probed()-before, (intervals/4+1)*2; got > most || got == 0 {
+		t.Errorf("%d probe measurements in %d idle intervals, want 1..%d (one interval in 4, 2 CPUs)", got, intervals, most)
+	}
+	if st, _ := hs.agent.Latest(); len(st.Probes) == 0 {
+		t.Error("the state shows no probe readings while the probe rests")
+	}
+	// Busy again: the next interval probes.
+	w.mu.Lock()
+	w.idle = false
+	w.mu.Unlock()
+	w.setRunning(true)
+	before, steps = probed(), hs.agent.steps
+	hs.until(t, "an interval", 3*time.Second, func() bool { return hs.agent.steps > steps })
+	if probed() == before {
+		t.Error("the interval that found tenants busy did not probe")
+	}
+	hs.until(t, "throttle", 10*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
+}

@@ -364,6 +364,8 @@ removed afterwards.`,
 	cmd.Flags().DurationVar(&oo.Warmup, "warmup", 5*time.Second, "time before measuring")
 	cmd.Flags().DurationVar(&oo.Duration, "duration", 30*time.Second, "measured time")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&oo.CPUProfile, "cpuprofile", "", "have the agent write a Go CPU profile of its run to `FILE` (for overhead investigations)")
+	cmd.Flags().MarkHidden("cpuprofile")
 	return cmd
 }
 

@@ -92,8 +92,9 @@ func appendWindow(h []float64, x float64, n int) []float64 {
 // on fewer than three busy CPUs.
 const kernelReportScore = 3
 
-// minUsage is the CPU use below which a tenant cannot be the polluter.
-const minUsage = 0.05
+// MinUsage is the CPU use (cores) below which a tenant cannot be the
+// polluter.
+const MinUsage = 0.05
 
 // Rank scores the candidates for the contended domains of v, best first.
 // skip excludes tenants (protected, in backoff, already throttled).
@@ -125,7 +126,7 @@ func (s *Suspects) RankOn(contended cpuset.Set, tenants []TenantView, skip func(
 			continue
 		}
 		active := t.Usage * float64(on.Len()) / float64(t.CPUs.Len())
-		if active < minUsage {
+		if active < MinUsage {
 			continue
 		}
 		var reasons []string

@@ -27,6 +27,9 @@ type OverheadOptions struct {
 	Interval time.Duration // the agent's interval (default 1s)
 	Warmup   time.Duration // before measuring (default 5s)
 	Duration time.Duration // measured (default 30s)
+	// CPUProfile, when set, has the agent write a Go CPU profile of its
+	// whole run there (`crosstalk run --cpuprofile`).
+	CPUProfile string
 }
 
 // Overhead is what the agent cost while it watched idle tenants.
@@ -91,7 +94,11 @@ func RunOverhead(ctx context.Context, oo OverheadOptions, opt Options) (*Overhea
 		oo.Interval, addr, filepath.Join(dir, "state"), base+"/*")), 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(opt.Self, "run", "--config", cfg, "--log-level", "warn")
+	args := []string{"run", "--config", cfg, "--log-level", "warn"}
+	if oo.CPUProfile != "" {
+		args = append(args, "--cpuprofile", oo.CPUProfile)
+	}
+	cmd := exec.Command(opt.Self, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
