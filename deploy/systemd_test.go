@@ -140,11 +140,16 @@ func TestUnitMatchesTheAgent(t *testing.T) {
 // given capabilities in its bounding set (so the only ones it has after
 // exec) and no_new_privs.
 func setpriv(caps []string, args ...string) *exec.Cmd {
+	return setprivRun(caps, binary, args...)
+}
+
+// setprivRun runs prog as setpriv does for setpriv.
+func setprivRun(caps []string, prog string, args ...string) *exec.Cmd {
 	bs := "-all"
 	for _, c := range caps {
 		bs += ",+" + strings.ToLower(strings.TrimPrefix(c, "CAP_"))
 	}
-	return exec.Command("setpriv", append([]string{"--bounding-set=" + bs, "--inh-caps=-all", "--no-new-privs", "--", binary}, args...)...)
+	return exec.Command("setpriv", append([]string{"--bounding-set=" + bs, "--inh-caps=-all", "--no-new-privs", "--", prog}, args...)...)
 }
 
 func needRootCgroups(t *testing.T) (*host.Host, cgroup.Layout) {
@@ -244,11 +249,7 @@ func TestUnitCapabilitiesReadKernelLog(t *testing.T) {
 	}
 	open := func(caps []string) error {
 		t.Helper()
-		bs := "-all"
-		for _, c := range caps {
-			bs += ",+" + strings.ToLower(strings.TrimPrefix(c, "CAP_"))
-		}
-		cmd := exec.Command("setpriv", "--bounding-set="+bs, "--inh-caps=-all", "--no-new-privs", "--", os.Args[0], "-test.run=^$")
+		cmd := setprivRun(caps, os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), kmsgHelperEnv+"=1")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
