@@ -145,6 +145,9 @@ func checkSplitLock(e *env) Check {
 		c.Advice = "Use one of split_lock_detect=off|warn|fatal|ratelimit:N on the kernel command line."
 		return c
 	}
+	if mode == "warn" || strings.HasPrefix(mode, "ratelimit:") {
+		c.Why += " In this mode the kernel names each offending thread in its log; `crosstalk run` reads those reports from /dev/kmsg to find the tenant, with or without a PMU."
+	}
 	switch {
 	case mode == "off":
 		c.Status = Warn
