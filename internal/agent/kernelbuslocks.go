@@ -44,8 +44,15 @@ func newKernelBusLocks(src BusLockReports, cgroupsOf func(int) ([]string, error)
 // count of reports in the window.
 func (k *kernelBusLocks) observe(now time.Time, samples []sample) error {
 	reports, err := k.src.Read()
+	// A thread is looked up once a read: the ring read at start can name
+	// the same threads thousands of times, most of them long gone.
+	found := map[int]int{}
 	for _, r := range reports {
-		i := k.tenantOf(r.TID, samples)
+		i, ok := found[r.TID]
+		if !ok {
+			i = k.tenantOf(r.TID, samples)
+			found[r.TID] = i
+		}
 		if i < 0 {
 			continue // a thread of no tenant (the host's own), or gone
 		}

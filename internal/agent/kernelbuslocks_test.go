@@ -42,10 +42,13 @@ func TestKernelBusLocksAttribution(t *testing.T) {
 		31: {"/kubepods/pod10"},
 	}
 	src := &fakeReports{batches: [][]sense.BusLockReport{
-		{{TID: 11, Comm: "CPU 1/KVM", Trap: "split_lock"}, {TID: 30, Comm: "x", Trap: "bus_lock"}, {TID: 31, Comm: "y", Trap: "bus_lock"}, {TID: 99, Comm: "host", Trap: "bus_lock"}},
+		{{TID: 11, Comm: "CPU 1/KVM", Trap: "split_lock"}, {TID: 30, Comm: "x", Trap: "bus_lock"}, {TID: 31, Comm: "y", Trap: "bus_lock"},
+			{TID: 99, Comm: "host", Trap: "bus_lock"}, {TID: 99, Comm: "host", Trap: "bus_lock"}, {TID: 99, Comm: "host", Trap: "bus_lock"}},
 		{{TID: 11, Comm: "CPU 1/KVM", Trap: "split_lock"}},
 	}}
+	lookups := map[int]int{}
 	k := newKernelBusLocks(src, func(tid int) ([]string, error) {
+		lookups[tid]++
 		if p, ok := cgroups[tid]; ok {
 			return p, nil
 		}
@@ -59,6 +62,9 @@ func TestKernelBusLocksAttribution(t *testing.T) {
 	}
 	if s[0].kernelBusLocks != 1 || s[1].kernelBusLocks != 0 || s[2].kernelBusLocks != 1 {
 		t.Errorf("after the first batch: vm1 %d, pod %d, pod-c %d; want 1, 0, 1", s[0].kernelBusLocks, s[1].kernelBusLocks, s[2].kernelBusLocks)
+	}
+	if lookups[99] != 1 || lookups[11] != 0 {
+		t.Errorf("cgroup lookups %v: want one for thread 99 (named three times), none for 11 (in a thread list)", lookups)
 	}
 	s = samples()
 	k.observe(t0.Add(5*time.Second), s)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
@@ -57,7 +58,7 @@ func (ps *probeSensor) surveyQuiet(ctx context.Context, now time.Time, samples [
 	fresh := false
 	for _, s := range samples {
 		fresh = fresh || s.fresh
-		if s.fresh && s.usage >= 0.05 && !cfg.protects(s.t) && len(busy) < surveyMax {
+		if s.fresh && s.usage >= judge.MinUsage && !cfg.protects(s.t) && len(busy) < surveyMax {
 			busy = append(busy, s.t)
 		}
 	}
