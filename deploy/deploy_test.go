@@ -22,21 +22,32 @@ import (
 var binary string
 
 // kmsgHelperEnv makes the test binary, re-run, only open /dev/kmsg as the
-// agent does and exit: 0 if it opened (TestUnitCapabilitiesReadKernelLog).
+// agent does, check it as doctor does (as if the CPU detected bus locks),
+// and exit: 0 if both could read it (TestUnitCapabilitiesReadKernelLog).
 const kmsgHelperEnv = "CROSSTALK_TEST_OPEN_KMSG"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(kmsgHelperEnv) == "1" {
 		h, err := host.Open("/")
-		if err == nil {
-			var k *sense.KernelBusLocks
-			if k, err = sense.OpenKernelBusLocks(h); err == nil {
-				_, err = k.Read()
-				k.Close()
-			}
-		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		failed := false
+		if ok, why := sense.KernelReportsBusLocks(h, func(string) bool { return true }); !ok {
+			fmt.Fprintln(os.Stderr, "doctor: "+why)
+			failed = true
+		}
+		k, err := sense.OpenKernelBusLocks(h)
+		if err == nil {
+			_, err = k.Read()
+			k.Close()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "agent:", err)
+			failed = true
+		}
+		if failed {
 			os.Exit(1)
 		}
 		os.Exit(0)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"regexp"
 	"strconv"
@@ -184,12 +185,32 @@ func KernelReportsBusLocks(h *host.Host, hasFlag func(string) bool) (bool, strin
 	if !h.Exists(KmsgPath) {
 		return false, "no " + KmsgPath + " to read the kernel's reports from"
 	}
+	if h.IsLive() {
+		// A device node can be there and refuse this process: a pod
+		// without privileged (its device cgroup), or dmesg_restrict=1
+		// without CAP_SYSLOG.
+		f, err := h.OpenFile(KmsgPath, os.O_RDONLY|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return false, fmt.Sprintf("%s cannot be read (%v): under kernel.dmesg_restrict=1 it needs CAP_SYSLOG, and in a container a privileged one", KmsgPath, unwrapPathErr(err))
+		}
+		f.Close()
+	}
 	// With both, warn mode reports in #DB (every bus lock, rate limited).
 	trap := "#AC (split_lock_detect)"
 	if bld {
 		trap = "#DB (bus_lock_detect)"
 	}
 	return true, "the kernel names threads that take split or bus locks (" + trap + ")"
+}
+
+// unwrapPathErr is the errno of a path error, for a message that names the
+// path itself.
+func unwrapPathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // ThreadCgroups returns the cgroup paths of a thread, one per hierarchy
