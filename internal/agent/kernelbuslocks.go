@@ -32,12 +32,11 @@ type kernelBusLocks struct {
 	log       *slog.Logger
 	recent    map[string][]time.Time // tenant ID → its reports' times within the window
 	totals    map[string]float64     // tenant ID → its reports since first seen
-	named     map[string]bool        // tenants whose first report was logged
 }
 
 func newKernelBusLocks(src BusLockReports, cgroupsOf func(int) ([]string, error), log *slog.Logger) *kernelBusLocks {
 	return &kernelBusLocks{src: src, cgroupsOf: cgroupsOf, log: log,
-		recent: map[string][]time.Time{}, totals: map[string]float64{}, named: map[string]bool{}}
+		recent: map[string][]time.Time{}, totals: map[string]float64{}}
 }
 
 // observe reads the new reports, attributes them, and sets each sample's
@@ -59,8 +58,7 @@ func (k *kernelBusLocks) observe(now time.Time, samples []sample) error {
 		id := samples[i].t.ID
 		k.recent[id] = append(k.recent[id], now)
 		k.totals[id]++
-		if !k.named[id] {
-			k.named[id] = true
+		if k.totals[id] == 1 { // its first report
 			k.log.Info("the kernel reports bus locks by a tenant's thread", "tenant", id, "name", samples[i].t.Name,
 				"thread", r.TID, "comm", r.Comm, "trap", r.Trap)
 		}
@@ -82,7 +80,6 @@ func (k *kernelBusLocks) observe(now time.Time, samples []sample) error {
 		if !present[id] {
 			delete(k.totals, id)
 			delete(k.recent, id)
-			delete(k.named, id)
 		}
 	}
 	return err

@@ -265,7 +265,7 @@ func (h *Host) readDir(p string) ([]fs.DirEntry, error) {
 	defer f.Close()
 	ents, err := f.ReadDir(-1)
 	if err != nil {
-		return nil, &fs.PathError{Op: "readdir", Path: h.Path(p), Err: unwrapPath(err)}
+		return nil, &fs.PathError{Op: "readdir", Path: h.Path(p), Err: UnwrapPath(err)}
 	}
 	ents = slices.DeleteFunc(ents, func(e fs.DirEntry) bool { return e.Name() == KeepName })
 	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
@@ -351,10 +351,10 @@ func (h *Host) WriteFile(p string, data []byte) error {
 	_, werr := f.Write(data)
 	cerr := f.Close()
 	if werr != nil {
-		return &fs.PathError{Op: "write", Path: h.Path(p), Err: unwrapPath(werr)}
+		return &fs.PathError{Op: "write", Path: h.Path(p), Err: UnwrapPath(werr)}
 	}
 	if cerr != nil {
-		return &fs.PathError{Op: "close", Path: h.Path(p), Err: unwrapPath(cerr)}
+		return &fs.PathError{Op: "close", Path: h.Path(p), Err: UnwrapPath(cerr)}
 	}
 	return nil
 }
@@ -413,7 +413,9 @@ func (h *Host) Remove(p string) error {
 	return nil
 }
 
-func unwrapPath(err error) error {
+// UnwrapPath is the error a path error wraps (its errno), for a message
+// that names the path itself; any other error as it is.
+func UnwrapPath(err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		return pe.Err

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"regexp"
 	"strconv"
@@ -191,7 +190,7 @@ func KernelReportsBusLocks(h *host.Host, hasFlag func(string) bool) (bool, strin
 		// without CAP_SYSLOG.
 		f, err := h.OpenFile(KmsgPath, os.O_RDONLY|unix.O_NONBLOCK, 0)
 		if err != nil {
-			return false, fmt.Sprintf("%s cannot be read (%v): under kernel.dmesg_restrict=1 it needs CAP_SYSLOG, and in a container a privileged one", KmsgPath, unwrapPathErr(err))
+			return false, fmt.Sprintf("%s cannot be read (%v): under kernel.dmesg_restrict=1 it needs CAP_SYSLOG, and in a container a privileged one", KmsgPath, host.UnwrapPath(err))
 		}
 		f.Close()
 	}
@@ -201,16 +200,6 @@ func KernelReportsBusLocks(h *host.Host, hasFlag func(string) bool) (bool, strin
 		trap = "#DB (bus_lock_detect)"
 	}
 	return true, "the kernel names threads that take split or bus locks (" + trap + ")"
-}
-
-// unwrapPathErr is the errno of a path error, for a message that names the
-// path itself.
-func unwrapPathErr(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }
 
 // ThreadCgroups returns the cgroup paths of a thread, one per hierarchy
