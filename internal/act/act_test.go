@@ -245,3 +245,145 @@ func TestStateRecords(t *testing.T) {
 		t.Errorf("empty section kept in the file:\n%s", b)
 	}
 }
+
+// saveCounter counts a state file's saves that reach the disk.
+func saveCounter(s *StateFile) *int {
+	n := new(int)
+	s.SetSaveHook(func(saved bool) error {
+		if saved {
+			*n++
+		}
+		return nil
+	})
+	return n
+}
+
+// A proof's trials cap and free the same tenant again and again: its
+// intent is saved before the first cap only, a release saves nothing (the
+// entry lingers on disk, harmless at the original value) and Flush drops
+// it. The disk never lacks the intent of a cap in force.
+func TestProofTrialsSaveTheIntentOnce(t *testing.T) {
+	h, l, root := cgroupTree(t)
+	statePath := filepath.Join(t.TempDir(), "state.json")
+	state, _ := OpenState(statePath)
+	saves := saveCounter(state)
+	a := &CPUQuota{Host: h, Layout: l, State: state}
+	capQ := cgroup.Quota{Quota: time.Millisecond, Period: time.Second}
+	onDisk := func() []Entry {
+		t.Helper()
+		s, err := OpenState(statePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Entries()
+	}
+	for trial := range 4 {
+		if err := a.Apply(t.Context(), "/a", "a", capQ); err != nil {
+			t.Fatal(err)
+		}
+		if q := file(t, root, "cg/cpu/a/cpu.cfs_quota_us"); q != "1000" {
+			t.Fatalf("trial %d: capped quota %s", trial, q)
+		}
+		if d := onDisk(); len(d) != 1 || d[0].NextQuotaUS != 1000 || d[0].OriginalQuotaUS != -1 {
+			t.Fatalf("trial %d: a cap in force without its intent on disk: %+v", trial, d)
+		}
+		if err := a.Restore(t.Context(), "/a"); err != nil {
+			t.Fatal(err)
+		}
+		if q := file(t, root, "cg/cpu/a/cpu.cfs_quota_us"); q != "-1" {
+			t.Fatalf("trial %d: released quota %s", trial, q)
+		}
+		if len(state.Entries()) != 0 {
+			t.Fatalf("trial %d: released tenant still in memory", trial)
+		}
+	}
+	if *saves != 1 {
+		t.Errorf("4 trials saved the state %d times, want 1", *saves)
+	}
+	// A kill now leaves the lingering entry: restore finds the tenant at
+	// its original and leaves it.
+	s2, _ := OpenState(statePath)
+	res, err := (&CPUQuota{Host: h, Layout: l, State: s2}).RestoreEach()
+	if err != nil || len(res.Unchanged) != 1 || len(res.Restored) != 0 {
+		t.Errorf("restore of a lingering entry: %+v, %v", res, err)
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if d := onDisk(); len(d) != 0 || *saves != 2 {
+		t.Errorf("after Flush: disk %+v, %d saves", d, *saves)
+	}
+	if err := a.Flush(); err != nil || *saves != 2 {
+		t.Errorf("a second Flush saved again: %d saves, %v", *saves, err)
+	}
+
+	// Someone changes the quota after a release: the lingering intent is
+	// not reused, the new value is the original.
+	a.Apply(t.Context(), "/a", "a", capQ)
+	a.Restore(t.Context(), "/a")
+	os.WriteFile(filepath.Join(root, "cg/cpu/a/cpu.cfs_quota_us"), []byte("50000"), 0o644)
+	before := *saves
+	if err := a.Apply(t.Context(), "/a", "a", capQ); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := state.Get("/a"); e.OriginalQuotaUS != 50000 || *saves != before+1 {
+		t.Errorf("after a foreign change: %+v, %d saves", e, *saves-before)
+	}
+	a.Restore(t.Context(), "/a")
+	if q := file(t, root, "cg/cpu/a/cpu.cfs_quota_us"); q != "50000" {
+		t.Errorf("restored to %s, want the operator's 50000", q)
+	}
+}
+
+// Intend saves the intents of several caps in one write; the Applies that
+// follow write only the cgroups.
+func TestIntendSavesOnceForMany(t *testing.T) {
+	h, l, root := cgroupTree(t)
+	statePath := filepath.Join(t.TempDir(), "state.json")
+	state, _ := OpenState(statePath)
+	saves := saveCounter(state)
+	a := &CPUQuota{Host: h, Layout: l, State: state}
+	capQ := cgroup.Quota{Quota: time.Millisecond, Period: time.Second}
+	in := []Intent{{Cgroup: "/a", Tenant: "a", Quota: capQ}, {Cgroup: "/b", Tenant: "b", Quota: capQ}, {Cgroup: "/gone", Tenant: "gone", Quota: capQ}}
+	if err := a.Intend(in); err != nil {
+		t.Fatal(err)
+	}
+	if *saves != 1 {
+		t.Fatalf("Intend saved %d times", *saves)
+	}
+	disk, _ := OpenState(statePath)
+	if e := disk.Entries(); len(e) != 2 || e[0].NextQuotaUS != 1000 || e[1].OriginalQuotaUS != 200000 {
+		t.Errorf("intents on disk: %+v", e)
+	}
+	for _, x := range in[:2] {
+		if err := a.Apply(t.Context(), x.Cgroup, x.Tenant, x.Quota); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Apply(t.Context(), "/gone", "gone", capQ); !errors.Is(err, ErrGone) {
+		t.Errorf("a gone cgroup's Apply after Intend: %v", err)
+	}
+	if *saves != 1 {
+		t.Errorf("Applies after Intend saved %d more times", *saves-1)
+	}
+	if a1, b1 := file(t, root, "cg/cpu/a/cpu.cfs_quota_us"), file(t, root, "cg/cpu/b/cpu.cfs_quota_us"); a1 != "1000" || b1 != "1000" {
+		t.Errorf("caps: a %s, b %s", a1, b1)
+	}
+	// A full disk: Intend fails and records nothing; Apply then saves (and
+	// fails) on its own.
+	state2, _ := OpenState(filepath.Join(t.TempDir(), "state.json"))
+	state2.SetSaveHook(func(saved bool) error {
+		if !saved {
+			return errors.New("disk full")
+		}
+		return nil
+	})
+	a2 := &CPUQuota{Host: h, Layout: l, State: state2}
+	os.WriteFile(filepath.Join(root, "cg/cpu/a/cpu.cfs_quota_us"), []byte("-1"), 0o644)
+	if err := a2.Intend(in[:1]); !errors.Is(err, ErrStateNotSaved) || len(state2.Entries()) != 0 {
+		t.Errorf("Intend on a full disk: %v, entries %+v", err, state2.Entries())
+	}
+	if err := a2.Apply(t.Context(), "/a", "a", capQ); !errors.Is(err, ErrStateNotSaved) || file(t, root, "cg/cpu/a/cpu.cfs_quota_us") != "-1" {
+		t.Errorf("Apply on a full disk: %v", err)
+	}
+}

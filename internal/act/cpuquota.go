@@ -134,36 +134,10 @@ func (a *CPUQuota) read(g *cgroup.Group, cgroupPath string) (cgroup.Quota, error
 // drive LibvirtQuota, whose calls can block; a cgroup file write cannot, so
 // they do not consult it (a restore must go through regardless).
 func (a *CPUQuota) Apply(_ context.Context, cgroupPath, tenant string, q cgroup.Quota) error {
-	if err := q.Validate(); err != nil {
-		return err
-	}
-	if !ValidCgroupPath(cgroupPath) {
-		return fmt.Errorf("not throttling %q: not a clean absolute cgroup path", cgroupPath)
-	}
-	g := cgroup.Open(a.Host, a.Layout, cgroupPath)
-	cur, err := a.read(g, cgroupPath)
+	g, e, err := a.intent(cgroupPath, tenant, q)
 	if err != nil {
-		if errors.Is(err, ErrGone) {
-			a.State.Forget(cgroupPath)
-		}
 		return err
 	}
-	curQ, curP := usecs(cur.Quota), cur.Period.Microseconds()
-	e, known := a.State.Get(cgroupPath)
-	switch {
-	case !known:
-		if a.shapes().Match(cur) {
-			return a.flagUnowned(cgroupPath, tenant, cur)
-		}
-		e = Entry{Cgroup: cgroupPath, Tenant: tenant, OriginalQuotaUS: curQ, OriginalPeriodUS: curP, Since: time.Now().UTC()}
-	case !e.Ours(curQ, curP):
-		// Someone set a limit of their own while crosstalk held the
-		// tenant: that is what it goes back to.
-		a.log().Warn("quota changed by someone else while throttled; it is the value restored later", "cgroup", cgroupPath, "now", cur.String())
-		e.OriginalQuotaUS, e.OriginalPeriodUS = curQ, curP
-	}
-	e.AppliedQuotaUS, e.AppliedPeriodUS = curQ, curP
-	e.NextQuotaUS, e.NextPeriodUS = usecs(q.Quota), q.Period.Microseconds()
 	if err := a.State.Put(e); err != nil {
 		return fmt.Errorf("not throttling %s: cannot record its original quota: %w", cgroupPath, err)
 	}
@@ -175,6 +149,75 @@ func (a *CPUQuota) Apply(_ context.Context, cgroupPath, tenant string, q cgroup.
 		// The intent stays: restore recognises both values, and the next
 		// Apply reads which one is in place.
 		return fmt.Errorf("throttle %s: %w", cgroupPath, err)
+	}
+	return nil
+}
+
+// intent reads a cgroup's quota and returns the entry Apply saves before
+// writing q.
+func (a *CPUQuota) intent(cgroupPath, tenant string, q cgroup.Quota) (*cgroup.Group, Entry, error) {
+	if err := q.Validate(); err != nil {
+		return nil, Entry{}, err
+	}
+	if !ValidCgroupPath(cgroupPath) {
+		return nil, Entry{}, fmt.Errorf("not throttling %q: not a clean absolute cgroup path", cgroupPath)
+	}
+	g := cgroup.Open(a.Host, a.Layout, cgroupPath)
+	cur, err := a.read(g, cgroupPath)
+	if err != nil {
+		if errors.Is(err, ErrGone) {
+			a.State.Forget(cgroupPath)
+		}
+		return nil, Entry{}, err
+	}
+	curQ, curP := usecs(cur.Quota), cur.Period.Microseconds()
+	e, known := a.State.Get(cgroupPath)
+	if !known {
+		// Freed a moment ago and still at the original that entry holds
+		// (a proof's next trial): the same intent again, which the disk
+		// already has.
+		if l, ok := a.State.Lingering(cgroupPath); ok && curQ == l.OriginalQuotaUS && curP == l.OriginalPeriodUS {
+			e, known = l, true
+		}
+	}
+	switch {
+	case !known:
+		if a.shapes().Match(cur) {
+			return nil, Entry{}, a.flagUnowned(cgroupPath, tenant, cur)
+		}
+		e = Entry{Cgroup: cgroupPath, Tenant: tenant, OriginalQuotaUS: curQ, OriginalPeriodUS: curP, Since: time.Now().UTC()}
+	case !e.Ours(curQ, curP):
+		// Someone set a limit of their own while crosstalk held the
+		// tenant: that is what it goes back to.
+		a.log().Warn("quota changed by someone else while throttled; it is the value restored later", "cgroup", cgroupPath, "now", cur.String())
+		e.OriginalQuotaUS, e.OriginalPeriodUS = curQ, curP
+	}
+	e.AppliedQuotaUS, e.AppliedPeriodUS = curQ, curP
+	e.NextQuotaUS, e.NextPeriodUS = usecs(q.Quota), q.Period.Microseconds()
+	return g, e, nil
+}
+
+// Intent is a quota about to be applied to a tenant's cgroup.
+type Intent struct {
+	Cgroup, Tenant string
+	Quota          cgroup.Quota
+}
+
+// Intend saves, in one write, the intents of several Applies, so that the
+// Applies that follow find them saved and only write the cgroups: a
+// start-up survey caps every busy tenant at once, and one save instead of
+// one a tenant keeps the first capped from waiting out the others' saves.
+// A cgroup whose intent cannot be formed (gone, unowned) is left to its
+// Apply, which reports it.
+func (a *CPUQuota) Intend(intents []Intent) error {
+	var entries []Entry
+	for _, in := range intents {
+		if _, e, err := a.intent(in.Cgroup, in.Tenant, in.Quota); err == nil {
+			entries = append(entries, e)
+		}
+	}
+	if err := a.State.PutAll(entries); err != nil {
+		return fmt.Errorf("recording the original quotas of %d tenant(s): %w", len(entries), err)
 	}
 	return nil
 }
@@ -250,12 +293,24 @@ const (
 // Restore puts the tenant's original quota back and forgets it. A value
 // that is not crosstalk's (an operator's change made while the tenant was
 // throttled) is left as it is, as `crosstalk restore` leaves it.
+//
+// The entry of a quota written back is forgotten without a save
+// (StateFile.ForgetLater): the tenant is free at once, the agent is not
+// held up by an fsync, and a proof's next cap finds its intent still on
+// disk. Flush, or the next save, drops it; until then restore after a
+// crash finds the cgroup at its original value and leaves it.
 func (a *CPUQuota) Restore(_ context.Context, cgroupPath string) error {
-	_, err := a.restore(cgroupPath)
+	_, err := a.restore(cgroupPath, false)
 	return err
 }
 
-func (a *CPUQuota) restore(cgroupPath string) (Outcome, error) {
+// Flush saves the removals Restore left unsaved: the agent calls it when
+// no proof is under way, and RestoreEach at its end.
+func (a *CPUQuota) Flush() error { return a.State.Flush() }
+
+// restore writes a cgroup's original quota back; durable forgets its entry
+// with a save, else with ForgetLater.
+func (a *CPUQuota) restore(cgroupPath string, durable bool) (Outcome, error) {
 	e, ok := a.State.Get(cgroupPath)
 	if !ok {
 		return Unchanged, nil
@@ -281,6 +336,10 @@ func (a *CPUQuota) restore(cgroupPath string) (Outcome, error) {
 			return Gone, a.State.Forget(cgroupPath)
 		}
 		return "", fmt.Errorf("restore %s: %w", cgroupPath, err)
+	}
+	if !durable {
+		a.State.ForgetLater(cgroupPath)
+		return Restored, nil
 	}
 	return Restored, a.State.Forget(cgroupPath)
 }
@@ -318,7 +377,7 @@ func (a *CPUQuota) RestoreEach() (RestoreResult, error) {
 	var res RestoreResult
 	var errs []error
 	for _, e := range a.State.Entries() {
-		out, err := a.restore(e.Cgroup)
+		out, err := a.restore(e.Cgroup, true)
 		switch {
 		case err != nil && out == "":
 			res.Failed = append(res.Failed, e.Cgroup)
@@ -338,6 +397,10 @@ func (a *CPUQuota) RestoreEach() (RestoreResult, error) {
 		case Gone:
 			res.Gone = append(res.Gone, e.Cgroup)
 		}
+	}
+	// Entries Restore forgot without a save leave the disk too.
+	if err := a.State.Flush(); err != nil {
+		errs = append(errs, err)
 	}
 	return res, errors.Join(errs...)
 }

@@ -268,6 +268,23 @@ func (a *LibvirtQuota) pruneNotOursLocked() {
 	}
 }
 
+// Intend saves the intents of Applies to come in one write (CPUQuota.Intend)
+// for the tenants throttled through their cgroup files; a VM's goes through
+// libvirt, and its Apply records it.
+func (a *LibvirtQuota) Intend(intents []Intent) error {
+	var files []Intent
+	for _, in := range intents {
+		if _, isVM := libvirt.ParseMachineCgroup(in.Cgroup); !isVM {
+			files = append(files, in)
+		}
+	}
+	return a.Cgroups.Intend(files)
+}
+
+// Flush saves the removals the cgroup path's Restore left unsaved
+// (CPUQuota.Flush).
+func (a *LibvirtQuota) Flush() error { return a.Cgroups.Flush() }
+
 // Restore lifts a tenant's throttle the way it was put on.
 func (a *LibvirtQuota) Restore(ctx context.Context, cgroupPath string) error {
 	a.mu.Lock()

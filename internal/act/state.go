@@ -107,6 +107,12 @@ type StateFile struct {
 	save func(saved bool) error
 	// failures counts saves that did not reach the disk.
 	failures uint64
+	// lingering are entries forgotten in memory whose removal is not yet
+	// saved (ForgetLater): the disk still has them, which is safe (restore
+	// finds such a cgroup at its original value and leaves it), and an
+	// Apply that writes the same intent again needs no save. The next save
+	// of anything drops them from the disk.
+	lingering map[string]Entry
 }
 
 // SaveFailures is how many saves did not reach the disk.
@@ -303,7 +309,11 @@ func (s *StateFile) Entries() []Entry {
 	return out
 }
 
-// Put records an entry and saves before returning.
+// Put records an entry and saves before returning. An entry the disk
+// already holds as it is (in memory, or lingering after ForgetLater) is
+// not saved again: a proof that caps and frees its suspect trial after
+// trial writes its intent once, not twice a trial, and each fsync'd save on
+// a busy host's disk costs milliseconds of cap.
 func (s *StateFile) Put(e Entry) error {
 	if err := checkEntry(e.Cgroup, e); err != nil {
 		return fmt.Errorf("state entry: %w", err)
@@ -311,6 +321,14 @@ func (s *StateFile) Put(e Entry) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, had := s.doc.Entries[e.Cgroup]
+	if had && old.same(e) {
+		return nil
+	}
+	if l, ok := s.lingering[e.Cgroup]; ok && !had && l.same(e) {
+		delete(s.lingering, e.Cgroup)
+		s.doc.Entries[e.Cgroup] = e
+		return nil
+	}
 	s.doc.Entries[e.Cgroup] = e
 	if err := s.saveLocked(); err != nil {
 		if had {
@@ -323,12 +341,96 @@ func (s *StateFile) Put(e Entry) error {
 	return nil
 }
 
-// Forget removes an entry and saves.
+// PutAll records several entries with one save (none when the disk holds
+// them all already); on a failed save none is recorded.
+func (s *StateFile) PutAll(entries []Entry) error {
+	for _, e := range entries {
+		if err := checkEntry(e.Cgroup, e); err != nil {
+			return fmt.Errorf("state entry: %w", err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := maps.Clone(s.doc.Entries)
+	oldLingering := maps.Clone(s.lingering)
+	changed := false
+	for _, e := range entries {
+		cur, had := s.doc.Entries[e.Cgroup]
+		switch l, lingers := s.lingering[e.Cgroup]; {
+		case had && cur.same(e):
+			continue
+		case !had && lingers && l.same(e):
+			delete(s.lingering, e.Cgroup)
+		default:
+			changed = true
+		}
+		s.doc.Entries[e.Cgroup] = e
+	}
+	if !changed {
+		return nil
+	}
+	if err := s.saveLocked(); err != nil {
+		s.doc.Entries, s.lingering = old, oldLingering
+		return err
+	}
+	return nil
+}
+
+// same reports whether two entries say the same (Since compared as an
+// instant).
+func (e Entry) same(o Entry) bool {
+	a, b := e, o
+	a.Since, b.Since = time.Time{}, time.Time{}
+	return a == b && e.Since.Equal(o.Since)
+}
+
+// ForgetLater removes an entry from memory without saving: the disk keeps
+// it until the next save (of anything) or Flush. For a cgroup just put
+// back at its original value, where the entry left on disk is harmless
+// and a save would only delay the agent: see lingering.
+func (s *StateFile) ForgetLater(cgroup string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.doc.Entries[cgroup]
+	if !ok {
+		return
+	}
+	delete(s.doc.Entries, cgroup)
+	if s.lingering == nil {
+		s.lingering = map[string]Entry{}
+	}
+	s.lingering[cgroup] = e
+}
+
+// Lingering returns the entry ForgetLater removed from memory for a
+// cgroup, while the disk still has it.
+func (s *StateFile) Lingering(cgroup string) (Entry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.lingering[cgroup]
+	return e, ok
+}
+
+// Flush saves the removals ForgetLater left unsaved, if any.
+func (s *StateFile) Flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.lingering) == 0 {
+		return nil
+	}
+	return s.saveLocked()
+}
+
+// Forget removes an entry and saves (an entry only lingering on disk
+// included).
 func (s *StateFile) Forget(cgroup string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.doc.Entries[cgroup]
 	if !ok {
+		if _, lingers := s.lingering[cgroup]; lingers {
+			return s.saveLocked()
+		}
 		return nil
 	}
 	delete(s.doc.Entries, cgroup)
@@ -354,6 +456,8 @@ func (s *StateFile) saveLocked() error {
 		s.failures++
 		return fmt.Errorf("%w: %w", ErrStateNotSaved, err)
 	}
+	// The disk now holds exactly what memory does.
+	clear(s.lingering)
 	if s.save != nil {
 		s.save(true)
 	}

@@ -28,6 +28,29 @@ func (h probeHolds) apply(ctx context.Context, t sense.Tenant, q cgroup.Quota, r
 	return h.arb.hold(ctx, t, api.PolicyProbe, claim{lever: judge.LeverCPUQuota, quota: q, reason: reason, since: now})
 }
 
+// intend saves the intents of the caps about to be applied to several
+// tenants in one state write, where the quota actuator can (act.Intent).
+func (h probeHolds) intend(ts []sense.Tenant, qs []cgroup.Quota) {
+	in, ok := h.arb.quota.(quotaIntender)
+	if !ok || len(ts) < 2 {
+		return
+	}
+	intents := make([]act.Intent, len(ts))
+	for i, t := range ts {
+		intents[i] = act.Intent{Cgroup: t.Cgroup, Tenant: t.Name, Quota: qs[i]}
+	}
+	if err := in.Intend(intents); err != nil {
+		// Each Apply saves its own intent then, and reports its error.
+		h.arb.log.Debug("saving the intents of several caps at once", "err", err)
+	}
+}
+
+// quotaIntender saves the intents of several Applies at once
+// (act.CPUQuota.Intend).
+type quotaIntender interface {
+	Intend([]act.Intent) error
+}
+
 // held reports whether policy holds tenant id (any policy when
 // policy is "").
 func (h probeHolds) held(id string, policy api.Policy) bool { return h.arb.held(id, policy) }

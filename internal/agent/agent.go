@@ -267,6 +267,7 @@ func (a *Agent) Tick(ctx context.Context, now, next time.Time) time.Time {
 		return next
 	}
 	quick := a.step(ctx, now)
+	a.flushState()
 	a.watchAt = now.Add(a.WatchEvery())
 	if quick {
 		return now.Add(min(a.WatchEvery(), a.cfg.Interval))
@@ -289,6 +290,24 @@ func (a *Agent) wakeAt(next time.Time) time.Time {
 		wake = p.next
 	}
 	return wake
+}
+
+// stateFlusher is a quota actuator whose releases leave their state
+// entries to be dropped from disk later (act.CPUQuota.Flush).
+type stateFlusher interface{ Flush() error }
+
+// flushState saves the releases the quota actuator left unsaved, once no
+// proof is under way: a proof's trials cap and free its suspect with no
+// state save between them, and the save that drops the entry waits until
+// it is over.
+func (a *Agent) flushState() {
+	f, ok := a.d.Quota.(stateFlusher)
+	if !ok || a.prover.proof != nil {
+		return
+	}
+	if err := f.Flush(); err != nil {
+		a.log.Warn("saving released throttles to the state file", "err", err)
+	}
 }
 
 // Start does what Run does before its first interval: restore throttles a

@@ -2,11 +2,13 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/api"
 )
 
@@ -311,4 +313,98 @@ func TestVirtualLoopProbeRestsWhileNoTenantIsBusy(t *testing.T) {
 		t.Error("the interval that found tenants busy did not probe")
 	}
 	hs.until(t, "throttle", 10*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
+}
+
+// capsOnDisk counts the state file's saves and, at each, how many of the
+// world's tenants hold a quota in their cgroup files.
+type capsOnDisk struct {
+	w     *world
+	saves []int // capped tenants at each save, before it is written
+}
+
+func watchSaves(hs *harness) *capsOnDisk {
+	c := &capsOnDisk{w: hs.w}
+	hs.state.SetSaveHook(func(saved bool) error {
+		if !saved {
+			n := 0
+			for _, name := range []string{"victim", "polluter", "bystander"} {
+				if !c.w.quota(name).Unlimited() {
+					n++
+				}
+			}
+			c.saves = append(c.saves, n)
+		}
+		return nil
+	})
+	return c
+}
+
+// The start-up survey caps every busy tenant with one state save before
+// the first cap, not one per tenant between caps, and frees them with no
+// save at all: each save is an fsync, milliseconds on a busy host's disk,
+// that every tenant capped before it would wait out. The entries are
+// dropped from disk after the survey, once.
+func TestSurveySavesTheStateOnceARound(t *testing.T) {
+	w := newWorld(t)
+	w.setRunning(false) // no proof between the rounds: one flush each
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = time.Second
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop(t)
+	hs.agent.sensor.survey = surveyRounds
+	disk := watchSaves(hs)
+	hs.until(t, "the survey", 10*time.Second, func() bool { return hs.agent.sensor.survey == 0 })
+	surveyed := 0
+	for _, r := range hs.actions {
+		if strings.HasPrefix(r.Reason, "start-up survey: capped") {
+			surveyed++
+		}
+	}
+	if surveyed != 2*surveyRounds {
+		t.Fatalf("%d survey caps, want the 2 busy tenants (the polluter idles) in each of %d rounds:\n%s", surveyed, surveyRounds, hs.log)
+	}
+	// Each round: the intents, saved with nobody capped yet; then the
+	// flush of the releases, with nobody capped any more.
+	if want := []int{0, 0, 0, 0}; !slices.Equal(disk.saves, want) {
+		t.Errorf("saves (tenants capped at each) = %v, want %v", disk.saves, want)
+	}
+	if st, _ := act.OpenState(StatePath(cfg.StateDir)); len(st.Entries()) != 0 {
+		t.Errorf("entries left on disk after the survey: %+v", st.Entries())
+	}
+}
+
+// A proof caps and frees its suspect trial after trial with one state
+// save, before its first cap; the conviction's throttle saves its own.
+func TestProofSavesTheStateOnce(t *testing.T) {
+	w := newWorld(t)
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = time.Second
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop(t)
+	proving := 0
+	hs.state.SetSaveHook(func(saved bool) error {
+		if !saved && hs.agent.prover.proof != nil {
+			proving++
+		}
+		return nil
+	})
+	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
+	caps := 0
+	for _, r := range hs.actions {
+		if r.Reason == "proof: capped for a trial" {
+			caps++
+		}
+	}
+	proofs := 0
+	for _, r := range hs.actions {
+		if strings.HasPrefix(r.Reason, "proving it") {
+			proofs++
+		}
+	}
+	if caps < 2 {
+		t.Fatalf("%d capped trials: the test needs a proof of several:\n%s", caps, hs.log)
+	}
+	if proving != proofs {
+		t.Errorf("%d state saves during %d proof(s) of %d capped trials, want one a proof:\n%s", proving, proofs, caps, hs.log)
+	}
 }

@@ -30,6 +30,7 @@ const surveyMax = 16
 
 // surveyCaps caps a busy tenant for the survey and frees it (probeHolds).
 type surveyCaps interface {
+	intend(ts []sense.Tenant, qs []cgroup.Quota)
 	apply(ctx context.Context, t sense.Tenant, q cgroup.Quota, reason string, now time.Time) error
 	held(id string, policy api.Policy) bool
 	dropProbeHold(ctx context.Context, t sense.Tenant)
@@ -69,12 +70,20 @@ func (ps *probeSensor) surveyQuiet(ctx context.Context, now time.Time, samples [
 	if len(busy) == 0 {
 		return
 	}
-	var capped []sense.Tenant
+	var free []sense.Tenant
+	var qs []cgroup.Quota
 	for _, t := range busy {
-		if caps.held(t.ID, "") {
-			continue
+		if !caps.held(t.ID, "") {
+			free = append(free, t)
+			qs = append(qs, cgroup.Quota{Quota: time.Duration(max(1, t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod})
 		}
-		q := cgroup.Quota{Quota: time.Duration(max(1, t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
+	}
+	// One state write for all the caps, then the caps back to back: the
+	// first capped does not wait out a save per tenant after it.
+	caps.intend(free, qs)
+	var capped []sense.Tenant
+	for i, t := range free {
+		q := qs[i]
 		if err := caps.apply(ctx, t, q, "survey", now); err != nil {
 			writeErrs.handleWriteErr(ctx, t, err)
 			continue

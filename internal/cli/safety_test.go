@@ -86,12 +86,16 @@ func usecs(d time.Duration) int64 {
 }
 
 // throttleSequence is what the agent writes to a polluter's quota through
-// one episode: a proof cap, its release, a throttle, two tightenings, a
-// relaxation and the final release — 7 state saves.
+// one episode: a proof's two capped trials and their releases (the second
+// cap finds its intent still on disk), a throttle, two tightenings, a
+// relaxation, the final release and the agent's flush of it — 6 state
+// saves (throttleSaves).
 var throttleSequence = []struct {
-	restore bool
-	q       cgroup.Quota
+	restore, flush bool
+	q              cgroup.Quota
 }{
+	{q: cgroup.Quota{Quota: time.Millisecond, Period: 100 * time.Millisecond}},
+	{restore: true},
 	{q: cgroup.Quota{Quota: time.Millisecond, Period: 100 * time.Millisecond}},
 	{restore: true},
 	{q: cgroup.Quota{Quota: 8 * time.Millisecond, Period: 16 * time.Millisecond}},
@@ -99,7 +103,11 @@ var throttleSequence = []struct {
 	{q: cgroup.Quota{Quota: 1 * time.Millisecond, Period: 16 * time.Millisecond}},
 	{q: cgroup.Quota{Quota: 3 * time.Millisecond, Period: 16 * time.Millisecond}},
 	{restore: true},
+	{flush: true},
 }
+
+// throttleSaves is how many state saves throttleSequence makes.
+const throttleSaves = 6
 
 // TestHelperThrottleSequence is the child of the kill test: it runs the
 // real actuator through throttleSequence and SIGKILLs itself at one state
@@ -136,9 +144,12 @@ func TestHelperThrottleSequence(t *testing.T) {
 	q := &act.CPUQuota{Host: h, Layout: l, State: st}
 	cg := os.Getenv("CGROUP")
 	for _, step := range throttleSequence {
-		if step.restore {
+		switch {
+		case step.flush:
+			err = q.Flush()
+		case step.restore:
 			err = q.Restore(t.Context(), cg)
-		} else {
+		default:
 			err = q.Apply(t.Context(), cg, "victim", step.q)
 		}
 		if err != nil {
@@ -153,9 +164,9 @@ func TestHelperThrottleSequence(t *testing.T) {
 func TestKillAtEveryStateWriteStrandsNothing(t *testing.T) {
 	v := newVictim(t)
 	original := v.quota()
-	for killAt := 1; killAt <= 8; killAt++ {
+	for killAt := 1; killAt <= throttleSaves+1; killAt++ {
 		for _, when := range []string{"before", "after"} {
-			if killAt == 8 && when == "after" {
+			if killAt == throttleSaves+1 && when == "after" {
 				continue
 			}
 			dir := t.TempDir()
@@ -168,10 +179,10 @@ func TestKillAtEveryStateWriteStrandsNothing(t *testing.T) {
 				ws := ee.Sys().(syscall.WaitStatus)
 				killed = ws.Signaled() && ws.Signal() == syscall.SIGKILL
 			}
-			if killAt <= 7 && !killed {
+			if killAt <= throttleSaves && !killed {
 				t.Fatalf("kill at save %d %s: child not killed: %v\n%s", killAt, when, err, out)
 			}
-			if killAt == 8 && err != nil {
+			if killAt == throttleSaves+1 && err != nil {
 				t.Fatalf("child without a kill: %v\n%s", err, out)
 			}
 			left := v.quota()
