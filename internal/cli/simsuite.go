@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
+	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/resultdir"
 	"github.com/crosstalk-project/crosstalk/internal/sim"
+	"github.com/crosstalk-project/crosstalk/internal/yamlfile"
 )
 
 func newSimSuiteCmd(g *globals) *cobra.Command {
@@ -20,6 +23,7 @@ func newSimSuiteCmd(g *globals) *cobra.Command {
 		verbose bool
 		list    bool
 		outDir  string
+		config  string
 	)
 	cmd := &cobra.Command{
 		Use:   "suite",
@@ -42,6 +46,11 @@ rate with their 95% Wilson intervals, innocent proof cap-seconds, reaction and
 release (median and p95), overall, by run class, by polluter kind, timing,
 placement and PMU, and the victim's slowdown under each policy.
 
+--config FILE sets the agent's configuration as 'crosstalk run --config' takes
+it, over the simulator's own (each run's state directory, no listener, a proof
+slot of two model steps read once a step): a key the file sets wins, so an
+operator can weigh a threshold or a proof setting against the same scenarios.
+
 Needs no root and touches nothing outside a temporary directory.`,
 		Example: `  crosstalk sim suite --seed 1 --runs 20 --list
   crosstalk sim suite --seed 1 --runs 2 --verbose
@@ -60,6 +69,10 @@ Needs no root and touches nothing outside a temporary directory.`,
 				}
 				return nil
 			}
+			overlay, err := agentOverlay(config)
+			if err != nil {
+				return err
+			}
 			log, err := g.logger()
 			if err != nil {
 				return err
@@ -69,7 +82,7 @@ Needs no root and touches nothing outside a temporary directory.`,
 			defer cancel()
 			// As in 'sim run': the agent's heap is small and steady.
 			debug.SetGCPercent(200)
-			res, err := sim.RunSuite(ctx, cases, sim.SuiteOptions{Log: log, Progress: bar.add})
+			res, err := sim.RunSuite(ctx, cases, sim.SuiteOptions{Log: log, Progress: bar.add, Agent: overlay})
 			bar.finish()
 			if err != nil {
 				if errors.Is(err, context.Canceled) {
@@ -95,5 +108,31 @@ Needs no root and touches nothing outside a temporary directory.`,
 	f.BoolVar(&verbose, "verbose", false, "print a line a run before the totals")
 	f.BoolVar(&list, "list", false, "print the runs the suite would make, without running them")
 	f.StringVar(&outDir, "out", "", "also write suite.json to `DIR`")
+	f.StringVar(&config, "config", "", "the agent's configuration `FILE`, over the simulator's (default: its own)")
 	return cmd
+}
+
+// agentOverlay reads an agent configuration file (checked as 'crosstalk
+// run' checks it) and returns what sets its keys over the simulator's
+// configuration of each run: only the keys the file names, so the
+// simulator's own settings stand where it is silent. The simulated run's
+// own state directory, listener and writes are kept whatever the file says.
+// No file: nil.
+func agentOverlay(file string) (func(*agent.Config), error) {
+	if file == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	if _, err := agent.ParseConfig(data, file); err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	return func(cfg *agent.Config) {
+		stateDir, listen := cfg.StateDir, cfg.Listen
+		// Checked above: the same bytes decode onto any configuration.
+		yamlfile.DecodeStrict(data, file, "", cfg)
+		cfg.StateDir, cfg.Listen, cfg.DryRun = stateDir, listen, false
+	}, nil
 }

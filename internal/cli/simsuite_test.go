@@ -85,3 +85,39 @@ func TestSimSuiteText(t *testing.T) {
 		t.Errorf("a line a run without --verbose:\n%s", out)
 	}
 }
+
+// --config sets the agent's keys over the simulator's: thresholds no probe
+// reaches leave seed 5's bus-lock polluter, convicted with the defaults,
+// unproved. A file 'crosstalk run' would refuse is refused.
+func TestSimSuiteConfig(t *testing.T) {
+	convicted := func(args ...string) bool {
+		t.Helper()
+		out, stderr, err := run(t, append([]string{"sim", "suite", "--seed", "5", "--runs", "1", "--json"}, args...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		var res struct {
+			Runs []struct {
+				Convicted bool `json:"convicted"`
+			} `json:"runs"`
+		}
+		if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Runs) != 1 {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return res.Runs[0].Convicted
+	}
+	if !convicted() {
+		t.Fatal("seed 5 not convicted with the defaults: the test needs a run that is")
+	}
+	dir := t.TempDir()
+	deaf := filepath.Join(dir, "deaf.yaml")
+	os.WriteFile(deaf, []byte("judge:\n  ratio: 50\n  strong: 60\n  llc_ratio: 50\n  llc_strong: 60\n"), 0o644)
+	if convicted("--config", deaf) {
+		t.Error("convicted with thresholds no probe reaches: --config not applied")
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("judge:\n  ratoi: 2\n"), 0o644)
+	if _, _, err := run(t, "sim", "suite", "--seed", "5", "--runs", "1", "--config", bad); err == nil || !strings.Contains(err.Error(), "ratoi") {
+		t.Errorf("a misspelt key: %v", err)
+	}
+}

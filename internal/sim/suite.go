@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/humanize"
 	"github.com/crosstalk-project/crosstalk/internal/lab"
 )
@@ -90,6 +91,9 @@ type SuiteOptions struct {
 	Report func(SuiteScore)
 	// Now is the wall clock, for the suite's elapsed time.
 	Now func() time.Time
+	// Agent, when set, edits each run's agent configuration before it is
+	// built (Options.Agent).
+	Agent func(*agent.Config)
 }
 
 // RunSuite simulates each case under none and crosstalk (and, for polluter
@@ -106,7 +110,7 @@ func RunSuite(ctx context.Context, cases []*SuiteCase, o SuiteOptions) (*SuiteRe
 		out.Seed = cases[0].Seed
 	}
 	for _, c := range cases {
-		opt := Options{Policies: SuitePolicies, Log: o.Log, Progress: o.Progress}
+		opt := Options{Policies: SuitePolicies, Log: o.Log, Progress: o.Progress, Agent: o.Agent}
 		res, err := Run(ctx, c.Scenario, opt)
 		var without *Result
 		if err == nil && c.Without != nil {
