@@ -182,6 +182,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a.holds = probeHolds{arb: a.arb, rec: a.rec, now: d.Now}
 	a.wait = newCPUWaitPolicy(cfg, d.Stats, a)
 	a.prover = newProver(cfg, a.ledger, a.cont, a.wait, a.holds, a.rec, a, a.sensor, d.Log)
+	a.prover.clock = d.Now
 	a.throttles = newThrottles(cfg, a.cont, a.wait, a.domain, a.ledger, a.prover, a.holds, a.rec, a)
 	// The throttles are built on the prover, so the prover learns of
 	// them last: a conviction hands the suspect over.

@@ -36,6 +36,10 @@ type prover struct {
 	proof *proof
 	// verdicts counts the proofs ended, by verdict.
 	verdicts map[string]uint64
+	// clock, when set, is the time now (Deps.Now): a slot is planned from
+	// when its cap state was written, not from the time the caller
+	// passed, which may be a while before (see judge.Proof.Began).
+	clock func() time.Time
 }
 
 // proofCaps caps a suspect for a trial and frees it (probeHolds).
@@ -139,11 +143,21 @@ func (pr *prover) readable(p *proof, before float64) bool {
 func (pr *prover) followPlan(ctx context.Context, now time.Time, p *proof) {
 	plan := p.p.Plan()
 	p.next = plan.SampleAt
-	if plan.Capped == p.capped {
+	if plan.Capped != p.capped && !pr.switchCap(ctx, now, p, plan.Capped) {
 		return
 	}
+	if pr.clock != nil {
+		// The slot begins when its cap state is in force.
+		p.p.Began(pr.clock())
+		p.next = p.p.Plan().SampleAt
+	}
+}
+
+// switchCap caps or frees the suspect for the slot that begins; false
+// when the cap could not be written (the proof is ended).
+func (pr *prover) switchCap(ctx context.Context, now time.Time, p *proof, capped bool) bool {
 	p.switched = true
-	if plan.Capped {
+	if capped {
 		// Capped hard: the kernel's minimum quota (1 ms) per CPU a period,
 		// so the suspect runs in rare 1 ms slots while the probe reads.
 		q := cgroup.Quota{Quota: time.Duration(max(1, p.tenant.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
@@ -151,14 +165,15 @@ func (pr *prover) followPlan(ctx context.Context, now time.Time, p *proof) {
 			pr.writeErrs.handleWriteErr(ctx, p.tenant, err)
 			p.p.Abort("could not cap it: " + err.Error())
 			pr.endProof(ctx, now, p)
-			return
+			return false
 		}
 		p.capped, p.since = true, now
 		pr.ledger.capSpent(p.tenant.ID, now, 0)
 		pr.rec.recordSlot(now, p.tenant, api.KindProof, q.CPUs(), "proof: capped for a trial")
-		return
+		return true
 	}
 	pr.uncap(ctx, now, p, "proof: freed for a trial")
+	return true
 }
 
 // uncap lifts a proof's cap (if on) and books the time it was on.

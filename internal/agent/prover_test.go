@@ -179,3 +179,66 @@ func TestProverReadableAtTheProofsPace(t *testing.T) {
 		})
 	}
 }
+
+// slowCaps is fakeActs whose cap and release take a while on the clock (a
+// state save on a busy disk); it notes, at each reading, how long the
+// suspect's cap state had been in force.
+type slowCaps struct {
+	fakeActs
+	clock   *clock
+	write   time.Duration
+	changed time.Time
+	since   []time.Duration // at each reading: time since the cap state changed
+}
+
+func (s *slowCaps) apply(ctx context.Context, t sense.Tenant, q cgroup.Quota, r string, now time.Time) error {
+	s.clock.Sleep(s.write)
+	s.changed = s.clock.Now()
+	return s.fakeActs.apply(ctx, t, q, r, now)
+}
+
+func (s *slowCaps) dropProbeHold(ctx context.Context, t sense.Tenant) {
+	s.clock.Sleep(s.write)
+	s.changed = s.clock.Now()
+	s.fakeActs.dropProbeHold(ctx, t)
+}
+
+func (s *slowCaps) measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error) {
+	s.since = append(s.since, s.clock.Now().Sub(s.changed))
+	return s.fakeActs.measureCPU(domain, cpu, kinds...)
+}
+
+// A slot is planned from when its cap state is in force, not from the time
+// the proof was asked for: a proof starts at its interval's time, after
+// that interval's readings, and its first cap waits on a saved intent.
+// Every reading comes at least the slot's settling time after the cap or
+// release landed.
+func TestProverPlansSlotsFromTheWrite(t *testing.T) {
+	suspect := sense.Tenant{ID: "/lab/suspect", Name: "suspect", CPUs: cpuset.Of(0)}
+	cfg := Config{}
+	cfg.fill()
+	cont := judge.NewContention(cfg.Thresholds())
+	cont.Calibrate([]sense.ProbeReading{{Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: 100}})
+	c := newClock()
+	acts := &slowCaps{fakeActs: fakeActs{guilty: true}, clock: c, write: 4 * time.Millisecond}
+	pr := newProver(cfg, newProofLedger(cfg.Proof), cont, nil, acts, acts, acts, acts, slog.New(slog.DiscardHandler))
+	pr.convict = acts.convicted
+	pr.clock = c.Now
+	// The interval that chose the suspect began 30 ms ago.
+	asked := c.Now()
+	c.Sleep(30 * time.Millisecond)
+	pr.start(context.Background(), asked, &proof{tenant: suspect, cpu: CPUDomain{0, 1}, kind: sense.ProbeDRAM, signal: signalProbe}, 6)
+	for i := 0; i < 1000 && pr.proof != nil; i++ {
+		c.set(pr.proof.next)
+		pr.sample(context.Background(), c.Now())
+	}
+	if len(acts.convicts) != 1 {
+		t.Fatalf("not convicted: %v", pr.verdicts)
+	}
+	settle := cfg.Proof.Slot * 3 / 10
+	for i, d := range acts.since {
+		if d < settle {
+			t.Fatalf("reading %d came %s after the cap state changed, before the slot's settling (%s); all: %v", i, d, settle, acts.since)
+		}
+	}
+}

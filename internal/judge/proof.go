@@ -242,6 +242,19 @@ func (p *Proof) Plan() ProofPlan {
 	return ProofPlan{Capped: capped, SampleAt: p.from.Add(settle + time.Duration(i)*step)}
 }
 
+// Began tells the proof when the current slot's cap state took effect,
+// if later than it began: the caller's write lands after the proof asked
+// for it (a first cap waits on its saved intent, and a proof starts at the
+// time of the interval that chose it, after that interval's readings), and
+// the slot's settling and readings are planned from then. Before the
+// slot's first reading only; every slot, capped or freed, is planned the
+// same way, so the bound is unchanged.
+func (p *Proof) Began(t time.Time) {
+	if len(p.got) == 0 && p.misses == 0 && t.After(p.from) {
+		p.from = t
+	}
+}
+
 // Observe hands the proof a reading taken at now; ok false says the probe
 // could not read (its CPU was busy). It returns true once the proof has a
 // verdict.

@@ -469,3 +469,32 @@ func TestProofGoesOnThroughTheQuietOfABurstyPolluter(t *testing.T) {
 		t.Errorf("quiet suspect: %s, want inconclusive", v)
 	}
 }
+
+// Began moves a slot's plan to when its cap state took effect: later only,
+// and only before the slot's first reading.
+func TestProofBegan(t *testing.T) {
+	cfg := ProofConfig{}
+	cfg.Fill()
+	t0 := time.Unix(100, 0)
+	p := NewProof(cfg, 4, t0, 1)
+	settle := cfg.Slot * 3 / 10
+	if got := p.Plan().SampleAt; !got.Equal(t0.Add(settle)) {
+		t.Fatalf("first reading at %s, want %s", got.Sub(t0), settle)
+	}
+	p.Began(t0.Add(-time.Second))
+	if got := p.Plan().SampleAt; !got.Equal(t0.Add(settle)) {
+		t.Errorf("an earlier Began moved the plan to %s", got.Sub(t0))
+	}
+	landed := t0.Add(6 * time.Millisecond)
+	p.Began(landed)
+	first := p.Plan().SampleAt
+	if !first.Equal(landed.Add(settle)) {
+		t.Errorf("after Began: first reading at %s, want %s", first.Sub(t0), landed.Add(settle).Sub(t0))
+	}
+	p.Observe(first, 2, true)
+	second := p.Plan().SampleAt
+	p.Began(landed.Add(time.Second))
+	if got := p.Plan().SampleAt; !got.Equal(second) {
+		t.Errorf("Began after a reading moved the plan from %s to %s", second.Sub(t0), got.Sub(t0))
+	}
+}
