@@ -181,6 +181,14 @@ func checkNUMASpan(hc *Host, d *Domain) Check {
 		c.Evidence = append(c.Evidence, Evidence{File: d.Source, Value: "<numa> " + strings.Join(cs, "; ")})
 	}
 
+	if len(used) == 0 {
+		// Pinned to CPUs no node of this host has (a domain written for
+		// another host, or a typo): there is no node to judge it on.
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("its vCPUs are pinned to CPUs on none of this host's %d NUMA nodes: libvirt refuses to start it here, or it runs where the pinning no longer says", len(hc.Topo.Nodes))
+		c.Advice = "Pin it to CPUs this host has: `crosstalk plan --from-status` prints a <cputune> for this host."
+		return c
+	}
 	if len(used) == 1 {
 		n := used[0]
 		switch {

@@ -189,6 +189,7 @@ func TestCheckBranches(t *testing.T) {
 			CheckL3Sharing, OK, "matches"},
 		{"node without numatune", "<memory unit='GiB'>4</memory><vcpu>2</vcpu>" + pins(1, 2), CheckNUMASpan, Info, "memory is not bound"},
 		{"node with numatune", "<memory unit='GiB'>4</memory><vcpu>2</vcpu>" + pins(1, 2) + "<numatune><memory mode='strict' nodeset='0'/></numatune>", CheckNUMASpan, OK, "vCPUs and memory on node 0"},
+		{"pinned to CPUs the host lacks", "<memory unit='GiB'>4</memory><vcpu cpuset='70'>2</vcpu>", CheckNUMASpan, Warn, "on none of this host's 2 NUMA nodes"},
 		{"cells, memory unbound", "<memory unit='GiB'>4</memory><vcpu>2</vcpu>" + pins(1, 9) +
 			"<cpu mode='host-passthrough'><topology sockets='2' dies='1' cores='1' threads='1'/><numa><cell id='0' cpus='0' memory='2' unit='GiB'/><cell id='1' cpus='1' memory='2' unit='GiB'/></numa></cpu>",
 			CheckNUMASpan, Info, "is not bound to node"},
