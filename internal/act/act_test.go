@@ -246,6 +246,19 @@ func TestStateRecords(t *testing.T) {
 	}
 }
 
+// countedQuota is a CPUQuota on cgroupTree whose state file counts its
+// saves.
+func countedQuota(t *testing.T) (a *CPUQuota, root, statePath string, saves *int) {
+	t.Helper()
+	h, l, root := cgroupTree(t)
+	statePath = filepath.Join(t.TempDir(), "state.json")
+	state, err := OpenState(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &CPUQuota{Host: h, Layout: l, State: state}, root, statePath, saveCounter(state)
+}
+
 // saveCounter counts a state file's saves that reach the disk.
 func saveCounter(s *StateFile) *int {
 	n := new(int)
@@ -263,11 +276,8 @@ func saveCounter(s *StateFile) *int {
 // entry lingers on disk, harmless at the original value) and Flush drops
 // it. The disk never lacks the intent of a cap in force.
 func TestProofTrialsSaveTheIntentOnce(t *testing.T) {
-	h, l, root := cgroupTree(t)
-	statePath := filepath.Join(t.TempDir(), "state.json")
-	state, _ := OpenState(statePath)
-	saves := saveCounter(state)
-	a := &CPUQuota{Host: h, Layout: l, State: state}
+	a, root, statePath, saves := countedQuota(t)
+	state, h, l := a.State, a.Host, a.Layout
 	capQ := cgroup.Quota{Quota: time.Millisecond, Period: time.Second}
 	onDisk := func() []Entry {
 		t.Helper()
@@ -338,11 +348,8 @@ func TestProofTrialsSaveTheIntentOnce(t *testing.T) {
 // Intend saves the intents of several caps in one write; the Applies that
 // follow write only the cgroups.
 func TestIntendSavesOnceForMany(t *testing.T) {
-	h, l, root := cgroupTree(t)
-	statePath := filepath.Join(t.TempDir(), "state.json")
-	state, _ := OpenState(statePath)
-	saves := saveCounter(state)
-	a := &CPUQuota{Host: h, Layout: l, State: state}
+	a, root, statePath, saves := countedQuota(t)
+	h, l := a.Host, a.Layout
 	capQ := cgroup.Quota{Quota: time.Millisecond, Period: time.Second}
 	in := []Intent{{Cgroup: "/a", Tenant: "a", Quota: capQ}, {Cgroup: "/b", Tenant: "b", Quota: capQ}, {Cgroup: "/gone", Tenant: "gone", Quota: capQ}}
 	if err := a.Intend(in); err != nil {
