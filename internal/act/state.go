@@ -314,35 +314,11 @@ func (s *StateFile) Entries() []Entry {
 // not saved again: a proof that caps and frees its suspect trial after
 // trial writes its intent once, not twice a trial, and each fsync'd save on
 // a busy host's disk costs milliseconds of cap.
-func (s *StateFile) Put(e Entry) error {
-	if err := checkEntry(e.Cgroup, e); err != nil {
-		return fmt.Errorf("state entry: %w", err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old, had := s.doc.Entries[e.Cgroup]
-	if had && old.same(e) {
-		return nil
-	}
-	if l, ok := s.lingering[e.Cgroup]; ok && !had && l.same(e) {
-		delete(s.lingering, e.Cgroup)
-		s.doc.Entries[e.Cgroup] = e
-		return nil
-	}
-	s.doc.Entries[e.Cgroup] = e
-	if err := s.saveLocked(); err != nil {
-		if had {
-			s.doc.Entries[e.Cgroup] = old
-		} else {
-			delete(s.doc.Entries, e.Cgroup)
-		}
-		return err
-	}
-	return nil
-}
+func (s *StateFile) Put(e Entry) error { return s.PutAll([]Entry{e}) }
 
 // PutAll records several entries with one save (none when the disk holds
-// them all already); on a failed save none is recorded.
+// them all already, see Put); on a failed save none is recorded, and the
+// state in memory is left as it was.
 func (s *StateFile) PutAll(entries []Entry) error {
 	for _, e := range entries {
 		if err := checkEntry(e.Cgroup, e); err != nil {
