@@ -3,6 +3,7 @@ package agent
 import (
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
@@ -35,6 +36,13 @@ type proof struct {
 // (right when the cap is set, before a slot's first reading) is refilled in
 // a slot once in twenty at most.
 const proofPeriod = time.Second
+
+// hardCap is the cap of a proof's trial and of the start-up survey: the
+// kernel's minimum quota (1 ms) per CPU of the tenant a proofPeriod, so it
+// runs in rare 1 ms slots while the probe reads.
+func hardCap(t sense.Tenant) cgroup.Quota {
+	return cgroup.Quota{Quota: time.Duration(max(1, t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
+}
 
 // CPUDomain is a CPU and its L3 domain.
 type CPUDomain struct{ Domain, CPU int }

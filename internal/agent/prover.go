@@ -158,9 +158,7 @@ func (pr *prover) followPlan(ctx context.Context, now time.Time, p *proof) {
 func (pr *prover) switchCap(ctx context.Context, now time.Time, p *proof, capped bool) bool {
 	p.switched = true
 	if capped {
-		// Capped hard: the kernel's minimum quota (1 ms) per CPU a period,
-		// so the suspect runs in rare 1 ms slots while the probe reads.
-		q := cgroup.Quota{Quota: time.Duration(max(1, p.tenant.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod}
+		q := hardCap(p.tenant)
 		if err := pr.caps.apply(ctx, p.tenant, q, "proof", now); err != nil {
 			pr.writeErrs.handleWriteErr(ctx, p.tenant, err)
 			p.p.Abort("could not cap it: " + err.Error())

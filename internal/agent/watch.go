@@ -75,7 +75,7 @@ func (ps *probeSensor) surveyQuiet(ctx context.Context, now time.Time, samples [
 	for _, t := range busy {
 		if !caps.held(t.ID, "") {
 			free = append(free, t)
-			qs = append(qs, cgroup.Quota{Quota: time.Duration(max(1, t.CPUs.Len())) * cgroup.MinQuota, Period: proofPeriod})
+			qs = append(qs, hardCap(t))
 		}
 	}
 	// One state write for all the caps, then the caps back to back: the
