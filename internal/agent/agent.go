@@ -75,6 +75,10 @@ type Deps struct {
 	// file (resctrl classes, clock modulation, cpufreq limits) from the
 	// records alone, at start (what a killed predecessor left) and at stop.
 	RestoreRecords func(ctx context.Context) (restored int, err error)
+	// CPUBusy is each CPU's busy fraction since its previous call
+	// (sense.CPUBusy.Read); nil: the agent does not wake between
+	// intervals for a CPU that turned busy (see busyWake).
+	CPUBusy func() (map[int]float64, error)
 }
 
 // Agent is one running crosstalk agent.
@@ -126,6 +130,8 @@ type Agent struct {
 	sensor *probeSensor
 	// watchAt is when the next watch is due (the probe policy's watch).
 	watchAt time.Time
+	// wake looks at each watch for a CPU that turned busy.
+	wake busyWake
 	// rec is the record of actions (recorder.go); holds are the probe
 	// policy's CPU-quota claims through the arbiter (actions.go).
 	rec   *recorder
@@ -188,6 +194,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	// them last: a conviction hands the suspect over.
 	a.prover.convict = a.throttles.convicted
 	a.probes = newProbePolicy(cfg, a.cont, a.domain, d.Probe, a.sensor.measureQuick, a.ledger, a, d.Log)
+	a.wake.read = d.CPUBusy
 	for _, pd := range d.Probe.Domains() {
 		a.domain[pd.ID] = pd.CPUs
 	}
@@ -247,7 +254,8 @@ func (a *Agent) Run(ctx context.Context) error {
 // Tick drives the agent on a caller's clock instead of Run's timers (the
 // simulator runs on virtual time): it takes a proof sample when one is due,
 // runs an interval when next has passed, and between intervals watches for
-// a first sign of contention (see watch). It returns when the next interval
+// a first sign of contention (see watch) and for a CPU that turned busy
+// (see busyWake), either of which runs the interval now. It returns when the next interval
 // is due: an interval on, or WatchEvery while a first sign of
 // contention waits to be confirmed. Call it at least as often as WatchEvery;
 // call Start first and Stop at the end. The sensors and actuators it calls
@@ -263,6 +271,8 @@ func (a *Agent) Tick(ctx context.Context, now, next time.Time) time.Time {
 			a.throttles.releaseStopped(ctx, now, a.d.Stats)
 		}
 		due = a.probes.watch(a.prover.proof != nil || len(a.throttles.throttled) > 0)
+		// Read at every look, so that each read spans one look.
+		due = a.wake.look(now, a.WatchEvery(), a.cfg.Interval) || due
 	}
 	if !due {
 		return next

@@ -48,6 +48,17 @@ type world struct {
 	now func() time.Time
 }
 
+// cpuBusy is the world's CPUs' busy fraction (Deps.CPUBusy): none while
+// idle, else both CPUs busy.
+func (w *world) cpuBusy() (map[int]float64, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.idle {
+		return map[int]float64{0: 0, 1: 0}, nil
+	}
+	return map[int]float64{0: 1, 1: 0.8}, nil
+}
+
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	root := t.TempDir()
@@ -257,9 +268,16 @@ func (l *actionLog) has(kind api.ActionKind, name string) bool { return l.count(
 // running the loop and waiting; the agent is started, and stop restores.
 func newVirtualHarness(t *testing.T, w *world, cfg Config, quota QuotaActuator) *harness {
 	t.Helper()
+	return newVirtualHarnessWith(t, w, cfg, quota)
+}
+
+// newVirtualHarnessWith is newVirtualHarness with parts changed (tweak).
+func newVirtualHarnessWith(t *testing.T, w *world, cfg Config, quota QuotaActuator, tweak ...func(*Deps)) *harness {
+	t.Helper()
 	c := newClock()
 	w.now = c.Now
-	hs := newHarness(t, w, cfg, quota, func(d *Deps) { d.Now, d.Sleep = c.Now, c.Sleep })
+	tweak = append([]func(*Deps){func(d *Deps) { d.Now, d.Sleep = c.Now, c.Sleep }}, tweak...)
+	hs := newHarness(t, w, cfg, quota, tweak...)
 	hs.vloop = startLoop(t, hs.agent, c, &hs.actionLog)
 	return hs
 }

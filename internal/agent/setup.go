@@ -167,6 +167,7 @@ func BuildWith(ctx context.Context, cfg Config, h *host.Host, o BuildOptions) (*
 		Version:    version,
 		Sleep:      o.Sleep,
 		Now:        o.Now,
+		CPUBusy:    sense.NewCPUBusy(h).Read,
 	}
 	d.Host, _ = h.ReadString("/proc/sys/kernel/hostname")
 	var id topology.Identity

@@ -1,0 +1,52 @@
+package agent
+
+import "time"
+
+// busyRise is how much a CPU's busy fraction must rise from one look of
+// the watch to the next to wake the agent for an interval: about four
+// USER_HZ ticks of a quarter-second look, more than an idle CPU's jitter,
+// less than a tenant that starts halfway through the look adds.
+const busyRise = 0.3
+
+// busyWake notices between intervals a CPU that turned busy. While no
+// tenant is busy the probe's watch rests, so a tenant that starts (or
+// wakes from idle) and pollutes at once would run up to a whole interval
+// before anyone looked; one /proc/stat read a look finds it within a
+// look instead. It wakes the agent at most once an interval, so a host
+// whose CPUs keep turning busy and idle (a service that is not a tenant)
+// costs at most one interval more an interval; a CPU that stays busy
+// wakes nobody.
+type busyWake struct {
+	// read is each CPU's busy fraction since its previous call
+	// (sense.CPUBusy.Read: nil on the first).
+	read   func() (map[int]float64, error)
+	prev   map[int]float64
+	prevAt time.Time
+	wokeAt time.Time
+}
+
+// look reads the CPUs once and reports whether one turned busy since the
+// look before, every apart (a look after a longer gap only primes: its
+// fractions span the gap), and the agent was not woken in the last
+// interval.
+func (w *busyWake) look(now time.Time, every, interval time.Duration) bool {
+	if w == nil || w.read == nil {
+		return false
+	}
+	cur, err := w.read()
+	prev, gap := w.prev, now.Sub(w.prevAt)
+	w.prev, w.prevAt = cur, now
+	if err != nil || prev == nil || gap > 3*every {
+		return false
+	}
+	if !w.wokeAt.IsZero() && now.Sub(w.wokeAt) < interval {
+		return false
+	}
+	for cpu, f := range cur {
+		if p, ok := prev[cpu]; ok && f-p >= busyRise {
+			w.wokeAt = now
+			return true
+		}
+	}
+	return false
+}
