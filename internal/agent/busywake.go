@@ -25,6 +25,19 @@ type busyWake struct {
 	wokeAt time.Time
 }
 
+// note reads the CPUs at an interval, so that the next look compares
+// with the interval rather than only priming.
+func (w *busyWake) note(now time.Time) {
+	if w == nil || w.read == nil {
+		return
+	}
+	cur, err := w.read()
+	if err != nil {
+		cur = nil
+	}
+	w.prev, w.prevAt = cur, now
+}
+
 // look reads the CPUs once and reports whether one turned busy since the
 // look before, every apart (a look after a longer gap only primes: its
 // fractions span the gap), and the agent was not woken in the last
