@@ -278,7 +278,7 @@ func (a *Agent) Tick(ctx context.Context, now, next time.Time) time.Time {
 		return next
 	}
 	quick := a.step(ctx, now)
-	a.wake.note(now)
+	a.wake.prime(now, a.WatchEvery())
 	a.flushState()
 	a.watchAt = now.Add(a.WatchEvery())
 	if quick {

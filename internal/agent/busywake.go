@@ -25,10 +25,13 @@ type busyWake struct {
 	wokeAt time.Time
 }
 
-// note reads the CPUs at an interval, so that the next look compares
-// with the interval rather than only priming.
-func (w *busyWake) note(now time.Time) {
-	if w == nil || w.read == nil {
+// prime reads the CPUs at an interval when no look has read them lately
+// (at start, or after a long gap), so that the first look after it
+// compares with the interval rather than only priming. It leaves a recent
+// look's read alone: the interval in between may have read a CPU that just
+// turned busy as busy already, and the next look would see no rise.
+func (w *busyWake) prime(now time.Time, every time.Duration) {
+	if w == nil || w.read == nil || w.prev != nil && now.Sub(w.prevAt) <= 3*every {
 		return
 	}
 	cur, err := w.read()

@@ -62,13 +62,26 @@ func TestBusyWake(t *testing.T) {
 			}
 		})
 	}
-	t.Run("the first look after an interval compares with it", func(t *testing.T) {
+	t.Run("the first look after the first interval compares with it", func(t *testing.T) {
 		src := &busyReads{reads: []map[int]float64{idle, {0: 0.7}}}
 		w := busyWake{read: src.read}
 		now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-		w.note(now)
+		w.prime(now, every)
 		if !w.look(now.Add(every), every, interval) {
-			t.Error("a CPU busy since the interval did not wake the agent at the first look")
+			t.Error("a CPU busy since the first interval did not wake the agent at the first look")
+		}
+	})
+	t.Run("an interval between looks leaves the last look's read", func(t *testing.T) {
+		// The interval would read CPU 0 busy already: the look after it
+		// must still compare with the look before.
+		src := &busyReads{reads: []map[int]float64{nil, idle, {0: 0.7}}}
+		w := busyWake{read: src.read}
+		now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+		w.look(now, every, interval)
+		w.look(now.Add(every), every, interval)
+		w.prime(now.Add(every+every/2), every)
+		if !w.look(now.Add(2*every), every, interval) {
+			t.Error("a CPU that turned busy around an interval did not wake the agent")
 		}
 	})
 	t.Run("no reader, or a failing one, never wakes", func(t *testing.T) {
