@@ -272,7 +272,10 @@ func (a *Agent) Tick(ctx context.Context, now, next time.Time) time.Time {
 		}
 		due = a.probes.watch(a.prover.proof != nil || len(a.throttles.throttled) > 0)
 		// Read at every look, so that each read spans one look.
-		due = a.wake.look(now, a.WatchEvery(), a.cfg.Interval) || due
+		if r, woke := a.wake.look(now, a.WatchEvery(), a.cfg.Interval); woke {
+			a.log.Debug("a CPU turned busy: the interval runs now", "cpu", r.CPU, "busy_before", fmt.Sprintf("%.2f", r.From), "busy", fmt.Sprintf("%.2f", r.To))
+			due = true
+		}
 	}
 	if !due {
 		return next

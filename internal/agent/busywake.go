@@ -41,28 +41,42 @@ func (w *busyWake) prime(now time.Time, every time.Duration) {
 	w.prev, w.prevAt = cur, now
 }
 
-// look reads the CPUs once and reports whether one turned busy since the
-// look before, every apart (a look after a longer gap only primes: its
-// fractions span the gap), and the agent was not woken in the last
-// interval.
-func (w *busyWake) look(now time.Time, every, interval time.Duration) bool {
+// rise is a CPU whose busy fraction rose from one look to the next.
+type rise struct {
+	CPU      int
+	From, To float64
+}
+
+// look reads the CPUs once and reports the CPU whose busy fraction rose
+// most since the look before, every apart, if it rose by busyRise or more
+// (a look after a longer gap only primes: its fractions span the gap) and
+// the agent was not woken in the last interval.
+func (w *busyWake) look(now time.Time, every, interval time.Duration) (rise, bool) {
 	if w == nil || w.read == nil {
-		return false
+		return rise{}, false
 	}
 	cur, err := w.read()
 	prev, gap := w.prev, now.Sub(w.prevAt)
 	w.prev, w.prevAt = cur, now
 	if err != nil || prev == nil || gap > 3*every {
-		return false
+		return rise{}, false
 	}
 	if !w.wokeAt.IsZero() && now.Sub(w.wokeAt) < interval {
-		return false
+		return rise{}, false
 	}
+	var best rise
+	found := false
 	for cpu, f := range cur {
-		if p, ok := prev[cpu]; ok && f-p >= busyRise {
-			w.wokeAt = now
-			return true
+		p, ok := prev[cpu]
+		if !ok || f-p < busyRise {
+			continue
+		}
+		if !found || f-p > best.To-best.From || f-p == best.To-best.From && cpu < best.CPU {
+			best, found = rise{cpu, p, f}, true
 		}
 	}
-	return false
+	if found {
+		w.wokeAt = now
+	}
+	return best, found
 }

@@ -56,7 +56,7 @@ func TestBusyWake(t *testing.T) {
 					}
 					now = now.Add(gap)
 				}
-				if got := w.look(now, every, interval); got != want {
+				if _, got := w.look(now, every, interval); got != want {
 					t.Errorf("look %d: woke %v, want %v", i, got, want)
 				}
 			}
@@ -67,7 +67,7 @@ func TestBusyWake(t *testing.T) {
 		w := busyWake{read: src.read}
 		now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 		w.prime(now, every)
-		if !w.look(now.Add(every), every, interval) {
+		if _, woke := w.look(now.Add(every), every, interval); !woke {
 			t.Error("a CPU busy since the first interval did not wake the agent at the first look")
 		}
 	})
@@ -80,8 +80,19 @@ func TestBusyWake(t *testing.T) {
 		w.look(now, every, interval)
 		w.look(now.Add(every), every, interval)
 		w.prime(now.Add(every+every/2), every)
-		if !w.look(now.Add(2*every), every, interval) {
+		if _, woke := w.look(now.Add(2*every), every, interval); !woke {
 			t.Error("a CPU that turned busy around an interval did not wake the agent")
+		}
+	})
+	t.Run("the CPU that rose most is named", func(t *testing.T) {
+		src := &busyReads{reads: []map[int]float64{nil, {0: 0, 1: 0.1, 2: 0}, {0: 0.5, 1: 1, 2: 0.8}}}
+		w := busyWake{read: src.read}
+		now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+		w.look(now, every, interval)
+		w.look(now.Add(every), every, interval)
+		r, woke := w.look(now.Add(2*every), every, interval)
+		if want := (rise{CPU: 1, From: 0.1, To: 1}); !woke || r != want {
+			t.Errorf("woke %v for %+v, want %+v", woke, r, want)
 		}
 	})
 	t.Run("no reader, or a failing one, never wakes", func(t *testing.T) {
@@ -89,7 +100,9 @@ func TestBusyWake(t *testing.T) {
 		failing := busyWake{read: (&busyReads{err: errors.New("no /proc/stat")}).read}
 		now := time.Now()
 		for i := range 4 {
-			if none.look(now.Add(time.Duration(i)*every), every, interval) || failing.look(now.Add(time.Duration(i)*every), every, interval) {
+			_, a := none.look(now.Add(time.Duration(i)*every), every, interval)
+			_, b := failing.look(now.Add(time.Duration(i)*every), every, interval)
+			if a || b {
 				t.Fatal("woke")
 			}
 		}
