@@ -31,7 +31,7 @@ type busyWake struct {
 // look's read alone: the interval in between may have read a CPU that just
 // turned busy as busy already, and the next look would see no rise.
 func (w *busyWake) prime(now time.Time, every time.Duration) {
-	if w == nil || w.read == nil || w.prev != nil && now.Sub(w.prevAt) <= 3*every {
+	if w.read == nil || w.recent(now, every) {
 		return
 	}
 	cur, err := w.read()
@@ -39,6 +39,12 @@ func (w *busyWake) prime(now time.Time, every time.Duration) {
 		cur = nil
 	}
 	w.prev, w.prevAt = cur, now
+}
+
+// recent reports whether the last read is at most a few looks old: a
+// read after a longer gap spans the gap, and compares with nothing.
+func (w *busyWake) recent(now time.Time, every time.Duration) bool {
+	return w.prev != nil && now.Sub(w.prevAt) <= 3*every
 }
 
 // rise is a CPU whose busy fraction rose from one look to the next.
@@ -52,13 +58,13 @@ type rise struct {
 // (a look after a longer gap only primes: its fractions span the gap) and
 // the agent was not woken in the last interval.
 func (w *busyWake) look(now time.Time, every, interval time.Duration) (rise, bool) {
-	if w == nil || w.read == nil {
+	if w.read == nil {
 		return rise{}, false
 	}
+	prev, recent := w.prev, w.recent(now, every)
 	cur, err := w.read()
-	prev, gap := w.prev, now.Sub(w.prevAt)
 	w.prev, w.prevAt = cur, now
-	if err != nil || prev == nil || gap > 3*every {
+	if err != nil || !recent {
 		return rise{}, false
 	}
 	if !w.wokeAt.IsZero() && now.Sub(w.wokeAt) < interval {
