@@ -204,6 +204,9 @@ type ProbeConfig struct {
 	LLCBytes      int64 `yaml:"llc_bytes"`
 	CPUsPerDomain int   `yaml:"cpus_per_domain"`
 	Chunks        int   `yaml:"chunks"`
+	// Spread is how many readings, 400 µs apart, make one DRAM reading
+	// of an interval or a watch (the worst counts; 1 = one reading).
+	Spread int `yaml:"spread"`
 }
 
 // JudgeConfig holds the contention thresholds (ratios of probe latency to its quiet baseline).
@@ -469,7 +472,7 @@ func (c *Config) WaitThresholds() judge.Thresholds {
 
 // ProbeSettings is the probe configuration for the sensor.
 func (c *Config) ProbeSettings() sense.ProbeConfig {
-	return sense.ProbeConfig{LLCBytes: c.Probe.LLCBytes, CPUsPerDomain: c.Probe.CPUsPerDomain, Chunks: c.Probe.Chunks}
+	return sense.ProbeConfig{LLCBytes: c.Probe.LLCBytes, CPUsPerDomain: c.Probe.CPUsPerDomain, Chunks: c.Probe.Chunks, Spread: c.Probe.Spread}
 }
 
 // protects reports whether the configuration protects a tenant: an ID, a

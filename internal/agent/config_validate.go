@@ -100,6 +100,9 @@ func (c *Config) Validate() error {
 	if c.Probe.CPUsPerDomain != 0 {
 		intIn("probe.cpus_per_domain", int64(c.Probe.CPUsPerDomain), 1, 256)
 	}
+	if c.Probe.Spread != 0 {
+		intIn("probe.spread", int64(c.Probe.Spread), 1, 16)
+	}
 	intIn("judge.window", int64(c.Judge.Window), 2, 1024)
 	intIn("perf.fd_budget", int64(c.Perf.FDBudget), 0, 1<<20)
 	intIn("resctrl.max_monitoring_groups", int64(c.Resctrl.MaxMonitoringGroups), 0, 1<<16)

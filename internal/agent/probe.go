@@ -70,6 +70,21 @@ func (ps *probeSensor) measureCPU(domain, cpu int, kinds ...string) ([]sense.Pro
 	return ps.measureOn(cpu, func() ([]sense.ProbeReading, error) { return ps.probe.MeasureCPU(domain, cpu, kinds...) })
 }
 
+// onceProber is a probe that can take one reading of each kind where
+// MeasureCPU takes a spread (sense.Probe.MeasureOnce).
+type onceProber interface {
+	MeasureOnce(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error)
+}
+
+// measureOnce is measureCPU at a proof's pace: one reading of each kind
+// where the probe can, else measureCPU.
+func (ps *probeSensor) measureOnce(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error) {
+	if o, ok := ps.probe.(onceProber); ok {
+		return ps.measureOn(cpu, func() ([]sense.ProbeReading, error) { return o.MeasureOnce(domain, cpu, kinds...) })
+	}
+	return ps.measureCPU(domain, cpu, kinds...)
+}
+
 // measureOn runs one measurement on cpu with the timeout of measureCPU.
 func (ps *probeSensor) measureOn(cpu int, measure func() ([]sense.ProbeReading, error)) ([]sense.ProbeReading, error) {
 	if run := ps.pending[cpu]; run != nil {

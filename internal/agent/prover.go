@@ -56,9 +56,10 @@ type proofRecords interface {
 	noteAction(r api.ActionRecord)
 }
 
-// cpuProbe reads the canary probe on one CPU (probeSensor.measureCPU).
+// cpuProbe reads the canary probe on one CPU at a proof's pace, one
+// reading a kind (probeSensor.measureOnce).
 type cpuProbe interface {
-	measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error)
+	measureOnce(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error)
 }
 
 func newProver(cfg Config, ledger *proofLedger, cont *judge.Contention, wait *cpuWaitPolicy, caps proofCaps, rec proofRecords, writeErrs writeErrHandler, probe cpuProbe, log *slog.Logger) *prover {
@@ -121,7 +122,7 @@ func (pr *prover) readable(p *proof, before float64) bool {
 	// proof's readings keep it warm: that first reading is the interval's
 	// kind of reading again, not the proof's.
 	for i := range precheckReadings + 1 {
-		rs, err := pr.probe.measureCPU(p.cpu.Domain, p.cpu.CPU, p.kind)
+		rs, err := pr.probe.measureOnce(p.cpu.Domain, p.cpu.CPU, p.kind)
 		if err != nil || len(rs) == 0 {
 			return true // the proof will say what the probe can read
 		}
@@ -201,7 +202,7 @@ func (pr *prover) sample(ctx context.Context, now time.Time) {
 		if p.kind != "" {
 			kinds = []string{p.kind}
 		}
-		if rs, err := pr.probe.measureCPU(p.cpu.Domain, p.cpu.CPU, kinds...); err == nil && len(rs) > 0 {
+		if rs, err := pr.probe.measureOnce(p.cpu.Domain, p.cpu.CPU, kinds...); err == nil && len(rs) > 0 {
 			ratio, ok = pr.cont.Worst(pr.cont.Rate(rs), nil), true
 		}
 	}

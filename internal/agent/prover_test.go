@@ -42,7 +42,7 @@ func (f *fakeActs) noteAction(api.ActionRecord) {}
 func (f *fakeActs) convicted(_ context.Context, _ time.Time, p *proof, _ string) {
 	f.convicts = append(f.convicts, p.tenant.ID)
 }
-func (f *fakeActs) measureCPU(domain, cpu int, _ ...string) ([]sense.ProbeReading, error) {
+func (f *fakeActs) measureOnce(domain, cpu int, _ ...string) ([]sense.ProbeReading, error) {
 	ns := 600.0
 	if f.guilty && f.capped {
 		ns = 100
@@ -116,7 +116,7 @@ type readingsProbe struct {
 	reads int
 }
 
-func (r *readingsProbe) measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error) {
+func (r *readingsProbe) measureOnce(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error) {
 	ns := r.cold
 	if r.reads > 0 {
 		ns = r.ns[min(r.reads-1, len(r.ns)-1)]
@@ -203,9 +203,9 @@ func (s *slowCaps) dropProbeHold(ctx context.Context, t sense.Tenant) {
 	s.fakeActs.dropProbeHold(ctx, t)
 }
 
-func (s *slowCaps) measureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error) {
+func (s *slowCaps) measureOnce(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error) {
 	s.since = append(s.since, s.clock.Now().Sub(s.changed))
-	return s.fakeActs.measureCPU(domain, cpu, kinds...)
+	return s.fakeActs.measureOnce(domain, cpu, kinds...)
 }
 
 // A slot is planned from when its cap state is in force, not from the time

@@ -27,6 +27,7 @@ func TestConfigRefusesHostileValues(t *testing.T) {
 		{"probe:\n  llc_bytes: 900000000000000\n", []string{"probe.llc_bytes", "900000000000000", "65536-268435456"}},
 		{"probe:\n  chunks: 2000000000\n", []string{"probe.chunks", "2000000000", "1-64"}},
 		{"probe:\n  cpus_per_domain: -1\n", []string{"probe.cpus_per_domain", "-1", "1-256"}},
+		{"probe:\n  spread: 17\n", []string{"probe.spread", "17", "1-16"}},
 		{"judge:\n  window: -4\n", []string{"judge.window", "-4", "2-1024"}},
 		{"throttle:\n  hold: -1s\n", []string{"throttle.hold", "-1s", "negative"}},
 		{"max_throttled: 0\n", []string{"max_throttled: 0", "1-1000", "dry_run"}},
