@@ -535,7 +535,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	if a.log.Enabled(ctx, slog.LevelDebug) {
 		var rs []string
 		for _, r := range v.Readings {
-			rs = append(rs, fmt.Sprintf("cpu%d/%s=%.0fns(%.1f×)", r.CPU, r.Kind, r.Ns, r.Ratio))
+			rs = append(rs, fmt.Sprintf("cpu%d/%s=%.0fns(%.1f×)", r.CPU, r.Kind, r.Latency, r.Ratio))
 		}
 		a.log.Debug("interval", "tenants", len(tenants), "contended", v.Contended, "ratio", fmt.Sprintf("%.2f", v.Ratio), "probes", strings.Join(rs, " "))
 	}

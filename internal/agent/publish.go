@@ -75,7 +75,7 @@ func (a *Agent) publish(now time.Time, v judge.Verdict, samples []sample, ranked
 		}
 	}
 	for _, r := range a.cont.Rate(readings) {
-		st.Probes = append(st.Probes, api.ProbeState{Domain: r.Domain, CPU: r.CPU, Kind: r.Kind, LatencyNs: r.Ns, BaselineNs: r.Baseline, Ratio: r.Ratio})
+		st.Probes = append(st.Probes, api.ProbeState{Domain: r.Domain, CPU: r.CPU, Kind: r.Kind, LatencyNs: r.Latency, BaselineNs: r.Baseline, Ratio: r.Ratio})
 	}
 	if a.prover.proof != nil {
 		st.Proof = &api.ProofState{Tenant: a.prover.proof.tenant.ID, Name: a.prover.proof.tenant.Name, Started: a.prover.proof.p.Started(), Before: a.prover.proof.p.Before(), Trials: a.prover.proof.p.Trials()}

@@ -183,8 +183,28 @@ type Verdict struct {
 // RatedReading is a probe reading against its baseline.
 type RatedReading struct {
 	sense.ProbeReading
+	// Latency is what the reading counts at: its Ns, or its Peak where
+	// the peak is strong (see Contention.latency).
+	Latency  float64
 	Baseline float64
 	Ratio    float64
+}
+
+// latency is what a reading counts at: its Ns (a spread's median), or
+// its Peak (a spread's worst) where the peak is over the kind's strong
+// ratio and far outside the baseline's noise, as a reading that counts at
+// once must be. A split-lock storm that comes and goes shows in the peak
+// of most spreads and moves the probe 5-15×; busy neighbours' memory
+// traffic now and then lifts one reading of four moderately, and counting
+// every peak would make that contention four times as often.
+func (c *Contention) latency(r sense.ProbeReading) float64 {
+	if r.Peak > r.Ns {
+		_, strong := c.th.For(r.Kind)
+		if c.baseline(r.Domain, r.Kind).Above(r.Peak, strong, 2*c.th.Noise) {
+			return r.Peak
+		}
+	}
+	return r.Ns
 }
 
 // Rate compares readings with their baselines without learning from them.
@@ -192,7 +212,8 @@ func (c *Contention) Rate(rs []sense.ProbeReading) []RatedReading {
 	out := make([]RatedReading, 0, len(rs))
 	for _, r := range rs {
 		b := c.baseline(r.Domain, r.Kind)
-		out = append(out, RatedReading{ProbeReading: r, Baseline: b.Level, Ratio: b.Ratio(r.Ns)})
+		l := c.latency(r)
+		out = append(out, RatedReading{ProbeReading: r, Latency: l, Baseline: b.Level, Ratio: b.Ratio(l)})
 	}
 	return out
 }
@@ -201,7 +222,7 @@ func (c *Contention) Rate(rs []sense.ProbeReading) []RatedReading {
 // ratio and outside its baseline's noise, as Update counts it.
 func (c *Contention) Above(r RatedReading) bool {
 	ratio, _ := c.th.For(r.Kind)
-	return c.baseline(r.Domain, r.Kind).Above(r.Ns, ratio, c.th.Noise)
+	return c.baseline(r.Domain, r.Kind).Above(r.Latency, ratio, c.th.Noise)
 }
 
 // Mark counts readings taken between intervals (the agent's watch) as an
@@ -212,8 +233,7 @@ func (c *Contention) Above(r RatedReading) bool {
 func (c *Contention) Mark(rs []sense.ProbeReading) bool {
 	hot := map[int]bool{}
 	for _, r := range c.Rate(rs) {
-		ratio, _ := c.th.For(r.Kind)
-		if c.baseline(r.Domain, r.Kind).Above(r.Ns, ratio, c.th.Noise) {
+		if c.Above(r) {
 			hot[r.Domain] = true
 			c.above[probeKey{r.Domain, r.Kind}]++
 		}
@@ -246,16 +266,16 @@ func (c *Contention) Update(rs []sense.ProbeReading) Verdict {
 		b := c.baseline(k.domain, k.kind)
 		v.Ratio = max(v.Ratio, c.scaled(r))
 		ratio, strong := c.th.For(k.kind)
-		if !b.Above(r.Ns, ratio, c.th.Noise) {
+		if !b.Above(r.Latency, ratio, c.th.Noise) {
 			c.above[k] = 0
 			continue
 		}
 		c.above[k]++
 		aboveDomains[k.domain] = true
-		if b.Above(r.Ns, strong, 2*c.th.Noise) || c.above[k] >= 2 {
+		if b.Above(r.Latency, strong, 2*c.th.Noise) || c.above[k] >= 2 {
 			contendedDomains[k.domain] = true
 			if v.Reason == "" || r.Ratio >= c.th.Strong {
-				v.Reason = fmt.Sprintf("%s probe on CPU %d at %.0f ns, %.1f× its quiet %.0f ns", k.kind, r.CPU, r.Ns, r.Ratio, b.Level)
+				v.Reason = fmt.Sprintf("%s probe on CPU %d at %.0f ns, %.1f× its quiet %.0f ns", k.kind, r.CPU, r.Latency, r.Ratio, b.Level)
 			}
 		}
 	}
@@ -291,7 +311,7 @@ func (c *Contention) Update(rs []sense.ProbeReading) Verdict {
 	for _, r := range v.Readings {
 		b := c.baseline(r.Domain, r.Kind)
 		ratio, _ := c.th.For(r.Kind)
-		b.Observe(r.Ns, c.episode || c.held[r.Domain] || b.Above(r.Ns, ratio, c.th.Noise))
+		b.Observe(r.Ns, c.episode || c.held[r.Domain] || b.Above(r.Latency, ratio, c.th.Noise))
 	}
 	for _, cr := range perCPU {
 		v.CPUs = append(v.CPUs, *cr)

@@ -108,6 +108,66 @@ func TestContentionVerdict(t *testing.T) {
 	}
 }
 
+// A DRAM spread's peak (its worst reading) counts only where it is strong:
+// a storm that comes and goes shows in the peak and counts at once, in an
+// interval and in a watch; a moderate peak from a neighbour's memory
+// traffic counts for nothing, the median decides; and a reading whose peak
+// counted does not teach the baseline.
+func TestContentionCountsAStrongPeak(t *testing.T) {
+	quiet := []sense.ProbeReading{{Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: 300}}
+	spread := func(ns, peak float64) []sense.ProbeReading {
+		return []sense.ProbeReading{{Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: ns, Peak: peak}}
+	}
+	fresh := func() *Contention {
+		c := NewContention(Thresholds{})
+		for _, ns := range []float64{300, 304, 297, 301} {
+			c.Calibrate([]sense.ProbeReading{{Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: ns}})
+		}
+		c.Update(quiet)
+		return c
+	}
+	tests := []struct {
+		name      string
+		ns, peak  float64
+		contended bool
+		ratioFrom float64 // the verdict's ratio at least, and under ratioTo
+		ratioTo   float64
+	}{
+		{"a storm in one reading of four: counts at once", 305, 2400, true, 7.5, 8.5},
+		{"a moderate peak: the median decides, quiet", 305, 700, false, 0.9, 1.1},
+		{"a peak at 3.5×, under strong: quiet", 305, 1050, false, 0.9, 1.1},
+		{"no spread (a single reading at 8×): counts at once", 2400, 0, true, 7.5, 8.5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fresh()
+			v := c.Update(spread(tc.ns, tc.peak))
+			if v.Contended != tc.contended || v.Ratio < tc.ratioFrom || v.Ratio >= tc.ratioTo {
+				t.Errorf("verdict contended %v ratio %.2f, want %v in [%.1f, %.1f): %s", v.Contended, v.Ratio, tc.contended, tc.ratioFrom, tc.ratioTo, v.Reason)
+			}
+			if tc.contended && !strings.Contains(v.Reason, "2400 ns") {
+				t.Errorf("reason %q does not name the latency that counted", v.Reason)
+			}
+			if len(v.Readings) != 1 || (tc.contended && v.Readings[0].Latency != 2400) || (!tc.contended && v.Readings[0].Latency != tc.ns) {
+				t.Errorf("rated readings %+v", v.Readings)
+			}
+			for range 30 {
+				c.Update(spread(tc.ns, tc.peak))
+			}
+			// A contended reading teaches nothing; a quiet one teaches its
+			// median (305 ns), never its peak.
+			level := c.Baselines()["0/dram"].Level
+			if tc.contended && level >= 300 || !tc.contended && (level <= 300 || level > tc.ns) {
+				t.Errorf("baseline level %.1f after 30 such readings (quiet level about 299)", level)
+			}
+			w := fresh()
+			if got := w.Mark(spread(tc.ns, tc.peak)); got != tc.contended {
+				t.Errorf("watch marked %v, want %v", got, tc.contended)
+			}
+		})
+	}
+}
+
 // A contended watch reading between intervals counts for persistence: the
 // interval it brings forward, contended too, is persistent at once. A quiet
 // one does not count, and a watch never teaches the baseline.

@@ -32,42 +32,42 @@ func scriptedProbe(t *testing.T, cfg ProbeConfig, script map[string][]float64) (
 	return p, &calls
 }
 
-func TestProbeSpreadTakesTheWorstDRAMReading(t *testing.T) {
+func TestProbeSpreadOfDRAMReadings(t *testing.T) {
 	dram := []float64{330, 2500, 340, 335}
 	tests := []struct {
 		name    string
 		spread  int
 		measure func(p *Probe) ([]ProbeReading, error)
-		want    map[string]float64
+		want    map[string][2]float64 // Ns, Peak
 		calls   []string
 	}{
-		{"interval reading: the worst of four DRAM readings, one of each other kind", 0,
+		{"interval reading: four DRAM readings, their median and their worst; one of each other kind", 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureCPU(0, 0) },
-			map[string]float64{ProbeLock: 5, ProbeLLC: 12, ProbeDRAM: 2500},
+			map[string][2]float64{ProbeLock: {5, 0}, ProbeLLC: {12, 0}, ProbeDRAM: {337.5, 2500}},
 			[]string{"lock/7", "llc/7", "dram/7", "dram/7", "dram/7", "dram/7"}},
 		{"watch reading: the same spread of whole readings", 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureQuick(0, 0, ProbeDRAM) },
-			map[string]float64{ProbeDRAM: 2500},
+			map[string][2]float64{ProbeDRAM: {337.5, 2500}},
 			[]string{"dram/7", "dram/7", "dram/7", "dram/7"}},
 		{"watch reading of another kind: two chunks, once", 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureQuick(0, 0, ProbeLLC) },
-			map[string]float64{ProbeLLC: 12},
+			map[string][2]float64{ProbeLLC: {12, 0}},
 			[]string{"llc/2"}},
 		{"watch reading without a spread: two chunks", 1,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureQuick(0, 0, ProbeDRAM) },
-			map[string]float64{ProbeDRAM: 330},
+			map[string][2]float64{ProbeDRAM: {330, 0}},
 			[]string{"dram/2"}},
 		{"proof reading: one of each kind", 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureOnce(0, 0, ProbeDRAM, ProbeLLC) },
-			map[string]float64{ProbeDRAM: 330, ProbeLLC: 12},
+			map[string][2]float64{ProbeDRAM: {330, 0}, ProbeLLC: {12, 0}},
 			[]string{"dram/7", "llc/7"}},
 		{"spread 1: one reading", 1,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureCPU(0, 0, ProbeDRAM) },
-			map[string]float64{ProbeDRAM: 330},
+			map[string][2]float64{ProbeDRAM: {330, 0}},
 			[]string{"dram/7"}},
-		{"spread 2: the worst of two", 2,
+		{"spread 2: the mean of two and the worst", 2,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureCPU(0, 0, ProbeDRAM) },
-			map[string]float64{ProbeDRAM: 2500},
+			map[string][2]float64{ProbeDRAM: {1415, 2500}},
 			[]string{"dram/7", "dram/7"}},
 	}
 	for _, tc := range tests {
@@ -81,13 +81,13 @@ func TestProbeSpreadTakesTheWorstDRAMReading(t *testing.T) {
 			if err != nil {
 				t.Skipf("cannot pin to CPU 0 here: %v", err)
 			}
-			got := map[string]float64{}
+			got := map[string][2]float64{}
 			for _, r := range rs {
-				got[r.Kind] = r.Ns
+				got[r.Kind] = [2]float64{r.Ns, r.Peak}
 			}
 			for k, w := range tc.want {
 				if got[k] != w {
-					t.Errorf("%s = %v, want %v (all: %v)", k, got[k], w, got)
+					t.Errorf("%s (ns, peak) = %v, want %v (all: %v)", k, got[k], w, got)
 				}
 			}
 			if len(got) != len(tc.want) {
