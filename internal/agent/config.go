@@ -205,7 +205,8 @@ type ProbeConfig struct {
 	CPUsPerDomain int   `yaml:"cpus_per_domain"`
 	Chunks        int   `yaml:"chunks"`
 	// Spread is how many readings, 400 µs apart, make one DRAM reading
-	// of an interval or a watch (the worst counts; 1 = one reading).
+	// of an interval or a watch: their median counts, and their worst
+	// where it is strong (1 = one reading).
 	Spread int `yaml:"spread"`
 }
 
