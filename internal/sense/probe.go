@@ -266,11 +266,11 @@ const watchChunks = 2
 // instead of Chunks — for looking between intervals whether contention has
 // begun: its per-operation latency compares with the kind's baseline, a
 // little noisier. The DRAM kind is the interval's spread of whole
-// readings: measured beside a storm that comes and goes, a spread of
-// two-chunk readings caught it in a third to a half of the looks, one of
-// whole readings in four of five, and a busy tenant preempting the probe
-// now and then moved a two-chunk reading up to 2× where a median of
-// seven stays put.
+// readings: measured on the dev VM beside a storm that comes and goes, a
+// spread of three-chunk readings caught it in 34-59% of the looks, one of
+// whole readings in 78-92%; and beside a busy server on the probe's CPU
+// the worst of four two-chunk readings passed 3× in one look in seven
+// (preemption), the worst of four whole ones never passed 1.5×.
 func (p *Probe) MeasureQuick(domain, cpu int, kind string) ([]ProbeReading, error) {
 	if !slices.Contains(p.Kinds(), kind) {
 		return nil, fmt.Errorf("probe: no %s probe on this host", kind)
