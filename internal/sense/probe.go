@@ -242,9 +242,6 @@ func (p *Probe) Measure() ([]ProbeReading, error) {
 // thread's affinity. Its DRAM reading is a spread (see
 // ProbeConfig.Spread). It is safe for concurrent use on different CPUs.
 func (p *Probe) MeasureCPU(domain, cpu int, kinds ...string) ([]ProbeReading, error) {
-	if len(kinds) == 0 {
-		kinds = p.Kinds()
-	}
 	return p.measureOn(domain, cpu, p.cfg.Chunks, p.cfg.Spread, kinds)
 }
 
@@ -253,9 +250,6 @@ func (p *Probe) MeasureCPU(domain, cpu int, kinds ...string) ([]ProbeReading, er
 // so a storm that comes and goes shows in the share of its readings that
 // see it.
 func (p *Probe) MeasureOnce(domain, cpu int, kinds ...string) ([]ProbeReading, error) {
-	if len(kinds) == 0 {
-		kinds = p.Kinds()
-	}
 	return p.measureOn(domain, cpu, p.cfg.Chunks, 1, kinds)
 }
 
@@ -282,7 +276,12 @@ func (p *Probe) MeasureQuick(domain, cpu int, kind string) ([]ProbeReading, erro
 	return p.measureOn(domain, cpu, chunks, p.cfg.Spread, []string{kind})
 }
 
+// measureOn takes the readings of kinds (all of them when none are given)
+// on cpu.
 func (p *Probe) measureOn(domain, cpu, chunks, spread int, kinds []string) ([]ProbeReading, error) {
+	if len(kinds) == 0 {
+		kinds = p.Kinds()
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var orig unix.CPUSet
