@@ -197,10 +197,10 @@ type RatedReading struct {
 // of most spreads and moves the probe 5-15×; busy neighbours' memory
 // traffic now and then lifts one reading of four moderately, and counting
 // every peak would make that contention four times as often.
-func (c *Contention) latency(r sense.ProbeReading) float64 {
+func (c *Contention) latency(r sense.ProbeReading, b *Baseline) float64 {
 	if r.Peak > r.Ns {
 		_, strong := c.th.For(r.Kind)
-		if c.baseline(r.Domain, r.Kind).Above(r.Peak, strong, 2*c.th.Noise) {
+		if b.Above(r.Peak, strong, 2*c.th.Noise) {
 			return r.Peak
 		}
 	}
@@ -212,7 +212,7 @@ func (c *Contention) Rate(rs []sense.ProbeReading) []RatedReading {
 	out := make([]RatedReading, 0, len(rs))
 	for _, r := range rs {
 		b := c.baseline(r.Domain, r.Kind)
-		l := c.latency(r)
+		l := c.latency(r, b)
 		out = append(out, RatedReading{ProbeReading: r, Latency: l, Baseline: b.Level, Ratio: b.Ratio(l)})
 	}
 	return out
@@ -309,9 +309,7 @@ func (c *Contention) Update(rs []sense.ProbeReading) Verdict {
 	// teach the baseline; everything else does, including moderate spikes,
 	// so the noise band is learned as it really is.
 	for _, r := range v.Readings {
-		b := c.baseline(r.Domain, r.Kind)
-		ratio, _ := c.th.For(r.Kind)
-		b.Observe(r.Ns, c.episode || c.held[r.Domain] || b.Above(r.Latency, ratio, c.th.Noise))
+		c.baseline(r.Domain, r.Kind).Observe(r.Ns, c.episode || c.held[r.Domain] || c.Above(r))
 	}
 	for _, cr := range perCPU {
 		v.CPUs = append(v.CPUs, *cr)
