@@ -27,8 +27,9 @@ type ProbeConfig struct {
 	// LLCBytes is the LLC chase buffer: larger than a core's L2, well inside
 	// the L3. Default the L2 plus 64 KiB (a cyclic walk over more than a
 	// cache misses it on every access, so the timed walk hits the L3), at
-	// least 576 KiB, at most 4 MiB. Each reading walks it twice (warm-up,
-	// then timed): about LLCBytes/32 loads.
+	// least 576 KiB, at most 4 MiB. Each reading first loads all of it,
+	// independently and so quickly (the warm-up), then times a dependent
+	// walk of Chunks sixteenths of it.
 	LLCBytes int64
 	// Chunks is how many timed chunks each kind runs per CPU; the reading is
 	// their median, so a chunk inflated by preemption (the probe's CPU is
@@ -112,12 +113,15 @@ type Probe struct {
 	cfg     ProbeConfig
 	domains []ProbeDomain
 	llc     []uint64 // slots of 8 words; word 0 of slot i holds the next slot
-	dram    []uint64
-	lock    []uint64   // one word of its own line
-	mu      sync.Mutex // guards next and llcNext
-	next    map[int]int
-	llcNext map[int]int
-	sink    atomic.Uint64
+	// llcOrder lists llc's slots in the order of its cycle from slot 0:
+	// the warm-up loads them in that order without waiting on each.
+	llcOrder []uint32
+	dram     []uint64
+	lock     []uint64   // one word of its own line
+	mu       sync.Mutex // guards next and llcNext
+	next     map[int]int
+	llcNext  map[int]int
+	sink     atomic.Uint64
 	// read times one reading of a kind (measure; tests replace it).
 	read func(kind string, chunks int) float64
 }
@@ -146,6 +150,7 @@ func NewProbe(topo *topology.Topology, allowed cpuset.Set, cfg ProbeConfig) (*Pr
 	p := &Probe{cfg: cfg, domains: domains, next: map[int]int{}, llcNext: map[int]int{}}
 	p.read = p.measure
 	p.llc = cycle(int(cfg.LLCBytes / 64))
+	p.llcOrder = cycleOrder(p.llc)
 	if haveFlushChase {
 		p.dram = cycle(256) // 16 KiB: every access is flushed first
 	}
@@ -181,6 +186,18 @@ func cycle(n int) []uint64 {
 		s[order[i]*8] = uint64(order[(i+1)%n])
 	}
 	return s
+}
+
+// cycleOrder lists the slots of a cycle in the order it visits them from
+// slot 0.
+func cycleOrder(s []uint64) []uint32 {
+	order := make([]uint32, len(s)/8)
+	pos := uint64(0)
+	for i := range order {
+		order[i] = uint32(pos)
+		pos = s[pos*8]
+	}
+	return order
 }
 
 // Target is one CPU the probe should measure this interval, and with which
@@ -321,11 +338,14 @@ func (p *Probe) measure(kind string, chunks int) float64 {
 	var sink uint64
 	slots := uint64(len(p.llc) / 8)
 	if kind == ProbeLLC {
-		pos := uint64(0)
-		for range slots {
-			pos = p.llc[pos*8]
+		// The warm-up loads every slot in the cycle's order, each load
+		// independent of the one before, so the core keeps many misses in
+		// flight: the buffer, mostly evicted since the last reading, comes
+		// back from DRAM in a fraction of the time a dependent walk takes,
+		// and leaves the cache in the order the timed walk needs.
+		for _, i := range p.llcOrder {
+			sink += p.llc[uint64(i)*8]
 		}
-		sink += pos
 	}
 	pos := uint64(0)
 	for c := 0; c < chunks; c++ {
@@ -339,7 +359,7 @@ func (p *Probe) measure(kind string, chunks int) float64 {
 				sink += atomic.AddUint64(w, 1)
 			}
 		case ProbeLLC:
-			ops = int(slots) / p.cfg.Chunks
+			ops = int(slots) / llcChunkDiv
 			for i := 0; i < ops; i++ {
 				pos = p.llc[pos*8]
 			}
@@ -352,6 +372,13 @@ func (p *Probe) measure(kind string, chunks int) float64 {
 	p.sink.Add(sink + pos)
 	return Median(ns)
 }
+
+// llcChunkDiv: a timed LLC chunk walks this fraction of the buffer, so
+// the timed walk of 7 chunks (the default) covers less than half of it.
+// The walk starts where the cycle does, the slots warmed first and pushed
+// out of the L2 since, and each load evicts the next slot it will visit,
+// so every timed load is an L3 hit however little of the cycle it walks.
+const llcChunkDiv = 16
 
 // Median of a sample.
 func Median(v []float64) float64 { return quantile(v, 0.5) }

@@ -112,3 +112,96 @@ func TestProbeConfigDefaults(t *testing.T) {
 		t.Errorf("an explicit spread of 1 became %d", c.Spread)
 	}
 }
+
+func TestLLCWarmupFollowsTheCycle(t *testing.T) {
+	topo := &topology.Topology{Online: cpuset.MustParse("0")}
+	p, err := NewProbe(topo, cpuset.MustParse("0"), ProbeConfig{LLCBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(p.llc) / 8
+	if len(p.llcOrder) != n || n != 1024 {
+		t.Fatalf("%d slots in the order, %d in the buffer, want 1024", len(p.llcOrder), n)
+	}
+	// The warm-up must leave the cache in the order the timed walk
+	// visits it: the cycle's order from slot 0, every slot once.
+	seen := make([]bool, n)
+	for i, s := range p.llcOrder {
+		if seen[s] {
+			t.Fatalf("slot %d warmed twice", s)
+		}
+		seen[s] = true
+		if want := p.llc[uint64(p.llcOrder[(i+n-1)%n])*8]; i > 0 && uint64(s) != want {
+			t.Fatalf("warm-up load %d is slot %d, the cycle goes to %d", i, s, want)
+		}
+	}
+	if p.llcOrder[0] != 0 || p.llc[uint64(p.llcOrder[n-1])*8] != 0 {
+		t.Errorf("the warm-up does not start where the timed walk does (slot 0) and close the cycle")
+	}
+	if ns := p.measure(ProbeLLC, 7); !(ns > 0) {
+		t.Errorf("an LLC reading of %v ns", ns)
+	}
+}
+
+// evictCaches walks a buffer far beyond any L3, as the tenants do between
+// two of the probe's readings.
+func evictCaches(buf []uint64) uint64 {
+	var s uint64
+	for i := 0; i < len(buf); i += 8 {
+		buf[i]++
+		s += buf[i]
+	}
+	return s
+}
+
+// BenchmarkProbeLLCReading measures what one LLC reading costs the CPU it
+// runs on, from a buffer evicted since the last reading: the warm-up that
+// loads the cycle's slots independently (MLP) and the timed walk of 7/16 of
+// it, against the dependent warm-up walk and whole timed walk it replaced
+// (the reference below), in one run.
+func BenchmarkProbeLLCReading(b *testing.B) {
+	topo := &topology.Topology{Online: cpuset.MustParse("0")}
+	p, err := NewProbe(topo, cpuset.MustParse("0"), ProbeConfig{LLCBytes: 1088 << 10})
+	if err != nil {
+		b.Fatal(err)
+	}
+	big := make([]uint64, 64<<20/8)
+	var sink uint64
+	dependent := func() float64 {
+		slots := uint64(len(p.llc) / 8)
+		pos := uint64(0)
+		for range slots {
+			pos = p.llc[pos*8]
+		}
+		ns := make([]float64, 0, 7)
+		for range 7 {
+			ops := int(slots) / 7
+			t0 := time.Now()
+			for range ops {
+				pos = p.llc[pos*8]
+			}
+			ns = append(ns, float64(time.Since(t0).Nanoseconds())/float64(ops))
+		}
+		sink += pos
+		return Median(ns)
+	}
+	for _, c := range []struct {
+		name string
+		read func() float64
+	}{
+		{"independent-warmup", func() float64 { return p.measure(ProbeLLC, 7) }},
+		{"dependent-warmup-reference", dependent},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var lat float64
+			for b.Loop() {
+				b.StopTimer()
+				sink += evictCaches(big)
+				b.StartTimer()
+				lat += c.read()
+			}
+			b.ReportMetric(lat/float64(b.N), "ns/load")
+		})
+	}
+	p.sink.Add(sink)
+}

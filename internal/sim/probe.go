@@ -17,8 +17,9 @@ type simProber struct {
 	s       *simHost
 	domains []sense.ProbeDomain
 	perDom  int
-	// walkSec is how long one LLC walk of the probe's buffer takes: lines
-	// it must keep between its warm-up and its timed walk.
+	// walkSec is how long a line of the probe's buffer must stay cached
+	// between its warm-up and its timed load: about one walk of the
+	// buffer at L3 speed (the warm-up's independent loads overlap).
 	walkSec float64
 
 	mu      sync.Mutex
