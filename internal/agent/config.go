@@ -251,6 +251,9 @@ type ThrottleConfig struct {
 	RelaxBelow   float64       `yaml:"relax_below"`
 	Hold         time.Duration `yaml:"hold"`
 	MaxHold      time.Duration `yaml:"max_hold"`
+	// MaxHarm is the most slowdown relaxing may predict for a neighbour,
+	// from the contention the polluter's storm reads (judge.DutyController).
+	MaxHarm float64 `yaml:"max_harm"`
 }
 
 // PerfConfig controls perf counters.
@@ -445,7 +448,7 @@ func (c *Config) Sparsify() act.Sparsify {
 func (c *Config) DutyController() judge.DutyController {
 	t := c.Throttle
 	d := judge.DutyController{Steps: t.Steps, StartStep: t.StartStep, FloorStep: t.FloorStep,
-		TightenAbove: t.TightenAbove, RelaxBelow: t.RelaxBelow, Hold: t.Hold, MaxHold: t.MaxHold}
+		TightenAbove: t.TightenAbove, RelaxBelow: t.RelaxBelow, Hold: t.Hold, MaxHold: t.MaxHold, MaxHarm: t.MaxHarm}
 	d.Fill()
 	return d
 }

@@ -29,6 +29,7 @@ func TestConfig(t *testing.T) {
 		"interval: fast\n":                     "line 1",
 		"tenants:\n  globs: ['/a/[']\n":        "tenants.globs",
 		"throttle:\n  start_step: 17\n":        "throttle.start_step",
+		"throttle:\n  max_harm: 0.9\n":         "throttle.max_harm",
 	} {
 		_, err := ParseConfig([]byte(in), "c.yaml")
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "c.yaml: ") {
@@ -49,7 +50,7 @@ func TestExampleConfigIsTheDefaults(t *testing.T) {
 	}
 	d := Defaults()
 	if c.Interval != d.Interval || c.Listen != d.Listen || c.LogLevel != d.LogLevel || c.StateDir != d.StateDir || c.MaxThrottled != d.MaxThrottled ||
-		c.Sparsify() != d.Sparsify() || c.Thresholds() != d.Thresholds() || c.Proof != d.Proof ||
+		c.Sparsify() != d.Sparsify() || c.DutyController() != d.DutyController() || c.Thresholds() != d.Thresholds() || c.Proof != d.Proof ||
 		c.Judge.Window != d.Judge.Window || *c.Perf.Enabled != *d.Perf.Enabled || c.Perf.FDBudget != d.Perf.FDBudget {
 		t.Errorf("example config differs from the defaults:\n%+v\n%+v", c, d)
 	}

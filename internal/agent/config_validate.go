@@ -154,6 +154,8 @@ func (c *Config) Validate() error {
 		bad("throttle.floor_step", "floor %d/%d of %s is under the kernel's 1ms minimum quota", duty.FloorStep, sp.Steps, sp.Period)
 	case duty.RelaxBelow >= duty.TightenAbove:
 		bad("throttle.relax_below", "must be below throttle.tighten_above")
+	case duty.MaxHarm >= 0 && duty.MaxHarm <= 1:
+		bad("throttle.max_harm", "%g must be over 1 (a slowdown), or negative for no ceiling", duty.MaxHarm)
 	}
 	th := c.Thresholds()
 	if th.Ratio <= 1 || th.Strong < th.Ratio || th.Tolerance <= 1 || th.Tolerance > th.Ratio {

@@ -1,6 +1,9 @@
 package judge
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // DefaultDutySteps is the default duty grid: a proven polluter runs a whole
 // number of sixteenths of each period (Alita duty-cycles polluting cores in
@@ -26,6 +29,18 @@ type DutyController struct {
 	// Hold is how long the signal must stay quiet before relaxing one step;
 	// it doubles after a relax that brought the contention back, up to MaxHold.
 	Hold, MaxHold time.Duration // default 2 s, 30 s
+	// MaxHarm caps the relaxing by what it predicts: a polluter whose storm
+	// reads H× while it runs slows a neighbour 1/((1−d)+d/H) at duty d, so
+	// it is relaxed past the step whose prediction exceeds MaxHarm
+	// (Ceiling) only after MaxHold of intervals that all read under
+	// RelaxBelow: its storm may have stopped. An interval's reading says
+	// little of the harm at a low duty: on the dev VM, a split-lock loop
+	// held to 1/16 or 2/16 read 1.0–1.1× interval after interval (a
+	// reading is a few hundred microseconds, its slices 1–2 ms of each
+	// 16) while its neighbour ran 1.05–1.15× slower, and relaxing on the
+	// quiet readings of a 2 s hold cost that neighbour 10–15% again.
+	// Default 1.05; negative: no ceiling.
+	MaxHarm float64
 	// IdleFraction: a throttled tenant using less than this fraction of what
 	// its duty allows for two intervals has stopped (or exited): release it.
 	IdleFraction float64 // default 0.3
@@ -66,6 +81,9 @@ func (c *DutyController) Fill() {
 	if c.IdleFraction == 0 {
 		c.IdleFraction = 0.3
 	}
+	if c.MaxHarm == 0 {
+		c.MaxHarm = 1.05
+	}
 	if c.Ineffective == 0 {
 		c.Ineffective = 3 * time.Second
 	}
@@ -76,6 +94,19 @@ func (c *DutyController) Fill() {
 
 // Duty returns a step as a fraction (1 = unthrottled).
 func (c DutyController) Duty(step int) float64 { return float64(step) / float64(c.Steps) }
+
+// Ceiling is the highest step whose predicted harm to a neighbour stays
+// within MaxHarm, for a polluter whose contention reads strength× while it
+// runs; never under FloorStep. From 1/((1−d)+d/H) ≤ MaxHarm:
+// d ≤ (1−1/MaxHarm) / (1−1/H).
+func (c DutyController) Ceiling(strength float64) int {
+	if c.MaxHarm < 0 || strength <= 1 {
+		return c.Steps
+	}
+	d := (1 - 1/c.MaxHarm) / (1 - 1/strength)
+	step := int(math.Floor(d*float64(c.Steps) + 1e-9))
+	return min(max(step, c.FloorStep), c.Steps)
+}
 
 // Allowed is the CPU (cores) a tenant on ncpus CPUs may use at a step.
 func (c DutyController) Allowed(step, ncpus int) float64 {
@@ -116,12 +147,50 @@ type DutyThrottle struct {
 	// Verify whose contention stayed near the level before the conviction.
 	decisions, hotEarly int
 	before              float64
+	// strength is the contention its storm reads while it runs: the
+	// convicting level, raised by any hotter interval since.
+	strength float64
+	// recent holds the intervals' readings of the last MaxHold, for the
+	// ceiling's rule.
+	recent []dutyReading
+}
+
+type dutyReading struct {
+	at    time.Time
+	ratio float64
+}
+
+// quietSince reports whether every interval since MaxHold ago (the
+// current one included), and since the last change of step, read under
+// RelaxBelow.
+func (t *DutyThrottle) quietSince(c DutyController, now time.Time) bool {
+	if now.Sub(t.changed) < c.MaxHold {
+		return false
+	}
+	for _, r := range t.recent {
+		if now.Sub(r.at) < c.MaxHold && r.ratio >= c.RelaxBelow {
+			return false
+		}
+	}
+	return true
+}
+
+// remember keeps this interval's reading and forgets those older than the
+// longest hold.
+func (t *DutyThrottle) remember(c DutyController, now time.Time, ratio float64) {
+	keep := t.recent[:0]
+	for _, r := range t.recent {
+		if now.Sub(r.at) <= c.MaxHold {
+			keep = append(keep, r)
+		}
+	}
+	t.recent = append(keep, dutyReading{now, ratio})
 }
 
 // Start throttles a polluter at the start step; before is the contention
 // ratio that convicted it.
 func (c DutyController) Start(now time.Time, before float64) *DutyThrottle {
-	return &DutyThrottle{Step: c.StartStep, changed: now, hold: c.Hold, before: before}
+	return &DutyThrottle{Step: c.StartStep, changed: now, hold: c.Hold, before: before, strength: before}
 }
 
 // Next decides, from this interval's contention ratio and the tenant's CPU
@@ -151,8 +220,10 @@ func (c DutyController) Next(t *DutyThrottle, now time.Time, ratio, usage float6
 	} else {
 		t.floorHot = time.Time{}
 	}
+	t.remember(c, now, ratio)
 	switch {
 	case ratio > c.TightenAbove:
+		t.strength = max(t.strength, ratio)
 		if t.relaxed {
 			t.hold = min(2*t.hold, c.MaxHold) // the test failed: wait longer next time
 		}
@@ -164,6 +235,9 @@ func (c DutyController) Next(t *DutyThrottle, now time.Time, ratio, usage float6
 		}
 		return DutyKeep
 	case ratio < c.RelaxBelow && now.Sub(t.changed) >= t.hold:
+		if t.Step+1 > c.Ceiling(t.strength) && !t.quietSince(c, now) {
+			return DutyKeep
+		}
 		t.changed = now
 		if t.Step+1 >= c.Steps {
 			return DutyRelease

@@ -9,12 +9,12 @@ func TestDutyControllerFill(t *testing.T) {
 	var c DutyController
 	c.Fill()
 	want := DutyController{Steps: 16, StartStep: 1, FloorStep: 1, TightenAbove: 1.3, RelaxBelow: 1.15,
-		Hold: 2 * time.Second, MaxHold: 30 * time.Second, IdleFraction: 0.3, Ineffective: 3 * time.Second, Verify: 4}
+		Hold: 2 * time.Second, MaxHold: 30 * time.Second, MaxHarm: 1.05, IdleFraction: 0.3, Ineffective: 3 * time.Second, Verify: 4}
 	if c != want {
 		t.Errorf("defaults %+v, want %+v", c, want)
 	}
 	set := DutyController{Steps: 10, StartStep: 3, FloorStep: 2, TightenAbove: 2, RelaxBelow: 1.5,
-		Hold: time.Second, MaxHold: time.Minute, IdleFraction: 0.1, Ineffective: time.Second, Verify: -1}
+		Hold: time.Second, MaxHold: time.Minute, MaxHarm: -1, IdleFraction: 0.1, Ineffective: time.Second, Verify: -1}
 	got := set
 	got.Fill()
 	if got != set {
@@ -31,6 +31,10 @@ type dutyInterval struct {
 	step  int // the step after the decision
 }
 
+// noCeiling turns the relaxing's ceiling off, for the cases about the
+// hold itself.
+func noCeiling(c *DutyController) { c.MaxHarm = -1 }
+
 func TestDutyControllerNext(t *testing.T) {
 	const busy1, busy2 = 1.0 / 16, 2.0 / 16 // using all that steps 1 and 2 allow on one CPU
 	for _, tc := range []struct {
@@ -42,6 +46,7 @@ func TestDutyControllerNext(t *testing.T) {
 	}{
 		{
 			name: "relaxes after the hold; a relax that brings the contention back doubles it", before: 6, ncpus: 1,
+			tune: noCeiling,
 			intervals: []dutyInterval{
 				{500 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
 				{2 * time.Second, 1.0, busy1, DutyRelax, 2},
@@ -55,7 +60,7 @@ func TestDutyControllerNext(t *testing.T) {
 		},
 		{
 			name: "the hold doubles no further than MaxHold", before: 6, ncpus: 1,
-			tune: func(c *DutyController) { c.MaxHold = 3 * time.Second },
+			tune: func(c *DutyController) { c.MaxHold = 3 * time.Second; c.MaxHarm = -1 },
 			intervals: []dutyInterval{
 				{2 * time.Second, 1.0, busy1, DutyRelax, 2},
 				{0, 2.0, busy2, DutyTighten, 1},
@@ -67,7 +72,7 @@ func TestDutyControllerNext(t *testing.T) {
 		},
 		{
 			name: "a tighten that follows no relax keeps the hold", before: 6, ncpus: 1,
-			tune: func(c *DutyController) { c.StartStep = 4 },
+			tune: func(c *DutyController) { c.StartStep = 4; c.MaxHarm = -1 },
 			intervals: []dutyInterval{
 				{0, 2.0, 4.0 / 16, DutyTighten, 3},
 				{2 * time.Second, 1.0, 3.0 / 16, DutyRelax, 4},
@@ -80,6 +85,44 @@ func TestDutyControllerNext(t *testing.T) {
 				{250 * time.Millisecond, 2.0, 3.0 / 16, DutyTighten, 2},
 				{250 * time.Millisecond, 2.0, busy2, DutyTighten, 1},
 				{250 * time.Millisecond, 2.0, busy1, DutyKeep, 1},
+			},
+		},
+		{
+			// Its 6× storm predicts 1.11× at 2/16: past the ceiling (1/16)
+			// only after MaxHold of quiet intervals.
+			name: "past the ceiling only after MaxHold read quiet", before: 6, ncpus: 1,
+			intervals: []dutyInterval{
+				{2 * time.Second, 1.0, busy1, DutyKeep, 1},
+				{10 * time.Second, 1.2, busy1, DutyKeep, 1},
+				{20 * time.Second, 1.0, busy1, DutyKeep, 1},
+				{9900 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
+				{100 * time.Millisecond, 1.0, busy1, DutyRelax, 2},
+			},
+		},
+		{
+			// 1.5× predicts 1.04× at 2/16 and 1.07× at 3/16.
+			name: "a weak storm relaxes on quiet intervals up to its ceiling", before: 1.5, ncpus: 1,
+			intervals: []dutyInterval{
+				{2 * time.Second, 1.0, busy1, DutyRelax, 2},
+				{2 * time.Second, 1.0, busy2, DutyKeep, 2},
+				{28 * time.Second, 1.0, busy2, DutyRelax, 3},
+			},
+		},
+		{
+			// The tighten read 3×, which predicts 1.10× at 2/16.
+			name: "a hotter interval raises the storm's strength", before: 1.5, ncpus: 1,
+			tune: func(c *DutyController) { c.StartStep = 2 },
+			intervals: []dutyInterval{
+				{0, 3.0, busy2, DutyTighten, 1},
+				{2 * time.Second, 1.0, busy1, DutyKeep, 1},
+				{28 * time.Second, 1.0, busy1, DutyRelax, 2},
+			},
+		},
+		{
+			name: "a negative MaxHarm relaxes on the interval's reading alone", before: 6, ncpus: 1,
+			tune: noCeiling,
+			intervals: []dutyInterval{
+				{2 * time.Second, 1.0, busy1, DutyRelax, 2},
 			},
 		},
 		{
@@ -140,10 +183,19 @@ func TestDutyControllerNext(t *testing.T) {
 		},
 		{
 			name: "relaxing past the last step releases", before: 6, ncpus: 1,
-			tune: func(c *DutyController) { c.StartStep = 14 },
+			tune: func(c *DutyController) { c.StartStep = 14; c.MaxHarm = -1 },
 			intervals: []dutyInterval{
 				{2 * time.Second, 1.0, 14.0 / 16, DutyRelax, 15},
 				{2 * time.Second, 1.0, 15.0 / 16, DutyRelease, 15},
+			},
+		},
+		{
+			// Past the ceiling, quiet for MaxHold a step, to the end.
+			name: "past the ceiling, relaxing on to the release", before: 6, ncpus: 1,
+			tune: func(c *DutyController) { c.StartStep = 15 },
+			intervals: []dutyInterval{
+				{29 * time.Second, 1.0, 15.0 / 16, DutyKeep, 15},
+				{time.Second, 1.0, 15.0 / 16, DutyRelease, 15},
 			},
 		},
 		{
@@ -215,6 +267,47 @@ func TestDutyControllerNext(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestDutyControllerCeiling(t *testing.T) {
+	for _, tc := range []struct {
+		tune     func(*DutyController)
+		strength float64
+		want     int
+	}{
+		{nil, 7.7, 1},   // a split-lock storm: 1/16 already predicts 1.06×
+		{nil, 1.5, 2},   // 1.04× at 2/16, 1.07× at 3/16
+		{nil, 1.2, 4},   // 1.04× at 4/16, 1.05× at 5/16
+		{nil, 1.04, 16}, // never harms more than MaxHarm
+		{nil, 1, 16},
+		{nil, 0.9, 16},
+		{func(c *DutyController) { c.FloorStep = 2 }, 7.7, 2},
+		{func(c *DutyController) { c.MaxHarm = -1 }, 7.7, 16},
+		{func(c *DutyController) { c.MaxHarm = 1.2 }, 2, 5}, // 1.19× at 5/16, 1.23× at 6/16
+	} {
+		var c DutyController
+		if tc.tune != nil {
+			tc.tune(&c)
+		}
+		c.Fill()
+		if got := c.Ceiling(tc.strength); got != tc.want {
+			t.Errorf("Ceiling(%g) with MaxHarm %g, floor %d = %d, want %d", tc.strength, c.MaxHarm, c.FloorStep, got, tc.want)
+		}
+	}
+	// The ceiling is the last step whose predicted harm stays within
+	// MaxHarm, for any strength.
+	var c DutyController
+	c.Fill()
+	harm := func(step int, h float64) float64 { d := c.Duty(step); return 1 / ((1 - d) + d/h) }
+	for h := 1.06; h < 50; h *= 1.07 {
+		s := c.Ceiling(h)
+		if s > c.FloorStep && harm(s, h) > c.MaxHarm+1e-9 {
+			t.Errorf("strength %.2f: ceiling %d predicts %.3f×, over %g", h, s, harm(s, h), c.MaxHarm)
+		}
+		if s < c.Steps && harm(s+1, h) <= c.MaxHarm {
+			t.Errorf("strength %.2f: ceiling %d, but %d predicts %.3f×, within %g", h, s, s+1, harm(s+1, h), c.MaxHarm)
+		}
 	}
 }
 
