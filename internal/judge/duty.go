@@ -33,7 +33,8 @@ type DutyController struct {
 	// reads H× while it runs slows a neighbour 1/((1−d)+d/H) at duty d, so
 	// it is relaxed past the step whose prediction exceeds MaxHarm
 	// (Ceiling) only after MaxHold of intervals that all read under
-	// RelaxBelow: its storm may have stopped. An interval's reading says
+	// RelaxBelow: its storm may have stopped, and it relaxes on the hold
+	// from there until a relax brings contention back. An interval's reading says
 	// little of the harm at a low duty: on the dev VM, a split-lock loop
 	// held to 1/16 or 2/16 read 1.0–1.1× interval after interval (a
 	// reading is a few hundred microseconds, its slices 1–2 ms of each
@@ -235,8 +236,14 @@ func (c DutyController) Next(t *DutyThrottle, now time.Time, ratio, usage float6
 		}
 		return DutyKeep
 	case ratio < c.RelaxBelow && now.Sub(t.changed) >= t.hold:
-		if t.Step+1 > c.Ceiling(t.strength) && !t.quietSince(c, now) {
-			return DutyKeep
+		if t.Step+1 > c.Ceiling(t.strength) {
+			if !t.quietSince(c, now) {
+				return DutyKeep
+			}
+			// Its storm has not shown for MaxHold: it may have stopped
+			// (or the conviction was wrong). Relax on the hold from here;
+			// a relax that brings contention back sets the strength again.
+			t.strength = 1
 		}
 		t.changed = now
 		if t.Step+1 >= c.Steps {

@@ -199,6 +199,22 @@ func TestDutyControllerNext(t *testing.T) {
 			},
 		},
 		{
+			// After MaxHold of quiet past the ceiling, the hold paces the
+			// relaxing; a relax that brings the storm back restores the
+			// ceiling (and doubles the hold).
+			name: "once past the ceiling, the hold paces the relaxing until the storm returns", before: 6, ncpus: 1,
+			intervals: []dutyInterval{
+				{30 * time.Second, 1.0, busy1, DutyRelax, 2},
+				{2 * time.Second, 1.0, busy2, DutyRelax, 3},
+				{2 * time.Second, 1.0, 3.0 / 16, DutyRelax, 4},
+				{250 * time.Millisecond, 5.0, 4.0 / 16, DutyTighten, 3},
+				{250 * time.Millisecond, 5.0, 3.0 / 16, DutyTighten, 2},
+				{250 * time.Millisecond, 5.0, busy2, DutyTighten, 1},
+				{4 * time.Second, 1.0, busy1, DutyKeep, 1},
+				{26 * time.Second, 1.0, busy1, DutyRelax, 2},
+			},
+		},
+		{
 			// Right after a conviction the throttle is a second proof.
 			name: "contention near the convicting level in two of the first intervals: useless", before: 6, ncpus: 1,
 			intervals: []dutyInterval{
