@@ -280,12 +280,12 @@ func (a *Agent) Tick(ctx context.Context, now, next time.Time) time.Time {
 	if !due {
 		return next
 	}
-	quick := a.step(ctx, now)
+	soon := a.step(ctx, now)
 	a.wake.prime(now, a.WatchEvery())
 	a.flushState()
 	a.watchAt = now.Add(a.WatchEvery())
-	if quick {
-		return now.Add(min(a.WatchEvery(), a.cfg.Interval))
+	if soon > 0 {
+		return now.Add(soon)
 	}
 	return now.Add(a.cfg.Interval)
 }
@@ -389,12 +389,13 @@ func (a *Agent) shutdown(ctx context.Context) {
 	a.journal(act.Event{Kind: "stop"})
 }
 
-// step runs one interval: sense, judge, act, publish. It returns true when
-// the probes saw a first sign of contention that the next interval should
-// confirm (or clear) soon rather than an interval later: a reaction waits
-// for persistent contention, and a polluter should not run free for two
-// whole intervals before it is proved.
-func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
+// step runs one interval: sense, judge, act, publish. It returns how soon
+// the next interval should run when that is sooner than an interval (0:
+// an interval on): when the probes saw a first sign of contention that it
+// should confirm (or clear), as a reaction waits for persistent contention
+// and a polluter should not run free for two whole intervals before it is
+// proved; at start; and when a throttled tenant looks idle.
+func (a *Agent) step(ctx context.Context, now time.Time) (soon time.Duration) {
 	cpuBefore := selfCPU()
 	a.steps++
 	if a.steps%120 == 0 {
@@ -505,7 +506,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 		a.wait.observe(samples, views)
 		a.hardware(ctx, now, hw, tenants, discovered)
 		a.publish(now, judge.Verdict{Ratio: a.probes.lastRatio}, samples, nil, a.lastReadings, cpuBefore)
-		return false
+		return 0
 	}
 	if len(readings) == 0 {
 		// No probe signal this interval: hold every probe decision rather
@@ -523,7 +524,10 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 			ranked = a.wait.maybeProve(ctx, now, views, present)
 		}
 		a.publish(now, judge.Verdict{Ratio: a.probes.lastRatio}, samples, ranked, nil, cpuBefore)
-		return starting
+		if starting {
+			return a.quickAfter()
+		}
+		return 0
 	}
 	a.lastReadings = readings
 	held := a.heldDomains()
@@ -563,8 +567,30 @@ func (a *Agent) step(ctx context.Context, now time.Time) (quick bool) {
 	a.publish(now, v, samples, ranked, readings, cpuBefore)
 	// A first sign of contention, or a throttled polluter that looks idle:
 	// the next interval comes soon, to confirm it (or release it).
-	return starting || idle || a.prover.proof == nil && len(a.throttles.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent
+	firstSign := a.prover.proof == nil && len(a.throttles.throttled) == 0 && v.Ratio >= a.cont.Thresholds().Ratio && !v.Persistent
+	switch {
+	case firstSign && a.probes.dramSign(v):
+		return confirmAfter
+	case starting || idle || firstSign:
+		return a.quickAfter()
+	}
+	return 0
 }
+
+// quickAfter is how soon an interval that should come soon comes: at the
+// next watch, within an interval.
+func (a *Agent) quickAfter() time.Duration { return min(a.WatchEvery(), a.cfg.Interval) }
+
+// confirmAfter is how soon an interval confirms a first sign of contention
+// that a DRAM reading gave. The spread's median or its strong peak is over
+// the threshold (a storm that comes and goes, or a steady one), and what
+// moves it that much on the dev VM lasts: a split-lock storm, read again
+// 25 ms later, is proved 75 ms sooner than at the next watch, a tenth of a
+// second of storm its neighbours do not take. The lock probe's first signs
+// wait for the watch: on a 16-vCPU guest it read 4–15× for a moment, now
+// and then, beside any load (the host's other guests), and a confirmation
+// that soon proved innocents on those transients.
+const confirmAfter = 25 * time.Millisecond
 
 // idleProbeEvery is how often the probe runs while no tenant is busy: one
 // interval in four (it is most of an idle agent's CPU).

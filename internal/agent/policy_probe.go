@@ -112,6 +112,17 @@ func (p *probePolicy) noteHot(now time.Time, readings []sense.ProbeReading) {
 // observe feeds the interval's verdict and tenants to the suspects.
 func (p *probePolicy) observe(v judge.Verdict, views []judge.TenantView) { p.susp.Observe(v, views) }
 
+// dramSign reports whether a DRAM reading of v is over its contention
+// threshold (its spread's median, or its peak where strong).
+func (p *probePolicy) dramSign(v judge.Verdict) bool {
+	for _, r := range v.Readings {
+		if r.Kind == sense.ProbeDRAM && p.cont.Above(r) {
+			return true
+		}
+	}
+	return false
+}
+
 // rank ranks the suspects of the contention v found. Tenants throttled,
 // under proof, or held down by another policy already (a budget, a
 // permit) are left out: proving one now would measure that throttle; so

@@ -212,6 +212,57 @@ func TestVirtualLoopJudgesSoonAtStart(t *testing.T) {
 	}
 }
 
+// An interval whose DRAM reading gives the first sign of contention has
+// the next one confirm it confirmAfter later, and the proof starts then; a
+// first sign in the LLC walk alone is confirmed at the watch's pace.
+func TestVirtualLoopConfirmsADRAMSignSoon(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dram bool // the polluter's DRAM contention; else the LLC walk's noise
+		want func(a *Agent) time.Duration
+	}{
+		{"DRAM", true, func(*Agent) time.Duration { return confirmAfter }},
+		{"LLC alone", false, func(a *Agent) time.Duration { return a.quickAfter() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, cfg, hs := newQuietHarness(t, time.Second)
+			defer hs.stop(t)
+			w.mu.Lock()
+			w.llc = true
+			w.mu.Unlock()
+			if tc.want(hs.agent) >= hs.agent.WatchEvery() && tc.dram {
+				t.Fatalf("confirmAfter %s is not sooner than the watch (%s)", confirmAfter, hs.agent.WatchEvery())
+			}
+			hs.advance(t, 5*cfg.Interval, nil) // quiet baselines
+			// The contention begins just before an interval, which sees
+			// it before any watch does.
+			at := hs.next
+			hs.advance(t, at.Sub(hs.clock.Now())-time.Millisecond, nil)
+			if tc.dram {
+				w.setRunning(true)
+			} else {
+				w.mu.Lock()
+				w.llcNoise = true
+				w.mu.Unlock()
+			}
+			steps := hs.agent.steps
+			hs.advance(t, time.Millisecond, nil)
+			if hs.agent.steps != steps+1 {
+				t.Fatalf("%d intervals ran at %s, want 1", hs.agent.steps-steps, at)
+			}
+			if got, want := hs.next.Sub(at), tc.want(hs.agent); got != want {
+				t.Errorf("after the first sign the next interval is due %s later, want %s; actions:\n%s", got, want, &hs.actionLog)
+			}
+			if tc.dram {
+				took := hs.until(t, "proof", cfg.Interval, func() bool { return hs.has(api.KindProof, "polluter") })
+				if took > confirmAfter+50*time.Millisecond {
+					t.Errorf("the polluter was proved %s after the first sign, want about %s", took, confirmAfter)
+				}
+			}
+		})
+	}
+}
+
 // newQuietHarness is an agent on virtual time sampling every interval in
 // a world whose polluter does not run (yet).
 func newQuietHarness(t *testing.T, interval time.Duration) (*world, Config, *harness) {
