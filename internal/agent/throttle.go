@@ -347,6 +347,9 @@ func (th *throttles) tighteningOn(domains []int) bool {
 func (th *throttles) convicted(ctx context.Context, now time.Time, p *proof, why string) {
 	key := backoffKey(p.signal, p.tenant.ID)
 	thr := th.duty.Start(now, p.p.Before())
+	if p.signal == signalWait {
+		thr = th.duty.StartContinuous(now, p.p.Before())
+	}
 	q := th.sp.Quota(thr.Step, p.tenant.CPUs.Len())
 	if err := th.holds.apply(ctx, p.tenant, q, "proven polluter", now); err != nil {
 		th.writeErrs.handleWriteErr(ctx, p.tenant, err)

@@ -154,6 +154,9 @@ type DutyThrottle struct {
 	// recent holds the intervals' readings of the last MaxHold, for the
 	// ceiling's rule.
 	recent []dutyReading
+	// continuous: its signal is read over the whole interval, not sampled
+	// (StartContinuous), so the relaxing has no ceiling.
+	continuous bool
 }
 
 type dutyReading struct {
@@ -192,6 +195,17 @@ func (t *DutyThrottle) remember(c DutyController, now time.Time, ratio float64) 
 // ratio that convicted it.
 func (c DutyController) Start(now time.Time, before float64) *DutyThrottle {
 	return &DutyThrottle{Step: c.StartStep, changed: now, hold: c.Hold, before: before, strength: before}
+}
+
+// StartContinuous is Start for a tenant convicted on a signal read over
+// the whole interval rather than sampled (its neighbours' CPU wait): that
+// signal shows the harm at any duty, so the relaxing follows it with no
+// ceiling (MaxHarm's rule is for the probes, whose readings miss a storm
+// held to a low duty).
+func (c DutyController) StartContinuous(now time.Time, before float64) *DutyThrottle {
+	t := c.Start(now, before)
+	t.continuous = true
+	return t
 }
 
 // Next decides, from this interval's contention ratio and the tenant's CPU
@@ -236,7 +250,7 @@ func (c DutyController) Next(t *DutyThrottle, now time.Time, ratio, usage float6
 		}
 		return DutyKeep
 	case ratio < c.RelaxBelow && now.Sub(t.changed) >= t.hold:
-		if t.Step+1 > c.Ceiling(t.strength) {
+		if !t.continuous && t.Step+1 > c.Ceiling(t.strength) {
 			if !t.quietSince(c, now) {
 				return DutyKeep
 			}

@@ -327,6 +327,25 @@ func TestDutyControllerCeiling(t *testing.T) {
 	}
 }
 
+// A tenant convicted on its neighbours' CPU wait, read over the whole
+// interval, relaxes on the hold with no ceiling.
+func TestDutyControllerContinuousHasNoCeiling(t *testing.T) {
+	var c DutyController
+	c.Fill()
+	now := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		thr  *DutyThrottle
+		want DutyDecision
+	}{
+		{c.Start(now, 6), DutyKeep},
+		{c.StartContinuous(now, 6), DutyRelax},
+	} {
+		if d := c.Next(tc.thr, now.Add(c.Hold), 1.0, 1.0/16, 1); d != tc.want {
+			t.Errorf("continuous %v: %s after a quiet hold, want %s", tc.thr.continuous, d, tc.want)
+		}
+	}
+}
+
 func TestDutyControllerIdle(t *testing.T) {
 	var c DutyController
 	c.Fill()
