@@ -152,9 +152,19 @@ ok() { echo "CHECK ok: $*"; }
 
 libvirtd_pid() { cat "$W/libvirtd.pid" 2>/dev/null || true; }
 start_libvirtd() {
-  /usr/sbin/libvirtd -d --pid-file "$W/libvirtd.pid"
+  # A daemon that fails to start says so here, not by ending the script
+  # (set -e) with no word: right after a stop, the last one may still be
+  # letting go of its pid file.
+  local rc=0
+  for _ in 1 2 3; do
+    rc=0
+    /usr/sbin/libvirtd -d --pid-file "$W/libvirtd.pid" || rc=$?
+    [ "$rc" = 0 ] && break
+    log "libvirtd -d exited $rc; starting it again in a second"
+    sleep 1
+  done
   for _ in $(seq 100); do [ -S /run/libvirt/libvirt-sock ] && $V version >/dev/null 2>&1 && return 0; sleep 0.1; done
-  fail "libvirtd did not come up (see $W/libvirtd.log)"
+  fail "libvirtd did not come up (libvirtd -d exited $rc; see $W/libvirtd.log)"
 }
 stop_libvirtd() {
   local p; p=$(libvirtd_pid)
