@@ -588,8 +588,9 @@ func (a *Agent) quickAfter() time.Duration { return min(a.WatchEvery(), a.cfg.In
 // 25 ms later, is proved 75 ms sooner than at the next watch, a tenth of a
 // second of storm its neighbours do not take. The lock probe's first signs
 // wait for the watch: on a 16-vCPU guest it read 4–15× for a moment, now
-// and then, beside any load (the host's other guests), and a confirmation
-// that soon proved innocents on those transients.
+// and then, beside any load (the host's other guests), and when every
+// first sign was confirmed that soon, control runs there proved innocents
+// on those moments.
 const confirmAfter = 25 * time.Millisecond
 
 // idleProbeEvery is how often the probe runs while no tenant is busy: one

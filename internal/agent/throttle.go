@@ -346,10 +346,11 @@ func (th *throttles) tighteningOn(domains []int) bool {
 // duty controller's start step.
 func (th *throttles) convicted(ctx context.Context, now time.Time, p *proof, why string) {
 	key := backoffKey(p.signal, p.tenant.ID)
-	thr := th.duty.Start(now, p.p.Before())
+	start := th.duty.Start
 	if p.signal == signalWait {
-		thr = th.duty.StartContinuous(now, p.p.Before())
+		start = th.duty.StartContinuous
 	}
+	thr := start(now, p.p.Before())
 	q := th.sp.Quota(thr.Step, p.tenant.CPUs.Len())
 	if err := th.holds.apply(ctx, p.tenant, q, "proven polluter", now); err != nil {
 		th.writeErrs.handleWriteErr(ctx, p.tenant, err)
