@@ -151,44 +151,19 @@ type DutyThrottle struct {
 	// strength is the contention its storm reads while it runs: the
 	// convicting level, raised by any hotter interval since.
 	strength float64
-	// recent holds the intervals' readings of the last MaxHold, for the
+	// loud is when an interval last read at or over RelaxBelow, for the
 	// ceiling's rule.
-	recent []dutyReading
+	loud time.Time
 	// continuous: its signal is read over the whole interval, not sampled
 	// (StartContinuous), so the relaxing has no ceiling.
 	continuous bool
-}
-
-type dutyReading struct {
-	at    time.Time
-	ratio float64
 }
 
 // quietSince reports whether every interval since MaxHold ago (the
 // current one included), and since the last change of step, read under
 // RelaxBelow.
 func (t *DutyThrottle) quietSince(c DutyController, now time.Time) bool {
-	if now.Sub(t.changed) < c.MaxHold {
-		return false
-	}
-	for _, r := range t.recent {
-		if now.Sub(r.at) < c.MaxHold && r.ratio >= c.RelaxBelow {
-			return false
-		}
-	}
-	return true
-}
-
-// remember keeps this interval's reading and forgets those older than the
-// longest hold.
-func (t *DutyThrottle) remember(c DutyController, now time.Time, ratio float64) {
-	keep := t.recent[:0]
-	for _, r := range t.recent {
-		if now.Sub(r.at) <= c.MaxHold {
-			keep = append(keep, r)
-		}
-	}
-	t.recent = append(keep, dutyReading{now, ratio})
+	return now.Sub(t.changed) >= c.MaxHold && now.Sub(t.loud) >= c.MaxHold
 }
 
 // Start throttles a polluter at the start step; before is the contention
@@ -235,7 +210,9 @@ func (c DutyController) Next(t *DutyThrottle, now time.Time, ratio, usage float6
 	} else {
 		t.floorHot = time.Time{}
 	}
-	t.remember(c, now, ratio)
+	if ratio >= c.RelaxBelow {
+		t.loud = now
+	}
 	switch {
 	case ratio > c.TightenAbove:
 		t.strength = max(t.strength, ratio)
