@@ -34,6 +34,12 @@ type StatsReader interface {
 	Read(ctx context.Context, t sense.Tenant, prev *sense.TenantStats) (sense.TenantStats, error)
 }
 
+// RunnableReader says whether any of a tenant's threads is runnable now,
+// and how many of them it could read (sense.TaskStates).
+type RunnableReader interface {
+	Runnable(ctx context.Context, t sense.Tenant) (runnable bool, read int, err error)
+}
+
 // QuotaActuator throttles and restores tenants' CPU quota.
 type QuotaActuator interface {
 	Apply(ctx context.Context, cgroupPath, tenant string, q cgroup.Quota) error
@@ -45,11 +51,15 @@ type QuotaActuator interface {
 type Deps struct {
 	Discoverer sense.Discoverer
 	Stats      StatsReader
-	Probe      Prober
-	Counters   Counters // optional
-	Quota      QuotaActuator
-	Journal    *act.Journal
-	Log        *slog.Logger
+	// Runnable, optional, tells a throttled tenant that stopped from one
+	// waiting out a proof's CFS period in the first second of its
+	// throttle; without it that second never counts as stopped.
+	Runnable RunnableReader
+	Probe    Prober
+	Counters Counters // optional
+	Quota    QuotaActuator
+	Journal  *act.Journal
+	Log      *slog.Logger
 	// OnAction is called for every action (the lab records them on its timeline).
 	OnAction func(api.ActionRecord)
 	// Host names the machine in the state.
@@ -268,7 +278,7 @@ func (a *Agent) Tick(ctx context.Context, now, next time.Time) time.Time {
 	if !due && !a.watchAt.IsZero() && !now.Before(a.watchAt) {
 		a.watchAt = now.Add(a.WatchEvery())
 		if len(a.throttles.throttled) > 0 && !a.cfg.DryRun {
-			a.throttles.releaseStopped(ctx, now, a.d.Stats)
+			a.throttles.releaseStopped(ctx, now, a.d.Stats, a.d.Runnable)
 		}
 		due = a.probes.watch(a.prover.proof != nil || len(a.throttles.throttled) > 0)
 		// Read at every look, so that each read spans one look.

@@ -26,14 +26,17 @@ import (
 // follow the physics of the lab (the polluter raises them unless its quota
 // holds it under 20% of a CPU); and CPU use that follows the quotas.
 type world struct {
-	t        *testing.T
-	root     string
-	h        *host.Host
-	layout   cgroup.Layout
-	mu       sync.Mutex
-	tenants  []sense.Tenant
-	gone     map[string]bool
-	running  bool          // the polluter is polluting
+	t       *testing.T
+	root    string
+	h       *host.Host
+	layout  cgroup.Layout
+	mu      sync.Mutex
+	tenants []sense.Tenant
+	gone    map[string]bool
+	running bool // the polluter is polluting
+	// stalled has the polluter run no CPU while running: waiting out the
+	// period of a CFS cap it was switched from.
+	stalled  bool
 	idle     bool          // no tenant uses any CPU
 	probed   int           // the probe's per-CPU measurements so far
 	busyCPU  int           // a CPU whose probe never returns (-1: none)
@@ -147,7 +150,7 @@ func (s *fakeStats) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats
 	now := s.w.now()
 	rate := map[string]float64{"victim": 1.0, "polluter": 0.85, "bystander": 0.15}[t.Name]
 	s.w.mu.Lock()
-	if t.Name == "polluter" && !s.w.running || s.w.idle {
+	if t.Name == "polluter" && (!s.w.running || s.w.stalled) || s.w.idle {
 		rate = 0
 	}
 	s.w.mu.Unlock()
@@ -159,6 +162,19 @@ func (s *fakeStats) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats
 	}
 	s.last[t.ID] = now
 	return sense.TenantStats{At: now, Usage: s.usage[t.ID]}, nil
+}
+
+// worldRunnable implements RunnableReader: the polluter's thread is
+// runnable while it runs (stalled or not), the others' always.
+type worldRunnable struct{ w *world }
+
+func (r worldRunnable) Runnable(_ context.Context, t sense.Tenant) (bool, int, error) {
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	if r.w.gone[t.ID] {
+		return false, 0, nil
+	}
+	return t.Name != "polluter" || r.w.running, 1, nil
 }
 
 // fakeProbe reads 300 ns (DRAM) quiet, 2000 ns while the polluter pollutes.
@@ -301,7 +317,7 @@ func newHarness(t *testing.T, w *world, cfg Config, quota QuotaActuator, tweak .
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { j.Close() })
-	d := Deps{Discoverer: w, Stats: &fakeStats{w: w, usage: map[string]time.Duration{}, last: map[string]time.Time{}},
+	d := Deps{Discoverer: w, Stats: &fakeStats{w: w, usage: map[string]time.Duration{}, last: map[string]time.Time{}}, Runnable: worldRunnable{w},
 		Probe: fakeProbe{w}, Quota: quota, Journal: j,
 		OnAction: func(r api.ActionRecord) { hs.mu.Lock(); hs.actions = append(hs.actions, r); hs.mu.Unlock() }}
 	if w.counters {

@@ -159,6 +159,7 @@ func BuildWith(ctx context.Context, cfg Config, h *host.Host, o BuildOptions) (*
 	d := Deps{
 		Discoverer: discoverer,
 		Stats:      stats,
+		Runnable:   sense.TaskStates{Host: h},
 		Probe:      probe,
 		Quota:      quota,
 		Journal:    journal,

@@ -263,7 +263,13 @@ const minLook = 50 * time.Millisecond
 // the first of them wholly after the stop, so a polluter that stopped
 // would stay throttled for one to one and a half intervals; a look is one
 // read of its cgroup's CPU counters.
-func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats StatsReader) {
+//
+// In the first proofPeriod of a throttle those counters cannot tell: the
+// switch from a proof's cap may leave it waiting out the cap's period,
+// running not at all and never held back anew. There a look also needs
+// runnable (when set) to find none of its threads runnable; without it
+// that first period never reads idle.
+func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats StatsReader, runnable RunnableReader) {
 	for id, t := range th.throttled {
 		st, err := stats.Read(ctx, t.tenant, t.looked)
 		if err != nil {
@@ -283,10 +289,11 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 		used := (st.Usage - prev.Usage).Seconds() / window.Seconds()
 		ncpus := t.tenant.CPUs.Len()
 		// Its windows begin after the throttle did, so none spans the
-		// switch from a proof's cap; a proof's period (1 s) must still
-		// have passed, in case the switch left it waiting that out.
-		idle := st.Throttled == prev.Throttled && !prev.At.Before(t.since) && now.Sub(t.since) >= proofPeriod &&
-			th.duty.Idle(t.thr.Step, used, ncpus)
+		// switch from a proof's cap; in a proof's period (1 s) after that,
+		// its threads must say it is not waiting that out.
+		idle := st.Throttled == prev.Throttled && !prev.At.Before(t.since) &&
+			th.duty.Idle(t.thr.Step, used, ncpus) &&
+			(now.Sub(t.since) >= proofPeriod || noneRunnable(ctx, runnable, t.tenant))
 		if !idle {
 			t.idleLooks = 0
 			continue
@@ -298,6 +305,18 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 		th.release(ctx, now, id, t, fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed over the last %.2fs, never held back by it",
 			used, th.duty.Allowed(t.thr.Step, ncpus), window.Seconds()))
 	}
+}
+
+// noneRunnable reports whether t's threads, read now, say it is not
+// running nor waiting to: some could be read and none is runnable. A
+// thread list that tells nothing (all its threads gone, replaced by ones
+// not yet discovered) or a failed read says no.
+func noneRunnable(ctx context.Context, runnable RunnableReader, t sense.Tenant) bool {
+	if runnable == nil {
+		return false
+	}
+	r, read, err := runnable.Runnable(ctx, t)
+	return err == nil && read > 0 && !r
 }
 
 // readings are the readings its controller answers to: those of the kind

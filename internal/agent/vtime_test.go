@@ -317,14 +317,61 @@ func TestVirtualLoopReleasesAStoppedPolluterBetweenIntervals(t *testing.T) {
 	}
 }
 
+// In the first second of its throttle, a polluter that stopped is told
+// from one waiting out the proof's CFS period by its threads: none
+// runnable, it is released at the watch's pace; runnable, it is held,
+// though its CPU counters read idle. Without its threads' states that
+// second never reads idle.
+func TestVirtualLoopTellsAStoppedPolluterInTheFirstSecond(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		stall    bool // it runs, waiting out the period; else it stopped
+		runnable bool // the agent reads its threads' states
+		release  time.Duration
+	}{
+		{"stopped", false, true, 0},
+		{"waiting out the period", true, true, -1},
+		{"stopped, threads unread", false, false, proofPeriod},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tweak []func(*Deps)
+			if !tc.runnable {
+				tweak = append(tweak, func(d *Deps) { d.Runnable = nil })
+			}
+			w, cfg, hs := newThrottledHarness(t, tweak...)
+			defer hs.stop(t)
+			look := hs.agent.WatchEvery()
+			w.mu.Lock()
+			if tc.stall {
+				w.stalled = true
+			} else {
+				w.running = false
+			}
+			w.mu.Unlock()
+			if tc.release < 0 {
+				hs.advance(t, proofPeriod-look, nil)
+				if hs.has(api.KindRelease, "polluter") {
+					t.Fatalf("released while it waited out the proof's period, its thread runnable:\n%s", hs.log)
+				}
+				return
+			}
+			took := hs.until(t, "release", 5*time.Second, func() bool { return hs.has(api.KindRelease, "polluter") })
+			if took < tc.release || took > tc.release+(stoppedLooks+1)*look || tc.runnable && took >= cfg.Interval {
+				t.Errorf("released %s after it stopped, want within %d looks of %s after %s:\n%s", took, stoppedLooks+1, look, tc.release, hs.log)
+			}
+		})
+	}
+}
+
 // newThrottledHarness is an agent on virtual time, sampling every second,
-// run until it has proved and throttled the world's polluter.
-func newThrottledHarness(t *testing.T) (*world, Config, *harness) {
+// run until it has proved and throttled the world's polluter; tweak
+// changes its parts.
+func newThrottledHarness(t *testing.T, tweak ...func(*Deps)) (*world, Config, *harness) {
 	t.Helper()
 	w := newWorld(t)
 	cfg := testConfig(t.TempDir())
 	cfg.Interval = time.Second
-	hs := newVirtualHarness(t, w, cfg, nil)
+	hs := newVirtualHarnessWith(t, w, cfg, nil, tweak...)
 	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
 	return w, cfg, hs
 }

@@ -1,0 +1,63 @@
+package sense
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/crosstalk-project/crosstalk/internal/host"
+)
+
+// TaskStates reads the scheduler state of a tenant's threads
+// (/proc/TID/stat), through the host.
+//
+// A tenant's CPU counters cannot tell a tenant that stopped from one
+// waiting out a CFS period: a busy loop switched from a 1 ms in 1 s cap to
+// 1 ms in 16 ms may not run at all until the old period ends (up to a
+// second), and neither its usage nor its cgroup's throttling counters move
+// meanwhile. Its threads stay runnable (state R) throughout, while those of
+// a tenant that stopped sleep (S), are stopped (T) or are gone.
+type TaskStates struct {
+	Host *host.Host
+}
+
+// Runnable reports whether any of t's threads is runnable now: on a CPU,
+// waiting for one, or held back by its cgroup's CPU quota. read is how
+// many of its threads it could read; threads that exited are skipped, so
+// read 0 means t's thread list tells nothing (it changed since it was
+// read, or the host has no /proc for it).
+func (s TaskStates) Runnable(_ context.Context, t Tenant) (runnable bool, read int, err error) {
+	for _, tid := range t.Threads {
+		stat, err := s.Host.ReadString("/proc/" + strconv.Itoa(tid) + "/stat")
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+				continue // exited
+			}
+			return false, read, fmt.Errorf("tenant %s: %w", t.ID, err)
+		}
+		state, ok := taskState(stat)
+		if !ok {
+			return false, read, fmt.Errorf("tenant %s: thread %d: unreadable /proc stat %q", t.ID, tid, stat)
+		}
+		read++
+		if state == 'R' {
+			return true, read, nil
+		}
+	}
+	return false, read, nil
+}
+
+// taskState is the state letter of a /proc/TID/stat line: the field after
+// the command name, which is in parentheses and may itself hold spaces and
+// parentheses, so the last ')' ends it.
+func taskState(stat string) (byte, bool) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) || stat[i+1] != ' ' {
+		return 0, false
+	}
+	return stat[i+2], true
+}
