@@ -3,6 +3,8 @@ package lab
 import (
 	"math"
 	"slices"
+
+	"github.com/crosstalk-project/crosstalk/internal/load"
 )
 
 // AttributionPolicy is the policy whose actions the suite scores: the agent.
@@ -257,12 +259,19 @@ func ScoreRun(s *Scenario, res *Result) RunScore {
 	if res.Solo != nil {
 		solo = res.Solo[res.Victim]
 	}
+	perOp := false
+	for _, t := range s.Tenants {
+		if t.Name == res.Victim && t.Load != "" {
+			k, _ := load.Lookup(t.Load)
+			perOp = k.PerOp
+		}
+	}
 	for _, pr := range res.Results {
 		if firstAction == nil || solo.Value == nil {
 			sc.VictimSlowdownAfter[pr.Policy] = nil
 			continue
 		}
-		sc.VictimSlowdownAfter[pr.Policy] = meanSlowdownFrom(pr.Timeline.Victim, *firstAction, *solo.Value, solo.Direction)
+		sc.VictimSlowdownAfter[pr.Policy] = meanSlowdownFrom(pr.Timeline.Victim, *firstAction, *solo.Value, solo.Direction, perOp)
 	}
 	return sc
 }
@@ -328,22 +337,36 @@ func within(ws []window, t, slack float64) bool {
 }
 
 // meanSlowdownFrom is the victim's slowdown against solo over its timeline
-// samples from phase time from on (nil without samples there).
-func meanSlowdownFrom(samples []Sample, from, solo float64, direction string) *float64 {
-	var vals []float64
+// samples from phase time from on (nil without samples there): their mean,
+// weighted by each one's operations where the metric is a time per
+// operation (perOp) and every sample knows them, so that it is the same
+// measure as the phase's own value over those samples' time.
+func meanSlowdownFrom(samples []Sample, from, solo float64, direction string, perOp bool) *float64 {
+	var sum, weight float64
+	var n int
+	weighted := perOp
 	for _, s := range samples {
 		if s.T >= from && finite(s.Value) {
-			vals = append(vals, s.Value)
+			n++
+			sum += s.Value
+			weighted = weighted && s.Ops > 0
 		}
 	}
-	if len(vals) == 0 {
+	if n == 0 {
 		return nil
 	}
-	sum := 0.0
-	for _, v := range vals {
-		sum += v
+	mean := sum / float64(n)
+	if weighted {
+		sum = 0
+		for _, s := range samples {
+			if s.T >= from && finite(s.Value) {
+				sum += s.Value * float64(s.Ops)
+				weight += float64(s.Ops)
+			}
+		}
+		mean = sum / weight
 	}
-	if sd, ok := Slowdown(solo, sum/float64(len(vals)), direction); ok {
+	if sd, ok := Slowdown(solo, mean, direction); ok {
 		return ptr(sd)
 	}
 	return nil

@@ -206,6 +206,51 @@ func TestScoreVictimSlowdownAfterFirstAction(t *testing.T) {
 	}
 }
 
+// After the first action, a victim whose metric is a time per operation
+// (chase) is measured as its whole phase is: the samples weighted by the
+// operations each did, so a slow window of few operations counts for
+// them, not for a quarter of the total. Another metric (server's p99), or
+// samples without operations (a program's metric), take the plain mean.
+func TestScoreVictimSlowdownAfterWeighsPerOpMetrics(t *testing.T) {
+	// Windows of 0.25 s: one at 40 ns an access, three at 10 ns.
+	window := func(ns float64, ops bool) Sample {
+		s := Sample{Value: ns}
+		if ops {
+			s.Ops = uint64(0.25e9 / ns)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name, victim string
+		ops          bool
+		want         float64
+	}{
+		// 1 s of busy time over 6.25M + 3×25M accesses: 12.31 ns.
+		{"chase, weighted", "chase", true, 1e9 / (6.25e6 + 75e6) / 10},
+		{"chase, no operations known", "chase", false, 1.75},
+		{"server, plain mean", "server", true, 1.75},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := scoreScenario(t, "", ", start: 1s")
+			s.Tenants[0].Load = tc.victim
+			var tl []Sample
+			for i, ns := range []float64{50, 50, 40, 10, 10, 10} {
+				w := window(ns, tc.ops)
+				w.T = 1 + 0.25*float64(i)
+				tl = append(tl, w)
+			}
+			events := []TenantEvent{ev(1, "p", "start"), ev(8, "p", "stop")}
+			res := &Result{Victim: "v", Solo: map[string]Solo{"v": {Value: fp(10), Direction: "lower"}},
+				Results: []PolicyResult{{Policy: "crosstalk", VictimSlowdown: fp(2), Actions: []Action{act(1.5, "p", "proof", 0.5)},
+					Timeline: Timeline{Victim: tl, Events: events}}}}
+			got := ScoreRun(s, res).VictimSlowdownAfter["crosstalk"]
+			if got == nil || math.Abs(*got-tc.want) > 1e-9 {
+				t.Errorf("slowdown after first action = %v, want %.4f", deref(got), tc.want)
+			}
+		})
+	}
+}
+
 func TestDistAndSummarize(t *testing.T) {
 	var twenty []float64
 	for i := 20; i >= 1; i-- {

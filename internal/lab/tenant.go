@@ -50,6 +50,9 @@ func TenantExec(argv []string) error {
 type Sample struct {
 	T     float64 `json:"t"` // seconds since the phase started
 	Value float64 `json:"v"`
+	// Ops is what a built-in load did in the interval the sample ends (0:
+	// not known, as for a program's metric).
+	Ops uint64 `json:"ops,omitempty"`
 }
 
 // proc is one running tenant.
@@ -182,7 +185,7 @@ func (p *proc) parseLoadLine(line string) {
 	case "progress":
 		var pr load.Progress
 		if json.Unmarshal([]byte(line), &pr) == nil && pr.Ops > 0 {
-			p.samples = append(p.samples, Sample{T: p.startAt.Seconds() + pr.T, Value: pr.Metric})
+			p.samples = append(p.samples, Sample{T: p.startAt.Seconds() + pr.T, Value: pr.Metric, Ops: pr.Ops})
 		}
 	case "summary":
 		var s load.Summary

@@ -138,12 +138,18 @@ type Summary struct {
 
 // Kind describes a built-in load.
 type Kind struct {
-	Name        string `json:"name"`
-	Role        string `json:"role"`      // RoleVictim, RolePolluter or RoleBystander
-	Metric      string `json:"metric"`    // name of the metric
-	Unit        string `json:"unit"`      // unit of the metric
-	Direction   string `json:"direction"` // LowerIsBetter or HigherIsBetter
-	Op          string `json:"op"`        // what one op is
+	Name      string `json:"name"`
+	Role      string `json:"role"`      // RoleVictim, RolePolluter or RoleBystander
+	Metric    string `json:"metric"`    // name of the metric
+	Unit      string `json:"unit"`      // unit of the metric
+	Direction string `json:"direction"` // LowerIsBetter or HigherIsBetter
+	Op        string `json:"op"`        // what one op is
+	// PerOp says the metric is a time per operation (busy time over
+	// operations, as chase's ns_per_access): intervals combine weighted by
+	// their operations, as the run's own value does, where an unweighted
+	// mean would let an interval that did a few slow operations count as
+	// much as one that did many fast ones.
+	PerOp       bool   `json:"per_op,omitempty"`
 	Description string `json:"description"`
 }
 
@@ -170,7 +176,7 @@ func perSec(ops uint64, _ int64, secs float64) float64 {
 
 var specs = [...]spec{
 	{
-		Kind: Kind{Name: "chase", Role: RoleVictim, Metric: "ns_per_access", Unit: "ns", Direction: LowerIsBetter, Op: "access",
+		Kind: Kind{Name: "chase", Role: RoleVictim, Metric: "ns_per_access", Unit: "ns", Direction: LowerIsBetter, Op: "access", PerOp: true,
 			Description: "random pointer chase over one Sattolo cycle of 64-byte slots (default 4 MiB: LLC-sensitive; 256 MiB: DRAM-sensitive); every load depends on the one before"},
 		defSize: 4 << 20, minSize: 4 << 10,
 		metric: func(ops uint64, busy int64, _ float64) float64 {
