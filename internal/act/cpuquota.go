@@ -38,10 +38,17 @@ type UnownedQuota struct {
 	Found    time.Time `json:"found"`
 }
 
+// ProofPeriod is the CFS period of the agent's proof caps (1 ms per CPU of
+// the tenant a period): the longest the kernel takes, so that the 1 ms a
+// period the capped suspect may still run (right when the cap is set,
+// before a slot's first reading) is refilled in a slot once in twenty at
+// most.
+const ProofPeriod = time.Second
+
 // QuotaShapes are the quotas crosstalk itself writes: duty cycles over the
 // throttle period (16 ms by default, a period hardly anyone else uses) and
-// proof caps of 1 ms per CPU over the proof period (100 ms). An original
-// quota of either shape is taken for a throttle left behind.
+// proof caps of 1 ms per CPU over the proof period (ProofPeriod). An
+// original quota of either shape is taken for a throttle left behind.
 type QuotaShapes struct {
 	ThrottlePeriod time.Duration
 	ProofPeriod    time.Duration
@@ -52,7 +59,7 @@ type QuotaShapes struct {
 // DefaultQuotaShapes are the shapes of a default configuration on this
 // machine.
 func DefaultQuotaShapes() QuotaShapes {
-	return QuotaShapes{ThrottlePeriod: 16 * time.Millisecond, ProofPeriod: 100 * time.Millisecond,
+	return QuotaShapes{ThrottlePeriod: 16 * time.Millisecond, ProofPeriod: ProofPeriod,
 		ProofMaxQuota: time.Duration(runtime.NumCPU()) * cgroup.MinQuota}
 }
 

@@ -234,3 +234,26 @@ func TestUnownedSkipsOtherActuatorsRecords(t *testing.T) {
 		t.Error("the same quota with no record anywhere not flagged")
 	}
 }
+
+// The default shapes are the agent's: its duty cycles and its proof caps
+// (1 ms per CPU a ProofPeriod) are crosstalk's, an operator's limits are not.
+func TestDefaultQuotaShapesMatchTheAgentsQuotas(t *testing.T) {
+	s := DefaultQuotaShapes()
+	for _, tc := range []struct {
+		q    cgroup.Quota
+		want bool
+	}{
+		{cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}, true},
+		{cgroup.Quota{Quota: 5 * time.Millisecond, Period: 16 * time.Millisecond}, true},
+		{cgroup.Quota{Quota: time.Millisecond, Period: ProofPeriod}, true},
+		{cgroup.Quota{Quota: 2 * time.Millisecond, Period: ProofPeriod}, s.ProofMaxQuota >= 2*time.Millisecond},
+		{cgroup.Quota{Quota: 1500 * time.Microsecond, Period: ProofPeriod}, false},
+		{cgroup.Quota{Quota: 200 * time.Millisecond, Period: 100 * time.Millisecond}, false},
+		{cgroup.Quota{Quota: 50 * time.Millisecond, Period: 100 * time.Millisecond}, false},
+		{cgroup.Quota{Quota: -1, Period: 16 * time.Millisecond}, false},
+	} {
+		if got := s.Match(tc.q); got != tc.want {
+			t.Errorf("Match(%s) = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+}

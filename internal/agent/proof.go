@@ -3,6 +3,7 @@ package agent
 import (
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
@@ -31,11 +32,8 @@ type proof struct {
 	waitFrom map[string]sense.TenantStats
 }
 
-// proofPeriod is the CFS period of a proof's hard cap: the longest the
-// kernel takes, so that the 1 ms a period the capped suspect may still run
-// (right when the cap is set, before a slot's first reading) is refilled in
-// a slot once in twenty at most.
-const proofPeriod = time.Second
+// proofPeriod is the CFS period of a proof's hard cap (act.ProofPeriod).
+const proofPeriod = act.ProofPeriod
 
 // hardCap is the cap of a proof's trial and of the start-up survey: the
 // kernel's minimum quota (1 ms) per CPU of the tenant a proofPeriod, so it
