@@ -19,6 +19,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/host"
 )
 
 // OverheadOptions configures the agent overhead benchmark.
@@ -186,12 +187,10 @@ func procCPU(pid int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errors.New("malformed /proc/PID/stat")
+	f, err := host.ProcStatFields(string(b))
+	if err != nil {
+		return 0, err
 	}
-	f := strings.Fields(s[i+1:])
 	if len(f) < 13 {
 		return 0, errors.New("short /proc/PID/stat")
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/crosstalk-project/crosstalk/internal/host"
@@ -51,13 +50,11 @@ func (s TaskStates) Runnable(_ context.Context, t Tenant) (runnable bool, read i
 	return false, read, nil
 }
 
-// taskState is the state letter of a /proc/TID/stat line: the field after
-// the command name, which is in parentheses and may itself hold spaces and
-// parentheses, so the last ')' ends it.
+// taskState is the state letter of a /proc/TID/stat line.
 func taskState(stat string) (byte, bool) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 || i+2 >= len(stat) || stat[i+1] != ' ' {
+	f, err := host.ProcStatFields(stat)
+	if err != nil {
 		return 0, false
 	}
-	return stat[i+2], true
+	return f[0][0], true
 }
