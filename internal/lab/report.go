@@ -975,7 +975,7 @@ const reportTemplates = `
 </tbody></table>
 {{if .Repeated}}<p class="meta">Solo and co-located values are medians over the repetitions; under each, its minimum–maximum.</p>{{end}}
 <ul>{{range .Policies}}
-<li><b>{{.Name}}</b>: victim slowdown {{.Slowdown}}{{with .FirstAction}}, first action {{.}} after the polluter started{{end}}{{with .Release}}, released {{.}} after it stopped{{end}}{{if .Actions}} · {{.Actions}} action(s){{end}}</li>{{end}}
+<li><b>{{.Name}}</b>: victim slowdown {{.Slowdown}}{{with .FirstAction}}, throttled {{.}} after the polluter started{{end}}{{with .Release}}, released {{.}} after it stopped{{end}}{{if .Actions}} · {{.Actions}} action(s){{end}}</li>{{end}}
 </ul>{{else}}<p>No policy results.</p>{{end}}
 
 <h2>Victim slowdown</h2>

@@ -194,7 +194,7 @@ func TestWriteReport(t *testing.T) {
 		"crosstalk lab: buslock&lt;script&gt;", "a &#34;hostile&#34; &lt;i&gt;description&lt;/i&gt; &amp; more", "host-1",
 		// summary table
 		"<th>policy</th>", "ns_per_access ↓ (ns)", "mb_per_sec ↑ (MB/&lt;s&gt;)", "8.00×", "1.25×", "n/a", "4.2s", "2.1s",
-		"first action 0.50s", "released 0.25s",
+		"throttled 0.50s", "released 0.25s",
 		// the hostile tenant, escaped in the table and in the SVGs
 		"<td>&lt;b&gt;&amp;x</td>", "&lt;b&gt;&amp;x starts",
 		// timeline: axis, solo line, events, actions as tooltips

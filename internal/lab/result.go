@@ -140,7 +140,7 @@ func WriteText(w io.Writer, r *Result) error {
 	for _, pr := range r.Results {
 		line := fmt.Sprintf("%-10s victim slowdown %s", pr.Policy, fmtSlowdown(pr.VictimSlowdown))
 		if pr.FirstActionSeconds != nil {
-			line += fmt.Sprintf(", first action %s after the polluter started", fmtOptSecs(pr.FirstActionSeconds))
+			line += fmt.Sprintf(", throttled %s after the polluter started", fmtOptSecs(pr.FirstActionSeconds))
 		}
 		if pr.ReleaseSeconds != nil {
 			line += fmt.Sprintf(", released %s after it stopped", fmtOptSecs(pr.ReleaseSeconds))

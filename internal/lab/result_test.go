@@ -88,7 +88,7 @@ func TestWriteTextAndJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	for _, want := range []string{"scenario buslock", "none", "victim", "8.00×", "ns_per_access ↓", "4.2s", "first action 0.60s", "released 1.20s", "actions (last repetition): 0.60s throttle polluter"} {
+	for _, want := range []string{"scenario buslock", "none", "victim", "8.00×", "ns_per_access ↓", "4.2s", "throttled 0.60s", "released 1.20s", "actions (last repetition): 0.60s throttle polluter"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q:\n%s", want, out)
 		}
