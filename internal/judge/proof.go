@@ -1,6 +1,7 @@
 package judge
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -156,6 +157,11 @@ type Trial struct {
 	// cap did not lower it), "quiet" (no contention in either slot: the
 	// trial says little) or "void" (a slot got no reading).
 	Outcome string `json:"outcome"`
+	// FreedHits and CappedHits count the readings that show a strong
+	// storm (see hitMinBefore): in the freed slot those at √before or
+	// more, in the capped one those at an innocent's share under that.
+	FreedHits  int `json:"freed_hits,omitempty"`
+	CappedHits int `json:"capped_hits,omitempty"`
 	// Evidence is the proof's evidence after this trial.
 	Evidence float64 `json:"evidence"`
 }
@@ -181,7 +187,10 @@ type Proof struct {
 	quiet  float64 // a slot level (log) under this has no contention
 	ceil   float64 // a reading's log-ratio counts up to this
 	share  float64 // a drop (log) this small is a bystander's share: it bets against guilt
-	start  time.Time
+	// hit is the log-ratio at which a freed slot's reading shows the
+	// storm (0: the contention before was too weak to count hits).
+	hit   float64
+	start time.Time
 	// evidence is the running product of the trials' bets: a nonnegative
 	// supermartingale from 1 while the cap does no more than an
 	// innocent's share.
@@ -217,6 +226,9 @@ func NewProofCarry(cfg ProofConfig, before float64, now time.Time, seed uint64, 
 	p := &Proof{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), before: before,
 		margin: max(cfg.Effect*l, minMargin), quiet: math.Log(QuietLevel(before)), ceil: l + math.Ln2, share: min(innocentShare*l, maxShare),
 		start: now, from: now, evidence: carry}
+	if before >= hitMinBefore {
+		p.hit = l / 2
+	}
 	p.trials = append(p.trials, Trial{CappedFirst: p.rng.IntN(2) == 0})
 	return p
 }
@@ -300,7 +312,12 @@ func (p *Proof) score(t *Trial) {
 	}
 	capped, freed := p.level(t.Capped), p.level(t.Freed)
 	t.Drop = freed - capped
-	if max(capped, freed) < p.quiet {
+	t.FreedHits, t.CappedHits = p.hits(t.Freed, p.hit), p.hits(t.Capped, p.hit-p.share)
+	// Whether a trial bets is decided from what the coin does not change:
+	// the two slots' levels, and whether either has a reading at the
+	// capped slot's (lower) hit threshold.
+	anyHit := p.hit > 0 && p.hits(t.Freed, p.hit-p.share)+t.CappedHits > 0
+	if max(capped, freed) < p.quiet && !anyHit {
 		// No contention in either slot: the trial says nothing of the
 		// suspect and bets nothing. Whether it bets is decided from the
 		// two slots' levels together, which the coin that ordered them
@@ -317,6 +334,20 @@ func (p *Proof) score(t *Trial) {
 	// evidence cannot grow but by chance, and the bound holds for such a
 	// tenant too.
 	t.Score = max(-1, min(1, (t.Drop-p.share)/p.margin))
+	if p.hit > 0 {
+		// A storm the host breaks into bursts shows in one or two of a
+		// freed slot's readings and in none of a capped one's (measured on
+		// the dev VM: a stress-ng --lockbus beside a bystander, at 7×),
+		// which moves the slots' mean by less than the share. The sign of
+		// the difference in readings that show it bets on that too: a
+		// freed reading counts at √before, a capped one at an innocent's
+		// share under it, so that a cap that lowers every reading by no
+		// more than the share cannot make the freed slot count more than
+		// the capped one would have without the cap, and the coin makes
+		// the rest fair: this bet, like the first, has an expectation of
+		// at most zero for such a tenant, and so has their mean.
+		t.Score = (t.Score + float64(cmp.Compare(t.FreedHits, t.CappedHits))) / 2
+	}
 	p.evidence *= 1 + p.cfg.Bet*t.Score
 	switch {
 	case t.Score >= 0.5:
@@ -326,6 +357,17 @@ func (p *Proof) score(t *Trial) {
 	default:
 		t.Outcome = TrialFail
 	}
+}
+
+// hits counts the readings at a log-ratio of at least hit.
+func (p *Proof) hits(rs []float64, hit float64) int {
+	n := 0
+	for _, r := range rs {
+		if math.Log(r) >= hit {
+			n++
+		}
+	}
+	return n
 }
 
 // level is a slot's contention: the mean of its readings' log-ratios,
@@ -443,6 +485,11 @@ const futileScore = 0.1
 // the probe by under 10% never counts in full, however low the contention
 // was.
 const minMargin = 0.0953 // log 1.1
+
+// hitMinBefore is the contention before a proof at which single readings
+// count as showing the storm (at √before and more): under it a reading's
+// scatter reaches √before, and only the slots' means say anything.
+const hitMinBefore = 3.0
 
 // quietRatio is the contention ratio under which a slot counts as quiet
 // whatever the contention was before: a freed slot at 2× a capped one at

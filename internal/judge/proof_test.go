@@ -498,3 +498,54 @@ func TestProofBegan(t *testing.T) {
 		t.Errorf("Began after a reading moved the plan from %s to %s", second.Sub(t0), got.Sub(t0))
 	}
 }
+
+// A split-lock storm the host breaks into bursts (measured on the dev VM:
+// a stress-ng --lockbus beside a bystander, 7.5× before its proof) shows
+// in one or two of a freed slot's twelve readings and in none of a capped
+// one's. Counting the readings that show it convicts such a polluter in
+// most single proofs, where the slots' mean log-ratio alone, moved by
+// less than an innocent's share, left most trials quiet. The same spikes
+// when the suspect does nothing, and a cap that lowers readings sitting
+// at the hit threshold by the whole innocent's share, stay within the
+// bound.
+func TestProofSparseStorm(t *testing.T) {
+	cfg := ProofConfig{}
+	cfg.Fill()
+	const before, runs = 7.5, 2000
+	alpha := cfg.FalseConviction()
+	spikes := func(seed uint64, p float64, onlyFree bool) world {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		return func(_ time.Duration, capped bool) float64 {
+			x := math.Exp(0.03 * rng.NormFloat64())
+			if (!capped || !onlyFree) && rng.Float64() < p {
+				x = before * math.Exp(0.05*rng.NormFloat64())
+			}
+			return x
+		}
+	}
+	t.Run("polluter", func(t *testing.T) {
+		convicted, rate := convictions(t, cfg, runs, before, func(seed uint64) world { return spikes(seed, 0.12, true) })
+		if rate < 0.9 {
+			t.Errorf("convicted %d of %d single proofs, want 90%% or more", convicted, runs)
+		}
+		t.Logf("convicted %d of %d", convicted, runs)
+	})
+	for _, tc := range []struct {
+		name string
+		w    func(seed uint64) world
+	}{
+		{"spikes the cap does not move", func(seed uint64) world { return spikes(seed, 0.12, false) }},
+		{"a share's cap at the hit threshold", func(seed uint64) world {
+			rng := rand.New(rand.NewPCG(seed, 13))
+			return capLowers(func(time.Duration) float64 { return math.Sqrt(before) * math.Exp(0.1*rng.NormFloat64()) }, 1/1.15)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			convicted, rate := convictions(t, cfg, runs, before, tc.w)
+			if limit := alpha + 4*math.Sqrt(alpha*(1-alpha)/runs); rate > limit {
+				t.Errorf("false convictions %d of %d (%.4f), bound %.4f", convicted, runs, rate, alpha)
+			}
+			t.Logf("false convictions %d of %d", convicted, runs)
+		})
+	}
+}
