@@ -312,11 +312,14 @@ func (p *Proof) score(t *Trial) {
 	}
 	capped, freed := p.level(t.Capped), p.level(t.Freed)
 	t.Drop = freed - capped
-	t.FreedHits, t.CappedHits = p.hits(t.Freed, p.hit), p.hits(t.Capped, p.hit-p.share)
 	// Whether a trial bets is decided from what the coin does not change:
 	// the two slots' levels, and whether either has a reading at the
 	// capped slot's (lower) hit threshold.
-	anyHit := p.hit > 0 && p.hits(t.Freed, p.hit-p.share)+t.CappedHits > 0
+	anyHit := false
+	if p.hit > 0 {
+		t.FreedHits, t.CappedHits = hits(t.Freed, p.hit), hits(t.Capped, p.hit-p.share)
+		anyHit = t.CappedHits > 0 || hits(t.Freed, p.hit-p.share) > 0
+	}
 	if max(capped, freed) < p.quiet && !anyHit {
 		// No contention in either slot: the trial says nothing of the
 		// suspect and bets nothing. Whether it bets is decided from the
@@ -360,7 +363,7 @@ func (p *Proof) score(t *Trial) {
 }
 
 // hits counts the readings at a log-ratio of at least hit.
-func (p *Proof) hits(rs []float64, hit float64) int {
+func hits(rs []float64, hit float64) int {
 	n := 0
 	for _, r := range rs {
 		if math.Log(r) >= hit {

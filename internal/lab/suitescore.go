@@ -342,13 +342,15 @@ func within(ws []window, t, slack float64) bool {
 // operation (perOp) and every sample knows them, so that it is the same
 // measure as the phase's own value over those samples' time.
 func meanSlowdownFrom(samples []Sample, from, solo float64, direction string, perOp bool) *float64 {
-	var sum, weight float64
+	var sum, opSum, ops float64
 	var n int
 	weighted := perOp
 	for _, s := range samples {
 		if s.T >= from && finite(s.Value) {
 			n++
 			sum += s.Value
+			opSum += s.Value * float64(s.Ops)
+			ops += float64(s.Ops)
 			weighted = weighted && s.Ops > 0
 		}
 	}
@@ -357,14 +359,7 @@ func meanSlowdownFrom(samples []Sample, from, solo float64, direction string, pe
 	}
 	mean := sum / float64(n)
 	if weighted {
-		sum = 0
-		for _, s := range samples {
-			if s.T >= from && finite(s.Value) {
-				sum += s.Value * float64(s.Ops)
-				weight += float64(s.Ops)
-			}
-		}
-		mean = sum / weight
+		mean = opSum / ops
 	}
 	if sd, ok := Slowdown(solo, mean, direction); ok {
 		return ptr(sd)
