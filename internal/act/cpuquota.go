@@ -13,6 +13,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
 )
 
 // ErrGone says the tenant's cgroup disappeared: nothing to throttle or restore.
@@ -46,7 +47,8 @@ type UnownedQuota struct {
 const ProofPeriod = time.Second
 
 // QuotaShapes are the quotas crosstalk itself writes: duty cycles over the
-// throttle period (16 ms by default, a period hardly anyone else uses) and
+// throttle period (16 ms by default, a period hardly anyone else uses) or
+// over judge.DeepPeriods of it (the deep floor), and
 // proof caps of 1 ms per CPU over the proof period (ProofPeriod). An
 // original quota of either shape is taken for a throttle left behind.
 type QuotaShapes struct {
@@ -68,7 +70,7 @@ func (s QuotaShapes) Match(q cgroup.Quota) bool {
 	switch {
 	case q.Unlimited():
 		return false
-	case s.ThrottlePeriod > 0 && q.Period == s.ThrottlePeriod:
+	case s.ThrottlePeriod > 0 && (q.Period == s.ThrottlePeriod || q.Period == judge.DeepPeriods*s.ThrottlePeriod):
 		return true
 	case s.ProofPeriod > 0 && q.Period == s.ProofPeriod && q.Quota%cgroup.MinQuota == 0 && q.Quota <= s.ProofMaxQuota:
 		return true

@@ -235,7 +235,8 @@ func TestUnownedSkipsOtherActuatorsRecords(t *testing.T) {
 	}
 }
 
-// The default shapes are the agent's: its duty cycles and its proof caps
+// The default shapes are the agent's: its duty cycles (the deep floor's
+// among them) and its proof caps
 // (1 ms per CPU a ProofPeriod) are crosstalk's, an operator's limits are not.
 func TestDefaultQuotaShapesMatchTheAgentsQuotas(t *testing.T) {
 	s := DefaultQuotaShapes()
@@ -245,6 +246,7 @@ func TestDefaultQuotaShapesMatchTheAgentsQuotas(t *testing.T) {
 	}{
 		{cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}, true},
 		{cgroup.Quota{Quota: 5 * time.Millisecond, Period: 16 * time.Millisecond}, true},
+		{cgroup.Quota{Quota: time.Millisecond, Period: 32 * time.Millisecond}, true}, // the deep floor
 		{cgroup.Quota{Quota: time.Millisecond, Period: ProofPeriod}, true},
 		{cgroup.Quota{Quota: 2 * time.Millisecond, Period: ProofPeriod}, s.ProofMaxQuota >= 2*time.Millisecond},
 		{cgroup.Quota{Quota: 1500 * time.Microsecond, Period: ProofPeriod}, false},

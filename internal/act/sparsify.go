@@ -32,5 +32,25 @@ func (s Sparsify) Quota(step, ncpus int) cgroup.Quota {
 	return cgroup.Quota{Quota: max(q, cgroup.MinQuota), Period: s.Period}
 }
 
+// QuotaAt is the CFS limit for a throttle's duty on ncpus CPUs: its
+// step's, or on the deep floor the same quota over judge.DeepPeriods
+// periods.
+func (s Sparsify) QuotaAt(t *judge.DutyThrottle, ncpus int) cgroup.Quota {
+	q := s.Quota(t.Step, ncpus)
+	if t.Deep {
+		q.Period *= judge.DeepPeriods
+	}
+	return q
+}
+
 // Duty returns a step as a fraction (1 = unthrottled).
 func (s Sparsify) Duty(step int) float64 { return float64(step) / float64(s.Steps) }
+
+// DutyAt is a throttle's duty as a fraction: its step's, or half that on
+// the deep floor.
+func (s Sparsify) DutyAt(t *judge.DutyThrottle) float64 {
+	if t.Deep {
+		return s.Duty(t.Step) / judge.DeepPeriods
+	}
+	return s.Duty(t.Step)
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/prometheus/exporter-toolkit/web"
 )
 
@@ -142,8 +143,10 @@ func (c *Config) Validate() error {
 	}
 	sp, duty := c.Sparsify(), c.DutyController()
 	switch {
-	case sp.Period < time.Millisecond || sp.Period > time.Second:
-		bad("throttle.period", "%s outside 1ms-1s", sp.Period)
+	case sp.Period < time.Millisecond || sp.Period*judge.DeepPeriods > time.Second:
+		// The deep floor spreads the floor's quota over DeepPeriods
+		// periods, and the kernel's longest period is 1 s.
+		bad("throttle.period", "%s outside 1ms-%s", sp.Period, time.Second/judge.DeepPeriods)
 	case sp.Steps < 2 || sp.Steps > 100:
 		bad("throttle.steps", "%d outside 2-100", sp.Steps)
 	case duty.FloorStep < 1 || duty.FloorStep > sp.Steps:

@@ -143,14 +143,14 @@ func (th *throttles) rethrottle(ctx context.Context, now time.Time, v judge.Verd
 			continue
 		}
 		thr := th.duty.Start(now, v.Ratio)
-		q := th.sp.Quota(thr.Step, s.t.CPUs.Len())
+		q := th.sp.QuotaAt(thr, s.t.CPUs.Len())
 		if err := th.holds.apply(ctx, s.t, q, "convicted polluter busy again", now); err != nil {
 			th.writeErrs.handleWriteErr(ctx, s.t, err)
 			continue
 		}
 		delete(th.convicts, id)
 		th.throttled[id] = &throttled{tenant: s.t, thr: thr, signal: signalProbe, kind: c.kind, reason: c.reason, since: now}
-		th.rec.record(now, s.t, api.KindThrottle, q.CPUs(), th.sp.Duty(thr.Step),
+		th.rec.record(now, s.t, api.KindThrottle, q.CPUs(), th.sp.DutyAt(thr),
 			fmt.Sprintf("convicted before and released %.1fs ago when it stopped; busy again (%.2f CPU) as the %.2f× contention returns: %s", now.Sub(c.at).Seconds(), s.usage, v.Ratio, c.reason))
 	}
 }
@@ -197,12 +197,12 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 		// (idleGrace).
 		used := s.usage
 		if s.thrRatio > 0 || now.Sub(t.since) < th.idleGrace() {
-			used = max(used, th.sp.Duty(t.thr.Step)*float64(ncpus))
+			used = max(used, th.sp.DutyAt(t.thr)*float64(ncpus))
 		}
 		d := th.duty.Next(t.thr, now, ratio, used, ncpus)
 		// What its duty allows now (after the step Next chose), and whether
 		// it used less than its idle share of that.
-		allowed := th.sp.Duty(t.thr.Step) * float64(ncpus)
+		allowed := th.sp.DutyAt(t.thr) * float64(ncpus)
 		underIdle := used < th.duty.IdleFraction*allowed
 		if d != judge.DutyRelease && d != judge.DutyUseless && underIdle {
 			idle = true
@@ -223,12 +223,12 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 			}
 			th.release(ctx, now, id, t, why)
 		case judge.DutyTighten, judge.DutyRelax:
-			q := th.sp.Quota(t.thr.Step, ncpus)
-			if err := th.holds.apply(ctx, t.tenant, q, fmt.Sprintf("duty %d/%d", t.thr.Step, th.sp.Steps), now); err != nil {
+			q := th.sp.QuotaAt(t.thr, ncpus)
+			if err := th.holds.apply(ctx, t.tenant, q, dutyLabel(th.sp, t.thr), now); err != nil {
 				th.writeErrs.handleWriteErr(ctx, t.tenant, err)
 				continue
 			}
-			th.rec.record(now, t.tenant, api.ActionKind(d), q.CPUs(), th.sp.Duty(t.thr.Step), fmt.Sprintf("contention %.2f×", ratio))
+			th.rec.record(now, t.tenant, api.ActionKind(d), q.CPUs(), th.sp.DutyAt(t.thr), fmt.Sprintf("contention %.2f×", ratio))
 		}
 	}
 	return idle
@@ -292,7 +292,7 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 		// switch from a proof's cap; in a proof's period (1 s) after that,
 		// its threads must say it is not waiting that out.
 		idle := st.Throttled == prev.Throttled && !prev.At.Before(t.since) &&
-			th.duty.Idle(t.thr.Step, used, ncpus) &&
+			th.duty.Idle(t.thr, used, ncpus) &&
 			(now.Sub(t.since) >= proofPeriod || noneRunnable(ctx, runnable, t.tenant))
 		if !idle {
 			t.idleLooks = 0
@@ -303,7 +303,7 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 			continue
 		}
 		th.release(ctx, now, id, t, fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed over the last %.2fs, never held back by it",
-			used, th.duty.Allowed(t.thr.Step, ncpus), window.Seconds()))
+			used, th.duty.AllowedTo(t.thr, ncpus), window.Seconds()))
 	}
 }
 
@@ -341,7 +341,7 @@ func (t *throttled) readings(rs []judge.RatedReading) []judge.RatedReading {
 // still be held tighter.
 func (th *throttles) tightening(signal string, cpus cpuset.Set) bool {
 	for _, t := range th.throttled {
-		if t.signal == signal && !t.tenant.CPUs.Intersect(cpus).IsEmpty() && t.thr.Step > th.duty.FloorStep {
+		if t.signal == signal && !t.tenant.CPUs.Intersect(cpus).IsEmpty() && th.duty.CanTighten(t.thr) {
 			return true
 		}
 	}
@@ -353,7 +353,7 @@ func (th *throttles) tightening(signal string, cpus cpuset.Set) bool {
 func (th *throttles) tighteningOn(domains []int) bool {
 	for _, t := range th.throttled {
 		for _, d := range th.domainsOf(t.tenant.CPUs) {
-			if slices.Contains(domains, d) && t.thr.Step > th.duty.FloorStep {
+			if slices.Contains(domains, d) && th.duty.CanTighten(t.thr) {
 				return true
 			}
 		}
@@ -370,7 +370,7 @@ func (th *throttles) convicted(ctx context.Context, now time.Time, p *proof, why
 		start = th.duty.StartContinuous
 	}
 	thr := start(now, p.p.Before())
-	q := th.sp.Quota(thr.Step, p.tenant.CPUs.Len())
+	q := th.sp.QuotaAt(thr, p.tenant.CPUs.Len())
 	if err := th.holds.apply(ctx, p.tenant, q, "proven polluter", now); err != nil {
 		th.writeErrs.handleWriteErr(ctx, p.tenant, err)
 		// Its proof's cap, if on, would stay held with no proof and no
@@ -391,5 +391,14 @@ func (th *throttles) convicted(ctx context.Context, now time.Time, p *proof, why
 	}
 	th.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal, kind: p.kind, reason: "proven polluter: " + why, since: now}
 	th.ledger.forgive(key)
-	th.rec.record(now, p.tenant, api.KindThrottle, q.CPUs(), th.sp.Duty(thr.Step), "proven polluter: "+why+"; "+p.reason)
+	th.rec.record(now, p.tenant, api.KindThrottle, q.CPUs(), th.sp.DutyAt(thr), "proven polluter: "+why+"; "+p.reason)
+}
+
+// dutyLabel names a throttle's duty for its hold: "duty 3/16", or "duty
+// 1/32" on the deep floor.
+func dutyLabel(sp act.Sparsify, t *judge.DutyThrottle) string {
+	if t.Deep {
+		return fmt.Sprintf("duty %d/%d", t.Step, sp.Steps*judge.DeepPeriods)
+	}
+	return fmt.Sprintf("duty %d/%d", t.Step, sp.Steps)
 }

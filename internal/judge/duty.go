@@ -96,17 +96,58 @@ func (c *DutyController) Fill() {
 // Duty returns a step as a fraction (1 = unthrottled).
 func (c DutyController) Duty(step int) float64 { return float64(step) / float64(c.Steps) }
 
+// DeepPeriods is how many throttle periods the deep floor spreads the
+// floor step's quota over: below the floor step, the ladder's last rung
+// runs the floor's quota once every DeepPeriods periods (1 ms in 32 ms with
+// the defaults), since the kernel's minimum quota (1 ms) makes 1/16 of a
+// 16 ms period the shortest run. Held at 1/32 on the dev VM, a split-lock
+// loop left a cache-resident chase on the other CPU 1.01–1.03× slower,
+// against 1.03–1.06× at 1/16.
+const DeepPeriods = 2
+
+// Fraction is the duty t runs at: its step's, or half the floor's on the
+// deep floor.
+func (c DutyController) Fraction(t *DutyThrottle) float64 {
+	if t.Deep {
+		return c.Duty(t.Step) / DeepPeriods
+	}
+	return c.Duty(t.Step)
+}
+
+// harmDuty is the highest duty whose predicted harm stays within MaxHarm
+// for a storm of strength× (1 where none could exceed it).
+func (c DutyController) harmDuty(strength float64) float64 {
+	if c.MaxHarm < 0 || strength <= 1 {
+		return 1
+	}
+	return (1 - 1/c.MaxHarm) / (1 - 1/strength)
+}
+
+// DeepFloor reports whether a storm of strength× is to be held on the deep
+// floor: even the floor step predicts more harm than MaxHarm.
+func (c DutyController) DeepFloor(strength float64) bool {
+	return c.harmDuty(strength) < c.Duty(c.FloorStep)-1e-9
+}
+
 // Ceiling is the highest step whose predicted harm to a neighbour stays
 // within MaxHarm, for a polluter whose contention reads strength× while it
 // runs; never under FloorStep. From 1/((1−d)+d/H) ≤ MaxHarm:
 // d ≤ (1−1/MaxHarm) / (1−1/H).
+// A storm whose ceiling is under the floor step is held on the deep floor
+// (DeepFloor).
 func (c DutyController) Ceiling(strength float64) int {
-	if c.MaxHarm < 0 || strength <= 1 {
+	d := c.harmDuty(strength)
+	if d >= 1 {
 		return c.Steps
 	}
-	d := (1 - 1/c.MaxHarm) / (1 - 1/strength)
 	step := int(math.Floor(d*float64(c.Steps) + 1e-9))
 	return min(max(step, c.FloorStep), c.Steps)
+}
+
+// CanTighten reports whether t can be held tighter: it is above the floor
+// step, or not yet on the deep floor.
+func (c DutyController) CanTighten(t *DutyThrottle) bool {
+	return t.Step > c.FloorStep || !t.Deep
 }
 
 // Allowed is the CPU (cores) a tenant on ncpus CPUs may use at a step.
@@ -114,10 +155,16 @@ func (c DutyController) Allowed(step, ncpus int) float64 {
 	return c.Duty(step) * float64(max(ncpus, 1))
 }
 
-// Idle reports whether a tenant using usage cores at a step uses less than
-// the idle fraction of what its duty allows: it has likely stopped.
-func (c DutyController) Idle(step int, usage float64, ncpus int) bool {
-	return usage < c.IdleFraction*c.Allowed(step, ncpus)
+// AllowedTo is the CPU (cores) throttle t lets its tenant on ncpus CPUs use.
+func (c DutyController) AllowedTo(t *DutyThrottle, ncpus int) float64 {
+	return c.Fraction(t) * float64(max(ncpus, 1))
+}
+
+// Idle reports whether a tenant using usage cores under throttle t uses
+// less than the idle fraction of what its duty allows: it has likely
+// stopped.
+func (c DutyController) Idle(t *DutyThrottle, usage float64, ncpus int) bool {
+	return usage < c.IdleFraction*c.AllowedTo(t, ncpus)
 }
 
 // DutyDecision is what the controller wants done to a throttled tenant. Its
@@ -136,7 +183,10 @@ const (
 
 // DutyThrottle is the duty-cycle state of one proven polluter.
 type DutyThrottle struct {
-	Step      int
+	Step int
+	// Deep: held on the deep floor, the floor step's quota once every
+	// DeepPeriods periods (Step is then FloorStep).
+	Deep      bool
 	changed   time.Time // last step change
 	hold      time.Duration
 	relaxed   bool // the last change was a relax (a test)
@@ -166,10 +216,12 @@ func (t *DutyThrottle) quietSince(c DutyController, now time.Time) bool {
 	return now.Sub(t.changed) >= c.MaxHold && now.Sub(t.loud) >= c.MaxHold
 }
 
-// Start throttles a polluter at the start step; before is the contention
-// ratio that convicted it.
+// Start throttles a polluter at the start step, on the deep floor where
+// that is the floor and the storm's strength asks for it (DeepFloor);
+// before is the contention ratio that convicted it.
 func (c DutyController) Start(now time.Time, before float64) *DutyThrottle {
-	return &DutyThrottle{Step: c.StartStep, changed: now, hold: c.Hold, before: before, strength: before}
+	deep := c.StartStep <= c.FloorStep && c.DeepFloor(before)
+	return &DutyThrottle{Step: c.StartStep, Deep: deep, changed: now, hold: c.Hold, before: before, strength: before}
 }
 
 // StartContinuous is Start for a tenant convicted on a signal read over
@@ -179,14 +231,14 @@ func (c DutyController) Start(now time.Time, before float64) *DutyThrottle {
 // held to a low duty).
 func (c DutyController) StartContinuous(now time.Time, before float64) *DutyThrottle {
 	t := c.Start(now, before)
-	t.continuous = true
+	t.continuous, t.Deep = true, false
 	return t
 }
 
 // Next decides, from this interval's contention ratio and the tenant's CPU
 // use (cores), what to do; it updates the step accordingly.
 func (c DutyController) Next(t *DutyThrottle, now time.Time, ratio, usage float64, ncpus int) DutyDecision {
-	if c.Idle(t.Step, usage, ncpus) {
+	if c.Idle(t, usage, ncpus) {
 		t.idleCount++
 		if t.idleCount >= 2 {
 			return DutyRelease
@@ -225,9 +277,18 @@ func (c DutyController) Next(t *DutyThrottle, now time.Time, ratio, usage float6
 			t.Step--
 			return DutyTighten
 		}
+		if !t.Deep {
+			t.Deep = true
+			return DutyTighten
+		}
 		return DutyKeep
 	case ratio < c.RelaxBelow && now.Sub(t.changed) >= t.hold:
-		if !t.continuous && t.Step+1 > c.Ceiling(t.strength) {
+		// The next rung up: off the deep floor, or one step.
+		over := t.Step+1 > c.Ceiling(t.strength)
+		if t.Deep {
+			over = c.DeepFloor(t.strength)
+		}
+		if !t.continuous && over {
 			if !t.quietSince(c, now) {
 				return DutyKeep
 			}
@@ -237,11 +298,15 @@ func (c DutyController) Next(t *DutyThrottle, now time.Time, ratio, usage float6
 			t.strength = 1
 		}
 		t.changed = now
+		t.relaxed = true
+		if t.Deep {
+			t.Deep = false
+			return DutyRelax
+		}
 		if t.Step+1 >= c.Steps {
 			return DutyRelease
 		}
 		t.Step++
-		t.relaxed = true
 		return DutyRelax
 	}
 	return DutyKeep

@@ -28,7 +28,8 @@ type dutyInterval struct {
 	ratio float64       // the contention ratio read
 	usage float64       // the tenant's CPU use, cores
 	want  DutyDecision
-	step  int // the step after the decision
+	step  int  // the step after the decision
+	deep  bool // on the deep floor after it
 }
 
 // noCeiling turns the relaxing's ceiling off, for the cases about the
@@ -48,64 +49,66 @@ func TestDutyControllerNext(t *testing.T) {
 			name: "relaxes after the hold; a relax that brings the contention back doubles it", before: 6, ncpus: 1,
 			tune: noCeiling,
 			intervals: []dutyInterval{
-				{500 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
-				{2 * time.Second, 1.0, busy1, DutyRelax, 2},
-				{500 * time.Millisecond, 2.0, busy2, DutyTighten, 1},
-				{2*time.Second + time.Millisecond, 1.0, busy1, DutyKeep, 1},
-				{2 * time.Second, 1.0, busy1, DutyRelax, 2},
-				{0, 2.0, busy2, DutyTighten, 1},
-				{4 * time.Second, 1.0, busy1, DutyKeep, 1},
-				{4 * time.Second, 1.0, busy1, DutyRelax, 2},
+				{500 * time.Millisecond, 1.0, busy1, DutyKeep, 1, false},
+				{2 * time.Second, 1.0, busy1, DutyRelax, 2, false},
+				{500 * time.Millisecond, 2.0, busy2, DutyTighten, 1, false},
+				{2*time.Second + time.Millisecond, 1.0, busy1, DutyKeep, 1, false},
+				{2 * time.Second, 1.0, busy1, DutyRelax, 2, false},
+				{0, 2.0, busy2, DutyTighten, 1, false},
+				{4 * time.Second, 1.0, busy1, DutyKeep, 1, false},
+				{4 * time.Second, 1.0, busy1, DutyRelax, 2, false},
 			},
 		},
 		{
 			name: "the hold doubles no further than MaxHold", before: 6, ncpus: 1,
 			tune: func(c *DutyController) { c.MaxHold = 3 * time.Second; c.MaxHarm = -1 },
 			intervals: []dutyInterval{
-				{2 * time.Second, 1.0, busy1, DutyRelax, 2},
-				{0, 2.0, busy2, DutyTighten, 1},
-				{2999 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
-				{time.Millisecond, 1.0, busy1, DutyRelax, 2},
-				{0, 2.0, busy2, DutyTighten, 1},
-				{3 * time.Second, 1.0, busy1, DutyRelax, 2},
+				{2 * time.Second, 1.0, busy1, DutyRelax, 2, false},
+				{0, 2.0, busy2, DutyTighten, 1, false},
+				{2999 * time.Millisecond, 1.0, busy1, DutyKeep, 1, false},
+				{time.Millisecond, 1.0, busy1, DutyRelax, 2, false},
+				{0, 2.0, busy2, DutyTighten, 1, false},
+				{3 * time.Second, 1.0, busy1, DutyRelax, 2, false},
 			},
 		},
 		{
 			name: "a tighten that follows no relax keeps the hold", before: 6, ncpus: 1,
 			tune: func(c *DutyController) { c.StartStep = 4; c.MaxHarm = -1 },
 			intervals: []dutyInterval{
-				{0, 2.0, 4.0 / 16, DutyTighten, 3},
-				{2 * time.Second, 1.0, 3.0 / 16, DutyRelax, 4},
+				{0, 2.0, 4.0 / 16, DutyTighten, 3, false},
+				{2 * time.Second, 1.0, 3.0 / 16, DutyRelax, 4, false},
 			},
 		},
 		{
 			name: "tightens a step an interval down to the floor, then keeps", before: 6, ncpus: 1,
 			tune: func(c *DutyController) { c.StartStep = 3 },
 			intervals: []dutyInterval{
-				{250 * time.Millisecond, 2.0, 3.0 / 16, DutyTighten, 2},
-				{250 * time.Millisecond, 2.0, busy2, DutyTighten, 1},
-				{250 * time.Millisecond, 2.0, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 2.0, 3.0 / 16, DutyTighten, 2, false},
+				{250 * time.Millisecond, 2.0, busy2, DutyTighten, 1, false},
+				{250 * time.Millisecond, 2.0, busy1, DutyTighten, 1, true}, // onto the deep floor
+				{250 * time.Millisecond, 2.0, busy1 / 2, DutyKeep, 1, true},
 			},
 		},
 		{
-			// Its 6× storm predicts 1.11× at 2/16: past the ceiling (1/16)
-			// only after MaxHold of quiet intervals.
+			// Its 6× storm predicts 1.06× at 1/16, held on the deep floor
+			// (1/32): off it only after MaxHold of quiet intervals.
 			name: "past the ceiling only after MaxHold read quiet", before: 6, ncpus: 1,
 			intervals: []dutyInterval{
-				{2 * time.Second, 1.0, busy1, DutyKeep, 1},
-				{10 * time.Second, 1.2, busy1, DutyKeep, 1},
-				{20 * time.Second, 1.0, busy1, DutyKeep, 1},
-				{9900 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
-				{100 * time.Millisecond, 1.0, busy1, DutyRelax, 2},
+				{2 * time.Second, 1.0, busy1, DutyKeep, 1, true},
+				{10 * time.Second, 1.2, busy1, DutyKeep, 1, true},
+				{20 * time.Second, 1.0, busy1, DutyKeep, 1, true},
+				{9900 * time.Millisecond, 1.0, busy1, DutyKeep, 1, true},
+				{100 * time.Millisecond, 1.0, busy1, DutyRelax, 1, false},
+				{2 * time.Second, 1.0, busy1, DutyRelax, 2, false},
 			},
 		},
 		{
 			// 1.5× predicts 1.04× at 2/16 and 1.07× at 3/16.
 			name: "a weak storm relaxes on quiet intervals up to its ceiling", before: 1.5, ncpus: 1,
 			intervals: []dutyInterval{
-				{2 * time.Second, 1.0, busy1, DutyRelax, 2},
-				{2 * time.Second, 1.0, busy2, DutyKeep, 2},
-				{28 * time.Second, 1.0, busy2, DutyRelax, 3},
+				{2 * time.Second, 1.0, busy1, DutyRelax, 2, false},
+				{2 * time.Second, 1.0, busy2, DutyKeep, 2, false},
+				{28 * time.Second, 1.0, busy2, DutyRelax, 3, false},
 			},
 		},
 		{
@@ -113,80 +116,80 @@ func TestDutyControllerNext(t *testing.T) {
 			name: "a hotter interval raises the storm's strength", before: 1.5, ncpus: 1,
 			tune: func(c *DutyController) { c.StartStep = 2 },
 			intervals: []dutyInterval{
-				{0, 3.0, busy2, DutyTighten, 1},
-				{2 * time.Second, 1.0, busy1, DutyKeep, 1},
-				{28 * time.Second, 1.0, busy1, DutyRelax, 2},
+				{0, 3.0, busy2, DutyTighten, 1, false},
+				{2 * time.Second, 1.0, busy1, DutyKeep, 1, false},
+				{28 * time.Second, 1.0, busy1, DutyRelax, 2, false},
 			},
 		},
 		{
 			name: "a negative MaxHarm relaxes on the interval's reading alone", before: 6, ncpus: 1,
 			tune: noCeiling,
 			intervals: []dutyInterval{
-				{2 * time.Second, 1.0, busy1, DutyRelax, 2},
+				{2 * time.Second, 1.0, busy1, DutyRelax, 2, false},
 			},
 		},
 		{
 			name: "between RelaxBelow and TightenAbove the duty holds", before: 6, ncpus: 1,
 			intervals: []dutyInterval{
-				{5 * time.Second, 1.2, busy1, DutyKeep, 1},
-				{5 * time.Second, 1.2, busy1, DutyKeep, 1},
+				{5 * time.Second, 1.2, busy1, DutyKeep, 1, true},
+				{5 * time.Second, 1.2, busy1, DutyKeep, 1, true},
 			},
 		},
 		{
 			name: "contention at the floor for Ineffective: useless", before: 6, ncpus: 1,
 			intervals: []dutyInterval{
-				{0, 3.0, busy1, DutyKeep, 1},
-				{2999 * time.Millisecond, 3.0, busy1, DutyKeep, 1},
-				{time.Millisecond, 3.0, busy1, DutyUseless, 1},
+				{0, 3.0, busy1, DutyKeep, 1, true},
+				{2999 * time.Millisecond, 3.0, busy1, DutyKeep, 1, true},
+				{time.Millisecond, 3.0, busy1, DutyUseless, 1, true},
 			},
 		},
 		{
 			name: "an interval under TightenAbove restarts the floor's clock", before: 6, ncpus: 1,
 			intervals: []dutyInterval{
-				{0, 3.0, busy1, DutyKeep, 1},
-				{2 * time.Second, 1.2, busy1, DutyKeep, 1},
-				{time.Second, 3.0, busy1, DutyKeep, 1},
-				{2900 * time.Millisecond, 3.0, busy1, DutyKeep, 1},
-				{100 * time.Millisecond, 3.0, busy1, DutyUseless, 1},
+				{0, 3.0, busy1, DutyKeep, 1, true},
+				{2 * time.Second, 1.2, busy1, DutyKeep, 1, true},
+				{time.Second, 3.0, busy1, DutyKeep, 1, true},
+				{2900 * time.Millisecond, 3.0, busy1, DutyKeep, 1, true},
+				{100 * time.Millisecond, 3.0, busy1, DutyUseless, 1, true},
 			},
 		},
 		{
 			name: "idle for two intervals: released", before: 6, ncpus: 1,
 			intervals: []dutyInterval{
-				{500 * time.Millisecond, 1.0, 0, DutyKeep, 1},
-				{500 * time.Millisecond, 1.0, 0, DutyRelease, 1},
+				{500 * time.Millisecond, 1.0, 0, DutyKeep, 1, true},
+				{500 * time.Millisecond, 1.0, 0, DutyRelease, 1, true},
 			},
 		},
 		{
 			name: "a busy interval between idle ones restarts the count", before: 6, ncpus: 1,
 			intervals: []dutyInterval{
-				{500 * time.Millisecond, 1.0, 0, DutyKeep, 1},
-				{500 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
-				{500 * time.Millisecond, 1.0, 0, DutyKeep, 1},
-				{500 * time.Millisecond, 1.0, 0, DutyRelease, 1},
+				{500 * time.Millisecond, 1.0, 0, DutyKeep, 1, true},
+				{500 * time.Millisecond, 1.0, busy1, DutyKeep, 1, true},
+				{500 * time.Millisecond, 1.0, 0, DutyKeep, 1, true},
+				{500 * time.Millisecond, 1.0, 0, DutyRelease, 1, true},
 			},
 		},
 		{
 			name: "idle is a fraction of what the duty allows on all its CPUs", before: 6, ncpus: 4,
 			intervals: []dutyInterval{
-				{500 * time.Millisecond, 1.0, 0.08, DutyKeep, 1}, // 0.3 × 4/16 = 0.075
-				{500 * time.Millisecond, 1.0, 0.07, DutyKeep, 1},
-				{500 * time.Millisecond, 1.0, 0.07, DutyRelease, 1},
+				{500 * time.Millisecond, 1.0, 0.04, DutyKeep, 1, true}, // 0.3 × 4/32 = 0.0375
+				{500 * time.Millisecond, 1.0, 0.035, DutyKeep, 1, true},
+				{500 * time.Millisecond, 1.0, 0.035, DutyRelease, 1, true},
 			},
 		},
 		{
 			name: "a tenant with no CPUs known counts as one", before: 6, ncpus: 0,
 			intervals: []dutyInterval{
-				{500 * time.Millisecond, 1.0, 0.01, DutyKeep, 1}, // 0.3 × 1/16 ≈ 0.019
-				{500 * time.Millisecond, 1.0, 0.01, DutyRelease, 1},
+				{500 * time.Millisecond, 1.0, 0.009, DutyKeep, 1, true}, // 0.3 × 1/32 ≈ 0.0094
+				{500 * time.Millisecond, 1.0, 0.009, DutyRelease, 1, true},
 			},
 		},
 		{
 			name: "relaxing past the last step releases", before: 6, ncpus: 1,
 			tune: func(c *DutyController) { c.StartStep = 14; c.MaxHarm = -1 },
 			intervals: []dutyInterval{
-				{2 * time.Second, 1.0, 14.0 / 16, DutyRelax, 15},
-				{2 * time.Second, 1.0, 15.0 / 16, DutyRelease, 15},
+				{2 * time.Second, 1.0, 14.0 / 16, DutyRelax, 15, false},
+				{2 * time.Second, 1.0, 15.0 / 16, DutyRelease, 15, false},
 			},
 		},
 		{
@@ -194,8 +197,8 @@ func TestDutyControllerNext(t *testing.T) {
 			name: "past the ceiling, relaxing on to the release", before: 6, ncpus: 1,
 			tune: func(c *DutyController) { c.StartStep = 15 },
 			intervals: []dutyInterval{
-				{29 * time.Second, 1.0, 15.0 / 16, DutyKeep, 15},
-				{time.Second, 1.0, 15.0 / 16, DutyRelease, 15},
+				{29 * time.Second, 1.0, 15.0 / 16, DutyKeep, 15, false},
+				{time.Second, 1.0, 15.0 / 16, DutyRelease, 15, false},
 			},
 		},
 		{
@@ -204,23 +207,25 @@ func TestDutyControllerNext(t *testing.T) {
 			// ceiling (and doubles the hold).
 			name: "once past the ceiling, the hold paces the relaxing until the storm returns", before: 6, ncpus: 1,
 			intervals: []dutyInterval{
-				{30 * time.Second, 1.0, busy1, DutyRelax, 2},
-				{2 * time.Second, 1.0, busy2, DutyRelax, 3},
-				{2 * time.Second, 1.0, 3.0 / 16, DutyRelax, 4},
-				{250 * time.Millisecond, 5.0, 4.0 / 16, DutyTighten, 3},
-				{250 * time.Millisecond, 5.0, 3.0 / 16, DutyTighten, 2},
-				{250 * time.Millisecond, 5.0, busy2, DutyTighten, 1},
-				{4 * time.Second, 1.0, busy1, DutyKeep, 1},
-				{26 * time.Second, 1.0, busy1, DutyRelax, 2},
+				{30 * time.Second, 1.0, busy1 / 2, DutyRelax, 1, false},
+				{2 * time.Second, 1.0, busy1, DutyRelax, 2, false},
+				{2 * time.Second, 1.0, busy2, DutyRelax, 3, false},
+				{2 * time.Second, 1.0, 3.0 / 16, DutyRelax, 4, false},
+				{250 * time.Millisecond, 5.0, 4.0 / 16, DutyTighten, 3, false},
+				{250 * time.Millisecond, 5.0, 3.0 / 16, DutyTighten, 2, false},
+				{250 * time.Millisecond, 5.0, busy2, DutyTighten, 1, false},
+				{250 * time.Millisecond, 5.0, busy1, DutyTighten, 1, true},
+				{4 * time.Second, 1.0, busy1 / 2, DutyKeep, 1, true},
+				{26 * time.Second, 1.0, busy1 / 2, DutyRelax, 1, false},
 			},
 		},
 		{
 			// Right after a conviction the throttle is a second proof.
 			name: "contention near the convicting level in two of the first intervals: useless", before: 6, ncpus: 1,
 			intervals: []dutyInterval{
-				{250 * time.Millisecond, 5.0, busy1, DutyKeep, 1},
-				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
-				{250 * time.Millisecond, 5.0, busy1, DutyUseless, 1},
+				{250 * time.Millisecond, 5.0, busy1, DutyKeep, 1, true},
+				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1, true},
+				{250 * time.Millisecond, 5.0, busy1, DutyUseless, 1, true},
 			},
 		},
 		{
@@ -228,10 +233,10 @@ func TestDutyControllerNext(t *testing.T) {
 			// controller's business, not a failed verification.
 			name: "residual 1.4× after a 6× conviction verifies", before: 6, ncpus: 1,
 			intervals: []dutyInterval{
-				{250 * time.Millisecond, 1.4, busy1, DutyKeep, 1},
-				{250 * time.Millisecond, 1.4, busy1, DutyKeep, 1},
-				{250 * time.Millisecond, 1.4, busy1, DutyKeep, 1},
-				{250 * time.Millisecond, 1.4, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 1.4, busy1, DutyKeep, 1, true},
+				{250 * time.Millisecond, 1.4, busy1, DutyKeep, 1, true},
+				{250 * time.Millisecond, 1.4, busy1, DutyKeep, 1, true},
+				{250 * time.Millisecond, 1.4, busy1, DutyKeep, 1, true},
 			},
 		},
 		{
@@ -239,27 +244,27 @@ func TestDutyControllerNext(t *testing.T) {
 			// interval (a relax test) is the controller's.
 			name: "contention after the verification window is no failed verification", before: 6, ncpus: 1,
 			intervals: []dutyInterval{
-				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
-				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
-				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
-				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1},
-				{1500 * time.Millisecond, 5.0, busy1, DutyKeep, 1},
-				{250 * time.Millisecond, 5.0, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1, true},
+				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1, true},
+				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1, true},
+				{250 * time.Millisecond, 1.0, busy1, DutyKeep, 1, true},
+				{1500 * time.Millisecond, 5.0, busy1, DutyKeep, 1, true},
+				{250 * time.Millisecond, 5.0, busy1, DutyKeep, 1, true},
 			},
 		},
 		{
 			name: "after a weak conviction the verification's bar is TightenAbove", before: 1.4, ncpus: 1,
 			intervals: []dutyInterval{
-				{250 * time.Millisecond, 1.35, busy1, DutyKeep, 1},
-				{250 * time.Millisecond, 1.35, busy1, DutyUseless, 1},
+				{250 * time.Millisecond, 1.35, busy1, DutyTighten, 1, true},
+				{250 * time.Millisecond, 1.35, busy1 / 2, DutyUseless, 1, true},
 			},
 		},
 		{
 			name: "a negative Verify verifies nothing", before: 6, ncpus: 1,
 			tune: func(c *DutyController) { c.Verify = -1 },
 			intervals: []dutyInterval{
-				{250 * time.Millisecond, 5.0, busy1, DutyKeep, 1},
-				{250 * time.Millisecond, 5.0, busy1, DutyKeep, 1},
+				{250 * time.Millisecond, 5.0, busy1, DutyKeep, 1, true},
+				{250 * time.Millisecond, 5.0, busy1, DutyKeep, 1, true},
 			},
 		},
 	} {
@@ -277,9 +282,9 @@ func TestDutyControllerNext(t *testing.T) {
 			for i, iv := range tc.intervals {
 				now = now.Add(iv.after)
 				d := c.Next(thr, now, iv.ratio, iv.usage, tc.ncpus)
-				if d != iv.want || thr.Step != iv.step {
-					t.Fatalf("interval %d (+%s, %.2f×, %.3f CPU): %s at step %d, want %s at step %d",
-						i+1, iv.after, iv.ratio, iv.usage, d, thr.Step, iv.want, iv.step)
+				if d != iv.want || thr.Step != iv.step || thr.Deep != iv.deep {
+					t.Fatalf("interval %d (+%s, %.2f×, %.3f CPU): %s at step %d deep %v, want %s at step %d deep %v",
+						i+1, iv.after, iv.ratio, iv.usage, d, thr.Step, thr.Deep, iv.want, iv.step, iv.deep)
 				}
 			}
 		})
@@ -291,16 +296,20 @@ func TestDutyControllerCeiling(t *testing.T) {
 		tune     func(*DutyController)
 		strength float64
 		want     int
+		deep     bool
 	}{
-		{nil, 7.7, 1},   // a split-lock storm: 1/16 already predicts 1.06×
-		{nil, 1.5, 2},   // 1.04× at 2/16, 1.07× at 3/16
-		{nil, 1.2, 4},   // 1.04× at 4/16, 1.05× at 5/16
-		{nil, 1.04, 16}, // never harms more than MaxHarm
-		{nil, 1, 16},
-		{nil, 0.9, 16},
-		{func(c *DutyController) { c.FloorStep = 2 }, 7.7, 2},
-		{func(c *DutyController) { c.MaxHarm = -1 }, 7.7, 16},
-		{func(c *DutyController) { c.MaxHarm = 1.2 }, 2, 5}, // 1.19× at 5/16, 1.23× at 6/16
+		{nil, 7.7, 1, true},    // a split-lock storm: 1/16 already predicts 1.06×, 1/32 1.03×
+		{nil, 5.5, 1, true},    // 1.05× at 1/16
+		{nil, 4.0, 1, false},   // 1.049× at 1/16, just within
+		{nil, 1.5, 2, false},   // 1.04× at 2/16, 1.07× at 3/16
+		{nil, 1.2, 4, false},   // 1.04× at 4/16, 1.05× at 5/16
+		{nil, 1.04, 16, false}, // never harms more than MaxHarm
+		{nil, 1, 16, false},
+		{nil, 0.9, 16, false},
+		{func(c *DutyController) { c.FloorStep = 2 }, 7.7, 2, true},
+		{func(c *DutyController) { c.FloorStep = 2 }, 1.6, 2, false}, // 1.049× at 2/16
+		{func(c *DutyController) { c.MaxHarm = -1 }, 7.7, 16, false},
+		{func(c *DutyController) { c.MaxHarm = 1.2 }, 2, 5, false}, // 1.19× at 5/16, 1.23× at 6/16
 	} {
 		var c DutyController
 		if tc.tune != nil {
@@ -309,6 +318,12 @@ func TestDutyControllerCeiling(t *testing.T) {
 		c.Fill()
 		if got := c.Ceiling(tc.strength); got != tc.want {
 			t.Errorf("Ceiling(%g) with MaxHarm %g, floor %d = %d, want %d", tc.strength, c.MaxHarm, c.FloorStep, got, tc.want)
+		}
+		if got := c.DeepFloor(tc.strength); got != tc.deep {
+			t.Errorf("DeepFloor(%g) with MaxHarm %g, floor %d = %v, want %v", tc.strength, c.MaxHarm, c.FloorStep, got, tc.deep)
+		}
+		if thr := c.Start(time.Unix(0, 0), tc.strength); thr.Deep != (tc.deep && c.StartStep <= c.FloorStep) {
+			t.Errorf("Start(%g) with floor %d, start %d: deep %v", tc.strength, c.FloorStep, c.StartStep, thr.Deep)
 		}
 	}
 	// The ceiling is the last step whose predicted harm stays within
@@ -351,18 +366,22 @@ func TestDutyControllerIdle(t *testing.T) {
 	c.Fill()
 	for _, tc := range []struct {
 		step, ncpus int
+		deep        bool
 		usage       float64
 		want        bool
 	}{
-		{1, 1, 0, true},
-		{1, 1, 0.018, true},  // under 0.3 × 1/16
-		{1, 1, 0.019, false}, // over it
-		{8, 2, 0.29, true},   // under 0.3 × 8/16 × 2
-		{8, 2, 0.31, false},
-		{1, 0, 0.018, true}, // no CPUs known: one
+		{1, 1, false, 0, true},
+		{1, 1, false, 0.018, true},  // under 0.3 × 1/16
+		{1, 1, false, 0.019, false}, // over it
+		{8, 2, false, 0.29, true},   // under 0.3 × 8/16 × 2
+		{8, 2, false, 0.31, false},
+		{1, 0, false, 0.018, true}, // no CPUs known: one
+		{1, 1, true, 0.009, true},  // under 0.3 × 1/32
+		{1, 1, true, 0.010, false}, // over it
 	} {
-		if got := c.Idle(tc.step, tc.usage, tc.ncpus); got != tc.want {
-			t.Errorf("Idle(step %d, %.3f CPU, %d CPUs) = %v, want %v", tc.step, tc.usage, tc.ncpus, got, tc.want)
+		thr := &DutyThrottle{Step: tc.step, Deep: tc.deep}
+		if got := c.Idle(thr, tc.usage, tc.ncpus); got != tc.want {
+			t.Errorf("Idle(step %d deep %v, %.3f CPU, %d CPUs) = %v, want %v", tc.step, tc.deep, tc.usage, tc.ncpus, got, tc.want)
 		}
 	}
 	if a := c.Allowed(4, 2); a != 0.5 {
