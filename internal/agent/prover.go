@@ -85,8 +85,10 @@ func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before flo
 	if p.signal == signalWait {
 		// CPU wait is read over the time between two readings: a few
 		// windows a slot, the first of which (it spans the switch) only
-		// starts the count.
+		// starts the count. It moves at the scheduler's pace (slices of a
+		// few milliseconds), so its slots are no shorter than waitSlot.
 		cfg.Samples = min(cfg.Samples, 4)
+		cfg.Slot = max(cfg.Slot, waitSlot)
 	}
 	key := backoffKey(p.signal, p.tenant.ID)
 	carry := pr.ledger.takeCarry(key, now)
@@ -95,6 +97,10 @@ func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before flo
 	pr.rec.record(now, p.tenant, api.KindProof, 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", pr.cfg.Proof.Trials, p.reason))
 	pr.followPlan(ctx, now, p)
 }
+
+// waitSlot is the shortest slot of a proof on CPU wait: four windows of
+// about 4 ms, each a scheduler slice or more.
+const waitSlot = 25 * time.Millisecond
 
 // precheckReadings is how many readings at the proof's pace a probe
 // proof takes, with nobody capped, before it starts.

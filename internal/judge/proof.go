@@ -22,17 +22,23 @@ const (
 // weighed as a bet against "capping the suspect does nothing".
 type ProofConfig struct {
 	// Slot is how long the suspect stays capped, or free, in one half of a
-	// trial (default 25ms). A CFS cap bites within a scheduler tick or two,
+	// trial (default 15ms). A CFS cap bites within a scheduler tick or two,
 	// and a bus-lock or cache polluter's effect on the probe comes and goes
 	// within a few milliseconds of it running or not. A conviction takes at
 	// least 8 trials (see Bet), so the slot sets how soon a polluter is
 	// throttled and how long an innocent is capped: measured on the dev VM
 	// against a split-lock storm, 25 ms slots convicted in 0.6 s where
-	// 50 ms slots took 1.0-1.1 s, with as many trials.
+	// 50 ms slots took 1.0-1.1 s, with as many trials, and 15 ms slots
+	// (12 readings each) in 0.39-0.41 s where 25 ms took 0.67-0.75 s; a
+	// storm in bursts (buslock-burst) was convicted in 0.43-0.47 s, against
+	// 0.59-0.72 s. With 8 readings a slot, 15 ms slots had acquitted that
+	// burst polluter once: the readings a slot takes, not its length, are
+	// what sees a burst.
 	Slot time.Duration `yaml:"slot" json:"slot"`
 	// Samples is how many probe readings each slot takes (default 12,
-	// about 1.5 ms apart: a DRAM reading takes about 1.2 ms on the dev
-	// VM, so a slot's readings fit its last 70%); the slot's level is the
+	// about 0.9 ms apart in a 15 ms slot's last 70%; a DRAM reading takes
+	// 0.15 ms of its CPU on the dev VM, more under a storm, and a reading
+	// that runs late delays the slot's next ones); the slot's level is the
 	// mean of their log-ratios (each clipped to [0, log(before)+log 2]),
 	// so that a polluter that shows in a quarter of the readings moves a
 	// slot by a quarter of its contention and a stray reading by a
@@ -76,7 +82,7 @@ type ProofConfig struct {
 // Fill sets defaults.
 func (c *ProofConfig) Fill() {
 	if c.Slot == 0 {
-		c.Slot = 25 * time.Millisecond
+		c.Slot = 15 * time.Millisecond
 	}
 	if c.Samples == 0 {
 		c.Samples = 12
