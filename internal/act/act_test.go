@@ -290,7 +290,7 @@ func saveCounter(s *StateFile) *int {
 func TestProofTrialsSaveTheIntentOnce(t *testing.T) {
 	a, root, statePath, saves := countedQuota(t)
 	state, h, l := a.State, a.Host, a.Layout
-	capQ := cgroup.Quota{Quota: time.Millisecond, Period: time.Second}
+	capQ := cgroup.Quota{Quota: time.Millisecond, Period: ProofPeriod}
 	onDisk := func() []Entry {
 		t.Helper()
 		s, err := OpenState(statePath)
@@ -362,7 +362,7 @@ func TestProofTrialsSaveTheIntentOnce(t *testing.T) {
 func TestIntendSavesOnceForMany(t *testing.T) {
 	a, root, statePath, saves := countedQuota(t)
 	h, l := a.Host, a.Layout
-	capQ := cgroup.Quota{Quota: time.Millisecond, Period: time.Second}
+	capQ := cgroup.Quota{Quota: time.Millisecond, Period: ProofPeriod}
 	in := []Intent{{Cgroup: "/a", Tenant: "a", Quota: capQ}, {Cgroup: "/b", Tenant: "b", Quota: capQ}, {Cgroup: "/gone", Tenant: "gone", Quota: capQ}}
 	if err := a.Intend(in); err != nil {
 		t.Fatal(err)

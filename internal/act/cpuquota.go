@@ -40,11 +40,15 @@ type UnownedQuota struct {
 }
 
 // ProofPeriod is the CFS period of the agent's proof caps (1 ms per CPU of
-// the tenant a period): the longest the kernel takes, so that the 1 ms a
-// period the capped suspect may still run (right when the cap is set,
-// before a slot's first reading) is refilled in a slot once in twenty at
-// most.
-const ProofPeriod = time.Second
+// the tenant a period): long, so that the 1 ms a period the capped suspect
+// may still run (right when the cap is set, before a slot's first reading)
+// is refilled in a capped slot once in sixteen trials at most (of 15 ms
+// slots); and no longer, since a tenant switched from the cap to a throttle
+// may wait out what is left of the cap's period before it runs again, or
+// acts on a signal: SIGSTOPped right after such a switch, a busy loop on
+// the dev VM read stopped 0.2–1.0 s later from a 1 s period, 0.1–0.47 s
+// from this one, 0.06–0.08 s with no cap before.
+const ProofPeriod = 500 * time.Millisecond
 
 // QuotaShapes are the quotas crosstalk itself writes: duty cycles over the
 // throttle period (16 ms by default, a period hardly anyone else uses) or

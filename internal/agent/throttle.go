@@ -98,7 +98,7 @@ func (th *throttles) reconfigure(cfg Config) {
 func (th *throttles) domainsOf(cpus cpuset.Set) []int { return domainsIn(th.domain, cpus) }
 
 // idleGrace is how long after a throttle begins its tenant is not taken
-// for idle: the first windows span the proof's cap (1 ms a 1 s period,
+// for idle: the first windows span the proof's cap (1 ms a proofPeriod,
 // which may leave it waiting out the period) and the switch to the duty
 // cycle, and read almost no CPU from a polluter that never stopped.
 func (th *throttles) idleGrace() time.Duration { return proofPeriod + 2*th.cfg.Interval }

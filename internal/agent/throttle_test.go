@@ -102,7 +102,7 @@ type unavailableOnce struct {
 
 func (u *unavailableOnce) Apply(ctx context.Context, id, cg string, q cgroup.Quota) error {
 	u.mu.Lock()
-	fail := !u.failed && q.Period < time.Second // a throttle, not a proof's cap
+	fail := !u.failed && q.Period != act.ProofPeriod // a throttle, not a proof's cap
 	u.failed = u.failed || fail
 	u.mu.Unlock()
 	if fail {
@@ -123,7 +123,7 @@ func TestAgentConvictionOutlivesAnUnavailableActuator(t *testing.T) {
 	u := &unavailableOnce{QuotaActuator: &act.CPUQuota{Host: w.h, Layout: w.layout, State: st}}
 	hs := newVirtualHarness(t, w, testConfig(t.TempDir()), u)
 	hs.until(t, "throttle refused once", 5*time.Second, func() bool { u.mu.Lock(); defer u.mu.Unlock(); return u.failed })
-	if q := w.quota("polluter"); !q.Unlimited() && q.Period == time.Second {
+	if q := w.quota("polluter"); !q.Unlimited() && q.Period == act.ProofPeriod {
 		t.Errorf("polluter left under its proof's cap (%v) after its throttle was refused", q)
 	}
 	hs.until(t, "throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })

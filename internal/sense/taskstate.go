@@ -16,8 +16,8 @@ import (
 //
 // A tenant's CPU counters cannot tell a tenant that stopped from one
 // waiting out a CFS period: a busy loop switched from a 1 ms in 1 s cap to
-// 1 ms in 16 ms may not run at all until the old period ends (up to a
-// second), and neither its usage nor its cgroup's throttling counters move
+// 1 ms in 16 ms may not run at all until the old period ends (up to the
+// whole period), and neither its usage nor its cgroup's throttling counters move
 // meanwhile. Its threads stay runnable (state R) throughout, while those of
 // a tenant that stopped sleep (S), are stopped (T) or are gone.
 type TaskStates struct {
