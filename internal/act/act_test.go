@@ -159,16 +159,10 @@ func TestSparsifyQuota(t *testing.T) {
 	if q := fine.Quota(1, 1); q.Quota != cgroup.MinQuota {
 		t.Errorf("1/64 of 16ms = %v, want the kernel's minimum %v", q.Quota, cgroup.MinQuota)
 	}
-	if d := sp.Duty(4); d != 0.25 {
-		t.Errorf("Duty(4) = %v", d)
-	}
 	// The deep floor runs the floor step's quota over two periods.
 	deep := &judge.DutyThrottle{Step: 1, Deep: true}
 	if q := sp.QuotaAt(deep, 2); q.Quota != 2*time.Millisecond || q.Period != 32*time.Millisecond {
 		t.Errorf("QuotaAt(deep floor, 2 CPUs) = %v, want 2ms a 32ms period", q)
-	}
-	if d := sp.DutyAt(deep); d != 1.0/32 {
-		t.Errorf("DutyAt(deep floor) = %v, want 1/32", d)
 	}
 	if q := sp.QuotaAt(&judge.DutyThrottle{Step: 3}, 1); q != sp.Quota(3, 1) {
 		t.Errorf("QuotaAt(step 3) = %v, want Quota(3, 1) = %v", q, sp.Quota(3, 1))

@@ -42,15 +42,3 @@ func (s Sparsify) QuotaAt(t *judge.DutyThrottle, ncpus int) cgroup.Quota {
 	}
 	return q
 }
-
-// Duty returns a step as a fraction (1 = unthrottled).
-func (s Sparsify) Duty(step int) float64 { return float64(step) / float64(s.Steps) }
-
-// DutyAt is a throttle's duty as a fraction: its step's, or half that on
-// the deep floor.
-func (s Sparsify) DutyAt(t *judge.DutyThrottle) float64 {
-	if t.Deep {
-		return s.Duty(t.Step) / judge.DeepPeriods
-	}
-	return s.Duty(t.Step)
-}

@@ -150,7 +150,7 @@ func (th *throttles) rethrottle(ctx context.Context, now time.Time, v judge.Verd
 		}
 		delete(th.convicts, id)
 		th.throttled[id] = &throttled{tenant: s.t, thr: thr, signal: signalProbe, kind: c.kind, reason: c.reason, since: now}
-		th.rec.record(now, s.t, api.KindThrottle, q.CPUs(), th.sp.DutyAt(thr),
+		th.rec.record(now, s.t, api.KindThrottle, q.CPUs(), th.duty.Fraction(thr),
 			fmt.Sprintf("convicted before and released %.1fs ago when it stopped; busy again (%.2f CPU) as the %.2f× contention returns: %s", now.Sub(c.at).Seconds(), s.usage, v.Ratio, c.reason))
 	}
 }
@@ -197,12 +197,12 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 		// (idleGrace).
 		used := s.usage
 		if s.thrRatio > 0 || now.Sub(t.since) < th.idleGrace() {
-			used = max(used, th.sp.DutyAt(t.thr)*float64(ncpus))
+			used = max(used, th.duty.Fraction(t.thr)*float64(ncpus))
 		}
 		d := th.duty.Next(t.thr, now, ratio, used, ncpus)
 		// What its duty allows now (after the step Next chose), and whether
 		// it used less than its idle share of that.
-		allowed := th.sp.DutyAt(t.thr) * float64(ncpus)
+		allowed := th.duty.Fraction(t.thr) * float64(ncpus)
 		underIdle := used < th.duty.IdleFraction*allowed
 		if d != judge.DutyRelease && d != judge.DutyUseless && underIdle {
 			idle = true
@@ -228,7 +228,7 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 				th.writeErrs.handleWriteErr(ctx, t.tenant, err)
 				continue
 			}
-			th.rec.record(now, t.tenant, api.ActionKind(d), q.CPUs(), th.sp.DutyAt(t.thr), fmt.Sprintf("contention %.2f×", ratio))
+			th.rec.record(now, t.tenant, api.ActionKind(d), q.CPUs(), th.duty.Fraction(t.thr), fmt.Sprintf("contention %.2f×", ratio))
 		}
 	}
 	return idle
@@ -289,7 +289,7 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 		used := (st.Usage - prev.Usage).Seconds() / window.Seconds()
 		ncpus := t.tenant.CPUs.Len()
 		// Its windows begin after the throttle did, so none spans the
-		// switch from a proof's cap; in a proof's period (1 s) after that,
+		// switch from a proof's cap; in a proofPeriod after that,
 		// its threads must say it is not waiting that out.
 		idle := st.Throttled == prev.Throttled && !prev.At.Before(t.since) &&
 			th.duty.Idle(t.thr, used, ncpus) &&
@@ -391,7 +391,7 @@ func (th *throttles) convicted(ctx context.Context, now time.Time, p *proof, why
 	}
 	th.throttled[p.tenant.ID] = &throttled{tenant: p.tenant, thr: thr, signal: p.signal, kind: p.kind, reason: "proven polluter: " + why, since: now}
 	th.ledger.forgive(key)
-	th.rec.record(now, p.tenant, api.KindThrottle, q.CPUs(), th.sp.DutyAt(thr), "proven polluter: "+why+"; "+p.reason)
+	th.rec.record(now, p.tenant, api.KindThrottle, q.CPUs(), th.duty.Fraction(thr), "proven polluter: "+why+"; "+p.reason)
 }
 
 // dutyLabel names a throttle's duty for its hold: "duty 3/16", or "duty

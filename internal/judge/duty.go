@@ -150,11 +150,6 @@ func (c DutyController) CanTighten(t *DutyThrottle) bool {
 	return t.Step > c.FloorStep || !t.Deep
 }
 
-// Allowed is the CPU (cores) a tenant on ncpus CPUs may use at a step.
-func (c DutyController) Allowed(step, ncpus int) float64 {
-	return c.Duty(step) * float64(max(ncpus, 1))
-}
-
 // AllowedTo is the CPU (cores) throttle t lets its tenant on ncpus CPUs use.
 func (c DutyController) AllowedTo(t *DutyThrottle, ncpus int) float64 {
 	return c.Fraction(t) * float64(max(ncpus, 1))

@@ -384,7 +384,13 @@ func TestDutyControllerIdle(t *testing.T) {
 			t.Errorf("Idle(step %d deep %v, %.3f CPU, %d CPUs) = %v, want %v", tc.step, tc.deep, tc.usage, tc.ncpus, got, tc.want)
 		}
 	}
-	if a := c.Allowed(4, 2); a != 0.5 {
-		t.Errorf("Allowed(4, 2) = %v, want 0.5", a)
+	if a := c.AllowedTo(&DutyThrottle{Step: 4}, 2); a != 0.5 {
+		t.Errorf("AllowedTo(step 4, 2) = %v, want 0.5", a)
+	}
+	if d := c.Duty(4); d != 0.25 {
+		t.Errorf("Duty(4) = %v", d)
+	}
+	if d := c.Fraction(&DutyThrottle{Step: 1, Deep: true}); d != 1.0/32 {
+		t.Errorf("Fraction(deep floor) = %v, want 1/32", d)
 	}
 }
