@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -57,6 +58,19 @@ func labError(err error) error {
 	}
 	return err
 }
+
+// saidJournals says on stderr how many agent journals a lab command kept
+// under outDir, and how to read them.
+func (g *globals) saidJournals(n int, outDir string) {
+	if n > 0 {
+		fmt.Fprintf(g.errOut, "kept the agent's journal of %d phase(s) in %s: crosstalk explain --journal FILE tells why it did what it did\n",
+			n, filepath.Join(outDir, journalsDir))
+	}
+}
+
+// journalsDir is where, under --out, the lab keeps the agent's journals:
+// 'crosstalk explain --journal' reads them.
+const journalsDir = "journals"
 
 // writeOut writes a result directory (--out) and says on stderr what it wrote.
 func (g *globals) writeOut(dir string, files ...resultdir.File) error {
@@ -166,6 +180,9 @@ Unknown fields are rejected; errors name the line.`,
 				opt.Registry["crosstalk"] = lab.AgentPolicy(*cfg)
 			}
 			opt.Stamp = g.labStamp(cmd, args)
+			if outDir != "" {
+				opt.JournalDir = filepath.Join(outDir, journalsDir)
+			}
 			bar := g.progress(lab.Planned(s, opt), "lab "+s.Name, asJSON)
 			opt.Progress = bar.add
 			ctx, cancel := labContext(cmd.Context())
@@ -179,6 +196,13 @@ Unknown fields are rejected; errors name the line.`,
 				if err := g.writeOut(outDir, labRunFiles(res)...); err != nil {
 					return err
 				}
+				var kept []string
+				for _, pr := range res.Results {
+					if pr.Journal != "" {
+						kept = append(kept, pr.Journal)
+					}
+				}
+				g.saidJournals(len(kept), outDir)
 			}
 			if asJSON {
 				return writeJSON(g.out, res)
@@ -190,7 +214,7 @@ Unknown fields are rejected; errors name the line.`,
 	cmd.Flags().DurationVar(&duration, "duration", 0, "override the scenario's phase length (start/stop offsets scale with it)")
 	cmd.Flags().IntVar(&reps, "repetitions", 0, "override the scenario's repetitions")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
-	cmd.Flags().StringVar(&outDir, "out", "", "also write result.json and an HTML report to `DIR`")
+	cmd.Flags().StringVar(&outDir, "out", "", "also write result.json and an HTML report to `DIR`, and keep the agent's journal of each crosstalk phase in DIR/journals")
 	cmd.Flags().DurationVar(&interval, "interval", 250*time.Millisecond, "progress interval of built-in loads (timeline resolution)")
 	cmd.Flags().StringVar(&config, "config", "", "the agent's configuration `FILE` for the crosstalk policy (default: crosstalk run's defaults, sampling every 250 ms)")
 	return cmd

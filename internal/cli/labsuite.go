@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -82,6 +83,9 @@ Needs root (it creates cgroups), except --list.`,
 			// defaults (or --config), not the lab's quicker sampling.
 			opt.Registry["crosstalk"] = lab.AgentPolicy(cfg)
 			opt.Stamp = g.labStamp(cmd, args)
+			if outDir != "" {
+				opt.JournalDir = filepath.Join(outDir, journalsDir)
+			}
 			bar := g.progress(lab.SuitePlanned(cases, reps, opt), "lab suite", asJSON)
 			opt.Progress = bar.add
 			ctx, cancel := labContext(cmd.Context())
@@ -99,6 +103,13 @@ Needs root (it creates cgroups), except --list.`,
 				if err := g.writeOut(outDir, suiteFiles(res)...); err != nil {
 					return err
 				}
+				kept := 0
+				for _, r := range res.Runs {
+					if r.Journal != "" {
+						kept++
+					}
+				}
+				g.saidJournals(kept, outDir)
 			}
 			if asJSON {
 				return writeJSON(g.out, res)
@@ -116,7 +127,7 @@ Needs root (it creates cgroups), except --list.`,
 	f.StringVar(&configFile, "config", "", "the agent's configuration for the crosstalk policy (default: crosstalk run's defaults)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	f.BoolVar(&list, "list", false, "print the runs the suite would make, without running them")
-	f.StringVar(&outDir, "out", "", "also write suite.json and an HTML page to `DIR`")
+	f.StringVar(&outDir, "out", "", "also write suite.json and an HTML page to `DIR`, and keep the agent's journal of each run in DIR/journals/NAME-REPETITION")
 	f.DurationVar(&interval, "interval", 250*time.Millisecond, "progress interval of built-in loads (timeline resolution)")
 	return cmd
 }

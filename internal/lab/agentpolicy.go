@@ -2,9 +2,13 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
@@ -30,6 +34,8 @@ type agentPolicy struct {
 	sampled chan struct{}
 	dir     string
 	close   func()
+	// journal is where End leaves a copy of the agent's journal ("": nowhere).
+	journal string
 	// stopWait bounds how long End waits for the agent to stop besides
 	// its context (default 10s).
 	stopWait time.Duration
@@ -45,7 +51,7 @@ func (p *agentPolicy) Begin(ctx context.Context, env *PolicyEnv) error {
 	if err != nil {
 		return err
 	}
-	p.dir = dir
+	p.dir, p.journal = dir, env.Journal
 	cfg := p.base
 	builtin := false
 	cfg.Tenants.Builtin = &builtin
@@ -127,10 +133,14 @@ func (p *agentPolicy) End(ctx context.Context) error {
 	if p.done == nil {
 		return nil
 	}
-	done, closeFn, dir := p.done, p.close, p.dir
+	done, closeFn, dir, keep := p.done, p.close, p.dir, p.journal
 	p.done = nil
+	var kept error
 	release := func() {
 		closeFn()
+		if keep != "" {
+			kept = keepJournal(agent.JournalPath(dir), keep)
+		}
 		os.RemoveAll(dir)
 	}
 	p.cancel()
@@ -147,7 +157,7 @@ func (p *agentPolicy) End(ctx context.Context) error {
 	select {
 	case err := <-done:
 		release()
-		return err
+		return errors.Join(err, kept)
 	case <-ctx.Done():
 		late = fmt.Errorf("crosstalk agent did not stop in time: %w", ctx.Err())
 	case <-timer.C:
@@ -158,4 +168,34 @@ func (p *agentPolicy) End(ctx context.Context) error {
 		release()
 	}()
 	return late
+}
+
+// keepJournal copies the agent's journal at src (after the part rotated to
+// src.1, if any) to dst, making dst's directory.
+func keepJournal(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return fmt.Errorf("keeping the agent's journal: %w", err)
+	}
+	out, err := os.Create(dst)
+	if err != nil {
+		return fmt.Errorf("keeping the agent's journal: %w", err)
+	}
+	for _, part := range []string{src + ".1", src} {
+		in, err := os.Open(part)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err == nil {
+			_, err = io.Copy(out, in)
+			in.Close()
+		}
+		if err != nil {
+			out.Close()
+			return fmt.Errorf("keeping the agent's journal: %w", err)
+		}
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("keeping the agent's journal: %w", err)
+	}
+	return nil
 }

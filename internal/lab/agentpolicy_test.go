@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,9 +47,21 @@ tenants:
 	cfg.Interval = 250 * time.Millisecond
 	pols := DefaultPolicies()
 	pols["crosstalk"] = AgentPolicy(cfg)
-	res, err := Run(context.Background(), s, Options{Host: h, Self: crosstalkBin, Policies: []string{"crosstalk"}, Registry: pols, Interval: 100 * time.Millisecond})
+	journals := t.TempDir()
+	res, err := Run(context.Background(), s, Options{Host: h, Self: crosstalkBin, Policies: []string{"crosstalk"}, Registry: pols, Interval: 100 * time.Millisecond,
+		JournalDir: journals})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The phase's journal is kept where the result says, whole: from the
+	// agent's start to its stop, each event on a line of its own.
+	if want := filepath.Join(journals, "r1-crosstalk.jsonl"); res.Results[0].Journal != want {
+		t.Errorf("journal kept at %q, want %q", res.Results[0].Journal, want)
+	}
+	if b, err := os.ReadFile(res.Results[0].Journal); err != nil {
+		t.Errorf("kept journal: %v", err)
+	} else if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); !strings.Contains(lines[0], `"kind":"start"`) || !strings.Contains(lines[len(lines)-1], `"kind":"stop"`) {
+		t.Errorf("kept journal runs from %.80q to %.80q, want the agent's start to its stop", lines[0], lines[len(lines)-1])
 	}
 	for _, a := range res.Results[0].Actions {
 		if a.Kind == "throttle" {
@@ -110,9 +123,16 @@ func TestAgentPolicyEndNeverReleasesUnderARunningAgent(t *testing.T) {
 
 	t.Run("stops in time", func(t *testing.T) {
 		w := newWorld(t)
+		// Its journal, rotated once, is kept whole and in order.
+		w.p.journal = filepath.Join(t.TempDir(), "run", "r1-crosstalk.jsonl")
+		os.WriteFile(agent.JournalPath(w.dir)+".1", []byte("{\"n\":1}\n"), 0o644)
+		os.WriteFile(agent.JournalPath(w.dir), []byte("{\"n\":2}\n"), 0o644)
 		close(w.unblock)
 		if err := w.p.End(t.Context()); err != nil {
 			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(w.p.journal); err != nil || string(b) != "{\"n\":1}\n{\"n\":2}\n" {
+			t.Errorf("kept journal = %q, %v; want the rotated part, then the current one", b, err)
 		}
 		if !isReleased(w) {
 			t.Error("End returned before releasing the stopped agent's dependencies")

@@ -42,6 +42,9 @@ type PolicyEnv struct {
 	// scenario's policy_start): what the policy reads first is not a quiet
 	// host, so it must not take it as one.
 	TenantsRunning bool
+	// Journal, when set, is where a policy that keeps a journal (the
+	// crosstalk agent's) leaves a copy of it when the phase ends.
+	Journal string
 }
 
 // PolicyTenant is a tenant as a policy sees it.

@@ -57,6 +57,9 @@ type PolicyResult struct {
 	// PolicyStartSeconds is when the policy began, into the phase (the
 	// scenario's policy_start; 0 when it began before any tenant).
 	PolicyStartSeconds float64 `json:"policy_start_seconds,omitempty"`
+	// Journal is the file that keeps the policy's journal of the last
+	// repetition's phase (Options.JournalDir; "" where none was kept).
+	Journal string `json:"journal,omitempty"`
 }
 
 // TenantResult is a tenant's outcome under one policy.

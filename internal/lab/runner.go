@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +56,11 @@ type Options struct {
 	// Stamp is the caller's part of every result's Meta: the binary's
 	// version and commit and the command line.
 	Stamp Meta
+	// JournalDir, when set, keeps the journal of each co-located phase
+	// whose policy keeps one (the crosstalk agent's): DIR/PHASE.jsonl,
+	// e.g. r1-crosstalk.jsonl, for 'crosstalk explain --journal' to tell
+	// why it did what it did. Unset, the journal goes with the phase.
+	JournalDir string
 	// Progress, when set, is told of each phase that ends, with its planned
 	// length: the sum over a run is what Planned returns.
 	Progress func(phase time.Duration)
@@ -293,7 +299,8 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	for _, pname := range r.opt.Policies {
 		out := last[pname]
 		pr := PolicyResult{Policy: pname, Tenants: map[string]TenantResult{}, Actions: out.actions,
-			Timeline: Timeline{Victim: out.victim, Contention: out.contention, Events: out.events}, PolicyStartSeconds: out.policyStart.Seconds()}
+			Timeline: Timeline{Victim: out.victim, Contention: out.contention, Events: out.events}, PolicyStartSeconds: out.policyStart.Seconds(),
+			Journal: out.journal}
 		if pr.Actions == nil {
 			pr.Actions = []Action{}
 		}
@@ -378,6 +385,8 @@ type phaseOut struct {
 	actions    []Action
 	// policyStart is when the policy began, into the phase.
 	policyStart time.Duration
+	// journal is where the policy's journal of the phase was kept ("": none).
+	journal string
 }
 
 // phase runs tenants for length under a policy that begins policyAt into
@@ -401,6 +410,14 @@ func (r *runner) phase(ctx context.Context, name string, length, policyAt time.D
 	env := &PolicyEnv{Host: r.opt.Host, Layout: r.layout, Log: r.log.With("policy", pol.Name()), Since: since,
 		Record:     func(a Action) { mu.Lock(); out.actions = append(out.actions, a); mu.Unlock() },
 		Contention: func(s Sample) { mu.Lock(); out.contention = append(out.contention, s); mu.Unlock() }}
+	if r.opt.JournalDir != "" {
+		env.Journal = filepath.Join(r.opt.JournalDir, name+".jsonl")
+		defer func() {
+			if _, serr := os.Stat(env.Journal); serr == nil {
+				out.journal = env.Journal
+			}
+		}()
+	}
 	groups := map[string]*cgroup.Group{}
 	for _, t := range tenants {
 		g, err := cgroup.Create(r.opt.Host, r.layout, path.Join(phaseCG, t.Name), t.cpus)

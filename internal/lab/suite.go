@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -118,7 +119,11 @@ func RunSuite(ctx context.Context, cases []SuiteCase, repetitions int, opt Optio
 			out.Seed = c.Gen.Seed
 		}
 		for rep := 1; rep <= repetitions; rep++ {
-			res, err := Run(ctx, c.Scenario, opt)
+			o := opt
+			if opt.JournalDir != "" { // each run's journals in a directory of its own
+				o.JournalDir = filepath.Join(opt.JournalDir, fmt.Sprintf("%s-%d", c.Scenario.Name, rep))
+			}
+			res, err := Run(ctx, c.Scenario, o)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}

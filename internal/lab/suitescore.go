@@ -68,6 +68,10 @@ type RunScore struct {
 	// Harmful: HarmBeyondCPU where measured, else Harm, at least
 	// HarmThreshold.
 	Harmful bool `json:"harmful"`
+	// Journal is the file that keeps the agent's journal of the run
+	// (Options.JournalDir; "" where none was kept): 'crosstalk explain
+	// --journal' tells from it why each tenant was proved or left alone.
+	Journal string `json:"journal,omitempty"`
 }
 
 // HarmThreshold is the harm from which a polluter run counts as harmful:
@@ -243,6 +247,7 @@ func ScoreRun(s *Scenario, res *Result) RunScore {
 		return sc
 	}
 	in.PolicyStart, in.Events, in.Actions = ct.PolicyStartSeconds, ct.Timeline.Events, ct.Actions
+	sc.Journal = ct.Journal
 	firstAction := ScoreAttribution(&sc, in)
 	if in.Guilty != "" {
 		none := sc.VictimSlowdown["none"]
