@@ -196,13 +196,13 @@ Unknown fields are rejected; errors name the line.`,
 				if err := g.writeOut(outDir, labRunFiles(res)...); err != nil {
 					return err
 				}
-				var kept []string
+				kept := 0
 				for _, pr := range res.Results {
 					if pr.Journal != "" {
-						kept = append(kept, pr.Journal)
+						kept++
 					}
 				}
-				g.saidJournals(len(kept), outDir)
+				g.saidJournals(kept, outDir)
 			}
 			if asJSON {
 				return writeJSON(g.out, res)
