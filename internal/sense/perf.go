@@ -813,6 +813,60 @@ func (p *PerfCounters) Read(_ context.Context) (map[string]map[string]float64, e
 	return out, errors.Join(errs...)
 }
 
+// PerfSnapshot is the raw state of some of a tenant's counters at one
+// moment (Snapshot): two of them give what it counted in between (Since),
+// at any pace, without touching the interval's own rates.
+type PerfSnapshot struct {
+	At     time.Time
+	events map[string][]perfSample // per event name, per CPU
+}
+
+// Snapshot reads the named events of tenant id now. ok is false when the
+// tenant is not counted or none of the events could be read.
+func (p *PerfCounters) Snapshot(id string, events ...string) (PerfSnapshot, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tc := p.open[id]
+	if p.closed || tc == nil {
+		return PerfSnapshot{}, false
+	}
+	snap := PerfSnapshot{At: p.now(), events: make(map[string][]perfSample, len(events))}
+	for i, row := range tc.fds {
+		if row == nil || !slices.Contains(events, p.events[i].Name) {
+			continue
+		}
+		cur := make([]perfSample, 0, len(row))
+		for _, fd := range row {
+			v, en, run, err := fd.Read()
+			if err != nil {
+				cur = nil
+				break
+			}
+			cur = append(cur, perfSample{v, en, run})
+		}
+		if cur != nil {
+			snap.events[p.events[i].Name] = cur
+		}
+	}
+	return snap, len(snap.events) > 0
+}
+
+// Since is what each event counted between prev and s (corrected for
+// multiplexing, summed over the CPUs), for the events both read.
+func (s PerfSnapshot) Since(prev PerfSnapshot) map[string]float64 {
+	out := map[string]float64{}
+	for name, cur := range s.events {
+		old, ok := prev.events[name]
+		if !ok || len(old) != len(cur) {
+			continue
+		}
+		if d, ok := perfCorrectedDelta(old, cur); ok {
+			out[name] = d
+		}
+	}
+	return out
+}
+
 // perfCorrectedDelta sums one event's multiplexing-corrected delta over the CPUs.
 // ok is false when the event was not measured at all, or a counter went
 // backwards (never expected: counters only grow).

@@ -1139,3 +1139,53 @@ func BenchmarkPerfReadLive(b *testing.B) {
 		}
 	}
 }
+
+// Snapshots read a tenant's counters at any pace, corrected for
+// multiplexing as Read is, and leave the interval's rates untouched.
+func TestPerfCountersSnapshot(t *testing.T) {
+	h, mount := perfTree(t, "0-1", "/sys/fs/cgroup/perf_event", "a")
+	f := newFakePerfOpener()
+	p, clk := newCounters(t, h, v1PerfLayout, []PerfEvent{evCycles, evInstr, evTask}, 100, f)
+	a := filepath.Join(mount, "a")
+	if err := p.Sync(t.Context(), []Tenant{perfTenant("/a", cpuset.Of(0, 1))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Read(t.Context()); err != nil { // the interval's baseline
+		t.Fatal(err)
+	}
+	if _, ok := p.Snapshot("/nobody", "cycles"); ok {
+		t.Error("a snapshot of a tenant not counted")
+	}
+	ms := uint64(time.Millisecond)
+	s0, ok := p.Snapshot("/a", "cycles", "instructions")
+	if !ok {
+		t.Fatal("no snapshot of a counted tenant")
+	}
+	// 25 ms: cycles multiplexed at half on CPU 0 (its delta doubles), in
+	// full on CPU 1; instructions in full.
+	f.add(a, evCycles, 0, 1000, 20*ms, 10*ms)
+	f.add(a, evCycles, 1, 500, 5*ms, 5*ms)
+	f.add(a, evInstr, 0, 1250, 20*ms, 20*ms)
+	f.add(a, evTask, 0, 20*ms, 20*ms, 20*ms)
+	clk.advance(25 * time.Millisecond)
+	s1, _ := p.Snapshot("/a", "cycles", "instructions")
+	if got := s1.At.Sub(s0.At); got != 25*time.Millisecond {
+		t.Errorf("snapshots %v apart, want 25ms", got)
+	}
+	d := s1.Since(s0)
+	if !perfNear(d["cycles"], 2500) || !perfNear(d["instructions"], 1250) {
+		t.Errorf("Since = %v, want cycles 2500, instructions 1250", d)
+	}
+	if _, ok := d["task_clock"]; ok {
+		t.Errorf("Since has an event the snapshots did not read: %v", d)
+	}
+	// The interval's rates still run from the interval's own baseline.
+	clk.advance(975 * time.Millisecond)
+	rates, err := p.Read(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rates["/a"]["cycles"]; !perfNear(got, 2500) {
+		t.Errorf("interval cycles rate %v after snapshots, want 2500 a second", got)
+	}
+}

@@ -1,0 +1,206 @@
+package judge
+
+import (
+	"fmt"
+	"math/bits"
+	"slices"
+)
+
+// CPI judges cache and memory contention from the victims' side, where a
+// PMU counts each tenant's cycles and instructions: a tenant whose cycles
+// per instruction rise far above its own usual level is losing its cache
+// or its memory bandwidth to someone (CPI², Zhang et al., EuroSys 2013).
+// It sees what the canary probes may not: a probe reads the cache it
+// walks, at its own footprint and pace, while a victim's CPI is its own
+// work slowed, whatever its footprint. Measured in the simulator, a
+// memory-bandwidth polluter that left the DRAM probe within 1.2× of quiet
+// raised a cache-sensitive victim's CPI 1.5×.
+//
+// A tenant's CPI is learned as the probes' baselines are (Baseline:
+// quieter readings quickly, louder ones slowly, never while over the
+// threshold), so its ratio reads on the probes' scale. A tenant's own
+// phases move its CPI too; who causes a rise is left to the suspects'
+// ranking (tenants on the same L3, by LLC misses, activity and
+// correlation) and to the randomized proof (Proof), read on the victims'
+// CPI, which convicts a tenant whose cap does not move it with
+// probability at most its Alpha.
+type CPI struct {
+	th   Thresholds
+	base map[string]*Baseline
+	hot  map[string]int // per tenant: the last 3 intervals, a bit each, set when above Ratio
+	runs map[string]int // consecutive intervals above Ratio
+}
+
+// CPISample is one tenant's interval: its counters' rates per second and
+// its CPU use.
+type CPISample struct {
+	ID                   string
+	Cycles, Instructions float64
+	Usage                float64
+	// Exclude keeps the tenant out of the judgement and its baseline:
+	// one crosstalk is capping, whose CPI is crosstalk's doing.
+	Exclude bool
+}
+
+// CPIRating is one tenant's CPI this interval against its baseline.
+type CPIRating struct {
+	ID       string  `json:"id"`
+	CPI      float64 `json:"cpi"`
+	Baseline float64 `json:"baseline"`
+	Ratio    float64 `json:"ratio"`
+	// Contended: over the threshold twice in a row, or strongly once.
+	Contended bool `json:"contended"`
+}
+
+// CPIVerdict is the CPI judgement of one interval.
+type CPIVerdict struct {
+	Contended bool
+	// Persistent: a contended tenant was over the threshold in 2 of the
+	// last 3 intervals (the agent only disturbs anyone on persistent
+	// contention).
+	Persistent bool
+	// Ratio is the worst ratio of any judged tenant (1 = quiet).
+	Ratio float64
+	// Victims are the contended tenants, worst first.
+	Victims []CPIRating
+	// Ratings are every judged tenant's (warmed-up baseline, enough work).
+	Ratings []CPIRating
+	Reason  string
+}
+
+// cpiWarmup is how many intervals a tenant's CPI baseline needs before it
+// is judged.
+const cpiWarmup = 4
+
+// minCPIUsage and minInstructions are the CPU use and the instructions
+// per second below which a tenant's CPI is not judged: a nearly idle
+// tenant's CPI is that of its wake-ups, cold caches and all.
+const (
+	minCPIUsage     = 0.05
+	minInstructions = 1e6
+)
+
+// NewCPI returns a CPI judge with the given thresholds.
+func NewCPI(th Thresholds) *CPI {
+	th.Fill()
+	return &CPI{th: th, base: map[string]*Baseline{}, hot: map[string]int{}, runs: map[string]int{}}
+}
+
+// Thresholds returns the thresholds in use.
+func (c *CPI) Thresholds() Thresholds { return c.th }
+
+// Baselines returns a copy of each tenant's CPI baseline.
+func (c *CPI) Baselines() map[string]Baseline {
+	out := make(map[string]Baseline, len(c.base))
+	for id, b := range c.base {
+		out[id] = *b
+	}
+	return out
+}
+
+// SetThresholds replaces the thresholds (a configuration reload); the
+// baselines carry on.
+func (c *CPI) SetThresholds(th Thresholds) {
+	th.Fill()
+	c.th = th
+}
+
+// CPIOf is cycles over instructions; ok is false when the tenant did too
+// little to tell (the counts as rates per second, usage in CPUs, over the
+// same window).
+func CPIOf(cycles, instructions, usage float64) (float64, bool) {
+	if usage < minCPIUsage || cycles <= 0 || instructions < minInstructions {
+		return 0, false
+	}
+	return cycles / instructions, true
+}
+
+// WindowCPI is the CPI of a window of seconds in which a tenant counted
+// cycles and instructions; ok is false when it did too little to tell.
+func WindowCPI(cycles, instructions, seconds float64) (float64, bool) {
+	if seconds <= 0 || cycles <= 0 || instructions < minInstructions*seconds {
+		return 0, false
+	}
+	return cycles / instructions, true
+}
+
+// Ratio rates one window's CPI of a tenant against its baseline without
+// learning from it (for proofs and for controlling a throttle); 1 when the
+// tenant has no warmed-up baseline.
+func (c *CPI) Ratio(id string, cpi float64) float64 {
+	b := c.base[id]
+	if b == nil || b.N < cpiWarmup || cpi <= 0 {
+		return 1
+	}
+	return b.Ratio(cpi)
+}
+
+// Update judges an interval and learns from its quiet readings. Tenants
+// absent from samples are forgotten.
+func (c *CPI) Update(samples []CPISample) CPIVerdict {
+	v := CPIVerdict{Ratio: 1}
+	seen := map[string]bool{}
+	for _, s := range samples {
+		seen[s.ID] = true
+		if s.Exclude {
+			c.runs[s.ID] = 0
+			continue
+		}
+		cpi, ok := CPIOf(s.Cycles, s.Instructions, s.Usage)
+		if !ok {
+			continue
+		}
+		b := c.base[s.ID]
+		if b == nil {
+			b = &Baseline{}
+			c.base[s.ID] = b
+		}
+		if b.N < cpiWarmup {
+			b.Observe(cpi, false)
+			continue
+		}
+		r := CPIRating{ID: s.ID, CPI: cpi, Baseline: b.Level, Ratio: b.Ratio(cpi)}
+		above := b.Above(cpi, c.th.Ratio, c.th.Noise)
+		if above {
+			c.runs[s.ID]++
+			c.hot[s.ID] = (c.hot[s.ID]<<1 | 1) & 0b111
+		} else {
+			c.runs[s.ID] = 0
+			c.hot[s.ID] = c.hot[s.ID] << 1 & 0b111
+		}
+		r.Contended = above && (c.runs[s.ID] >= 2 || b.Above(cpi, c.th.Strong, 2*c.th.Noise))
+		v.Ratio = max(v.Ratio, r.Ratio)
+		v.Ratings = append(v.Ratings, r)
+		if r.Contended {
+			v.Victims = append(v.Victims, r)
+			if bits.OnesCount(uint(c.hot[s.ID])) >= 2 {
+				v.Persistent = true
+			}
+		}
+		// Readings over the threshold never teach the baseline; moderate
+		// ones do, so the noise band is learned as it really is.
+		b.Observe(cpi, above)
+	}
+	for id := range c.base {
+		if !seen[id] {
+			delete(c.base, id)
+			delete(c.hot, id)
+			delete(c.runs, id)
+		}
+	}
+	slices.SortStableFunc(v.Victims, func(a, b CPIRating) int {
+		switch {
+		case a.Ratio > b.Ratio:
+			return -1
+		case a.Ratio < b.Ratio:
+			return 1
+		}
+		return 0
+	})
+	v.Contended = len(v.Victims) > 0
+	if v.Contended {
+		w := v.Victims[0]
+		v.Reason = fmt.Sprintf("CPI: %s runs at %.2f cycles an instruction, %.1f× its usual %.2f", w.ID, w.CPI, w.Ratio, w.Baseline)
+	}
+	return v
+}

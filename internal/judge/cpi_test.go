@@ -1,0 +1,130 @@
+package judge
+
+import (
+	"math"
+	"testing"
+)
+
+// cpiSample is a tenant running at cpi cycles an instruction on usage
+// CPUs of 3 GHz.
+func cpiSample(id string, cpi, usage float64) CPISample {
+	cycles := 3e9 * usage
+	return CPISample{ID: id, Cycles: cycles, Instructions: cycles / cpi, Usage: usage}
+}
+
+func TestCPIOfAndWindowCPI(t *testing.T) {
+	for _, tc := range []struct {
+		name                      string
+		cycles, instr, usage, got float64
+		ok                        bool
+	}{
+		{"busy", 3e9, 2e9, 1, 1.5, true},
+		{"nearly idle", 3e7, 2e7, 0.01, 0, false},
+		{"no instructions counted", 3e9, 0, 1, 0, false},
+		{"too few instructions", 3e6, 5e5, 0.5, 0, false},
+	} {
+		got, ok := CPIOf(tc.cycles, tc.instr, tc.usage)
+		if ok != tc.ok || math.Abs(got-tc.got) > 1e-9 {
+			t.Errorf("%s: CPIOf = %v, %v; want %v, %v", tc.name, got, ok, tc.got, tc.ok)
+		}
+	}
+	// A 25 ms window: 75M cycles, 50M instructions.
+	if got, ok := WindowCPI(75e6, 50e6, 0.025); !ok || math.Abs(got-1.5) > 1e-9 {
+		t.Errorf("WindowCPI = %v, %v; want 1.5, true", got, ok)
+	}
+	// A victim that hardly ran in the window says nothing.
+	if _, ok := WindowCPI(1e4, 1e4, 0.025); ok {
+		t.Error("WindowCPI judged a window of 10k instructions")
+	}
+	if _, ok := WindowCPI(75e6, 50e6, 0); ok {
+		t.Error("WindowCPI judged an empty window")
+	}
+}
+
+// A victim learns its usual CPI; a neighbour that takes its cache makes
+// its CPI 1.6× on two intervals in a row: contended on the second,
+// persistently, with the contended level never learned; a busy but
+// cache-friendly tenant beside it is never a victim.
+func TestCPIDetectsAVictimSlowedPerInstruction(t *testing.T) {
+	c := NewCPI(Thresholds{Ratio: 1.3, Strong: 2})
+	quiet := []CPISample{cpiSample("victim", 0.8, 1), cpiSample("steady", 0.5, 1), cpiSample("idle", 5, 0.01)}
+	for i := range 8 {
+		if v := c.Update(quiet); v.Contended || v.Persistent || v.Ratio > 1.0001 {
+			t.Fatalf("quiet interval %d: %+v", i, v)
+		}
+	}
+	if b := c.Baselines()["victim"]; math.Abs(b.Level-0.8) > 1e-6 {
+		t.Errorf("victim's usual CPI %v, want 0.8", b.Level)
+	}
+	if _, ok := c.Baselines()["idle"]; ok {
+		t.Error("a tenant using 1% of a CPU got a baseline")
+	}
+	slowed := []CPISample{cpiSample("victim", 1.28, 1), cpiSample("steady", 0.5, 1)}
+	if v := c.Update(slowed); v.Contended {
+		t.Errorf("contended after one moderate interval: %+v", v)
+	}
+	v := c.Update(slowed)
+	if !v.Contended || !v.Persistent || len(v.Victims) != 1 || v.Victims[0].ID != "victim" {
+		t.Fatalf("second slowed interval: %+v", v)
+	}
+	if r := v.Victims[0].Ratio; math.Abs(r-1.6) > 1e-6 || v.Ratio != r || v.Reason == "" {
+		t.Errorf("victim ratio %v (verdict %v, reason %q), want 1.6", r, v.Ratio, v.Reason)
+	}
+	for range 10 {
+		c.Update(slowed)
+	}
+	if b := c.Baselines()["victim"]; math.Abs(b.Level-0.8) > 1e-6 {
+		t.Errorf("the contended CPI was learned: baseline %v", b.Level)
+	}
+	if r := c.Ratio("victim", 0.8); math.Abs(r-1) > 1e-9 {
+		t.Errorf("Ratio at the usual CPI = %v, want 1", r)
+	}
+}
+
+func TestCPIStrongCountsAtOnceAndModerateIsLearned(t *testing.T) {
+	c := NewCPI(Thresholds{Ratio: 1.3, Strong: 2})
+	for range 6 {
+		c.Update([]CPISample{cpiSample("v", 1, 1)})
+	}
+	if v := c.Update([]CPISample{cpiSample("v", 2.5, 1)}); !v.Contended || v.Persistent {
+		t.Errorf("a 2.5× CPI at once: %+v; want contended, not yet persistent", v)
+	}
+	c = NewCPI(Thresholds{Ratio: 1.3, Strong: 2})
+	for range 6 {
+		c.Update([]CPISample{cpiSample("v", 1, 1)})
+	}
+	for i := range 5 {
+		if v := c.Update([]CPISample{cpiSample("v", 1.15, 1)}); v.Contended {
+			t.Fatalf("a 1.15× CPI (under the ratio) judged contended at %d: %+v", i, v)
+		}
+	}
+	if b := c.Baselines()["v"]; b.Level <= 1 {
+		t.Errorf("a moderate rise was not learned at all: %v", b.Level)
+	}
+}
+
+// A tenant crosstalk caps is neither judged nor learned from: its CPI is
+// crosstalk's doing. One that leaves is forgotten.
+func TestCPIExcludesCappedAndForgetsGone(t *testing.T) {
+	c := NewCPI(Thresholds{Ratio: 1.3, Strong: 2})
+	for range 6 {
+		c.Update([]CPISample{cpiSample("v", 1, 1), cpiSample("w", 1, 1)})
+	}
+	capped := cpiSample("v", 3, 0.1)
+	capped.Exclude = true
+	for range 3 {
+		if v := c.Update([]CPISample{capped, cpiSample("w", 1, 1)}); v.Contended {
+			t.Fatalf("a capped tenant judged: %+v", v)
+		}
+	}
+	if b := c.Baselines()["v"]; b.Level != 1 {
+		t.Errorf("a capped tenant's CPI was learned: %v", b.Level)
+	}
+	c.Update([]CPISample{cpiSample("w", 1, 1)})
+	if _, ok := c.Baselines()["v"]; ok {
+		t.Error("a tenant that left is still remembered")
+	}
+	if r := c.Ratio("v", 2); r != 1 {
+		t.Errorf("Ratio of a forgotten tenant = %v, want 1", r)
+	}
+}
