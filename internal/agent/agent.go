@@ -101,6 +101,9 @@ type Agent struct {
 	// wait is the CPU-wait policy (cpuwait.go): it shares the proofs and
 	// throttles below with the probe policy.
 	wait *cpuWaitPolicy
+	// cpi is the CPI policy (cpi.go), where a PMU counts cycles and
+	// instructions: it shares them too.
+	cpi *cpiPolicy
 	// probes finds whom to prove for the probe contention
 	// (policy_probe.go), with the same proofs.
 	probes *probePolicy
@@ -197,9 +200,11 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a.arb = newArbiter(cfg, d, d.Log, a.rec, a)
 	a.holds = probeHolds{arb: a.arb, rec: a.rec, now: d.Now}
 	a.wait = newCPUWaitPolicy(cfg, d.Stats, a)
-	a.prover = newProver(cfg, a.ledger, a.cont, a.wait, a.holds, a.rec, a, a.sensor, d.Log)
+	snaps, _ := d.Counters.(counterSnapshots)
+	a.cpi = newCPIPolicy(cfg, d.PMU, snaps, a.domain, a)
+	a.prover = newProver(cfg, a.ledger, a.cont, a.wait, a.cpi, a.holds, a.rec, a, a.sensor, d.Log)
 	a.prover.clock = d.Now
-	a.throttles = newThrottles(cfg, a.cont, a.wait, a.domain, a.ledger, a.prover, a.holds, a.rec, a)
+	a.throttles = newThrottles(cfg, a.cont, a.wait, a.cpi, a.domain, a.ledger, a.prover, a.holds, a.rec, a)
 	// The throttles are built on the prover, so the prover learns of
 	// them last: a conviction hands the suspect over.
 	a.prover.convict = a.throttles.convicted
@@ -514,6 +519,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (soon time.Duration) {
 	if resting {
 		views := a.viewsOf(samples)
 		a.wait.observe(samples, views)
+		a.cpi.observe(samples, views)
 		a.hardware(ctx, now, hw, tenants, discovered)
 		a.publish(now, judge.Verdict{Ratio: a.probes.lastRatio}, samples, nil, a.lastReadings, cpuBefore)
 		return 0
@@ -527,11 +533,15 @@ func (a *Agent) step(ctx context.Context, now time.Time) (soon time.Duration) {
 		views := a.viewsOf(samples)
 		present := presentOf(samples)
 		a.wait.observe(samples, views)
+		a.cpi.observe(samples, views)
 		a.throttles.control(ctx, now, judge.Verdict{Ratio: a.probes.lastRatio}, present, false)
 		a.hardware(ctx, now, hw, tenants, discovered)
 		var ranked []judge.Suspect
 		if a.prover.proof == nil {
 			ranked = a.wait.maybeProve(ctx, now, views, present)
+		}
+		if a.prover.proof == nil {
+			ranked = append(ranked, a.cpi.maybeProve(ctx, now, views, present)...)
 		}
 		a.publish(now, judge.Verdict{Ratio: a.probes.lastRatio}, samples, ranked, nil, cpuBefore)
 		if starting {
@@ -558,6 +568,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (soon time.Duration) {
 
 	present := presentOf(samples)
 	a.wait.observe(samples, views)
+	a.cpi.observe(samples, views)
 	idle := a.throttles.control(ctx, now, v, present, true)
 	a.hardware(ctx, now, hw, tenants, discovered)
 
@@ -573,6 +584,9 @@ func (a *Agent) step(ctx context.Context, now time.Time) (soon time.Duration) {
 	}
 	if a.prover.proof == nil {
 		ranked = append(ranked, a.wait.maybeProve(ctx, now, views, present)...)
+	}
+	if a.prover.proof == nil {
+		ranked = append(ranked, a.cpi.maybeProve(ctx, now, views, present)...)
 	}
 	a.publish(now, v, samples, ranked, readings, cpuBefore)
 	// A first sign of contention, or a throttled polluter that looks idle:

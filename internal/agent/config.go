@@ -105,8 +105,9 @@ type Config struct {
 	Levers   LeversConfig              `yaml:"levers"`
 	Resctrl  ResctrlConfig             `yaml:"resctrl"`
 
-	// The CPU-wait contention signal and libvirt VMs.
+	// The CPU-wait and CPI contention signals, and libvirt VMs.
 	CPUWait CPUWaitConfig `yaml:"cpu_wait"`
+	CPI     CPIConfig     `yaml:"cpi"`
 	Libvirt LibvirtConfig `yaml:"libvirt"`
 }
 
@@ -187,6 +188,25 @@ type CPUWaitConfig struct {
 	// Ratio: a tenant's stretch ((CPU time + run delay) / CPU time) this
 	// many times its quiet stretch, twice in a row, is contention (default
 	// 1.5); Strong counts at once (default 4).
+	Ratio  float64 `yaml:"ratio"`
+	Strong float64 `yaml:"strong"`
+}
+
+// CPIConfig is the CPI contention signal, where a PMU counts each
+// tenant's cycles and instructions: a tenant whose cycles per instruction
+// rise far above its usual level is losing its cache or its memory
+// bandwidth to a neighbour on its L3 (CPI²). The suspects are the tenants
+// on that L3, ranked by LLC misses, activity and correlation; the proof
+// is the probes' randomized one, read on the victims' CPI.
+type CPIConfig struct {
+	// Enabled judges CPI where cycles and instructions are counted
+	// (default true; off, or without a PMU, nothing is judged).
+	Enabled *bool `yaml:"enabled"`
+	// Prove lets CPI prove and throttle a suspect (default true; off, it
+	// reports the victims and the suspects, and proves no one).
+	Prove *bool `yaml:"prove"`
+	// Ratio: a tenant's CPI this many times its usual, twice in a row, is
+	// contention (default 1.3); Strong counts at once (default 2).
 	Ratio  float64 `yaml:"ratio"`
 	Strong float64 `yaml:"strong"`
 }
@@ -373,6 +393,18 @@ func (c *Config) fill() {
 	if c.CPUWait.Strong == 0 {
 		c.CPUWait.Strong = max(4, c.CPUWait.Ratio)
 	}
+	if c.CPI.Enabled == nil {
+		c.CPI.Enabled = ptrTo(true)
+	}
+	if c.CPI.Prove == nil {
+		c.CPI.Prove = ptrTo(true)
+	}
+	if c.CPI.Ratio == 0 {
+		c.CPI.Ratio = 1.3
+	}
+	if c.CPI.Strong == 0 {
+		c.CPI.Strong = max(2, c.CPI.Ratio)
+	}
 	if c.Libvirt.Enabled == "" {
 		c.Libvirt.Enabled = "auto"
 	}
@@ -472,6 +504,13 @@ func (c *Config) Thresholds() judge.Thresholds {
 func (c *Config) WaitThresholds() judge.Thresholds {
 	th := c.Thresholds()
 	return judge.Thresholds{Ratio: c.CPUWait.Ratio, Strong: c.CPUWait.Strong, Tolerance: min(th.Tolerance, c.CPUWait.Ratio)}
+}
+
+// CPIThresholds are the CPI judge's thresholds: its own ratio and strong
+// level, the probes' tolerance ("back to normal") for proofs.
+func (c *Config) CPIThresholds() judge.Thresholds {
+	th := c.Thresholds()
+	return judge.Thresholds{Ratio: c.CPI.Ratio, Strong: c.CPI.Strong, Tolerance: min(th.Tolerance, c.CPI.Ratio)}
 }
 
 // ProbeSettings is the probe configuration for the sensor.

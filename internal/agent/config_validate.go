@@ -194,6 +194,9 @@ func (c *Config) Validate() error {
 	if w := c.CPUWait; w.Ratio <= 1 || w.Strong < w.Ratio {
 		bad("cpu_wait", "need 1 < ratio <= strong (have %.2f, %.2f)", w.Ratio, w.Strong)
 	}
+	if w := c.CPI; w.Ratio <= 1 || w.Strong < w.Ratio {
+		bad("cpi", "need 1 < ratio <= strong (have %.2f, %.2f)", w.Ratio, w.Strong)
+	}
 	switch c.Libvirt.Enabled {
 	case "auto", "true", "false":
 	default:

@@ -16,7 +16,13 @@ import (
 const (
 	signalProbe = ""         // the canary probes (memory bus, LLC, DRAM)
 	signalWait  = "cpu-wait" // tenants waiting for a CPU a neighbour keeps busy
+	signalCPI   = "cpi"      // tenants whose cycles per instruction rose (a PMU counts them)
 )
+
+// victimSignals are the signals read on the victims themselves rather than
+// on the probes: their proofs read windows between readings, and their
+// throttles follow them with no ceiling.
+var victimSignals = []string{signalWait, signalCPI}
 
 // backoffKey keeps acquittals per signal: a tenant acquitted of polluting
 // the memory bus may still be the one keeping its neighbour's CPU busy.

@@ -23,13 +23,11 @@ type fakeProofs struct {
 	journaled  []act.Event
 }
 
-func (f *fakeProofs) capped(id string) bool { return f.cappedIDs[id] }
-func (f *fakeProofs) resting(signal, id string, _ time.Time) bool {
-	return signal == signalWait && f.restingIDs[id]
-}
-func (f *fakeProofs) mayProve(time.Time) bool            { return !f.blocked }
-func (f *fakeProofs) tightening(string, cpuset.Set) bool { return f.tight }
-func (f *fakeProofs) journal(e act.Event)                { f.journaled = append(f.journaled, e) }
+func (f *fakeProofs) capped(id string) bool                  { return f.cappedIDs[id] }
+func (f *fakeProofs) resting(_, id string, _ time.Time) bool { return f.restingIDs[id] }
+func (f *fakeProofs) mayProve(time.Time) bool                { return !f.blocked }
+func (f *fakeProofs) tightening(string, cpuset.Set) bool     { return f.tight }
+func (f *fakeProofs) journal(e act.Event)                    { f.journaled = append(f.journaled, e) }
 func (f *fakeProofs) startProof(_ context.Context, _ time.Time, p *proof, _ float64) {
 	f.started = append(f.started, p)
 }

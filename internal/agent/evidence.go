@@ -12,7 +12,10 @@ type DetectionEvidence struct {
 	// detection.
 	CPUWaitRatio float64            `json:"cpu_wait_ratio,omitempty"`
 	Victims      []judge.WaitRating `json:"victims,omitempty"`
-	Suspects     []judge.Suspect    `json:"suspects"`
+	// CPIRatio and CPIVictims are the tenants' CPI, for a CPI detection.
+	CPIRatio   float64           `json:"cpi_ratio,omitempty"`
+	CPIVictims []judge.CPIRating `json:"cpi_victims,omitempty"`
+	Suspects   []judge.Suspect   `json:"suspects"`
 }
 
 // ProofEvidence is what a proof's verdict event carries: the contention it
@@ -32,3 +35,6 @@ type ProofEvidence struct {
 // SignalCPUWait is ProofEvidence.Signal for a proof read on the victims'
 // CPU wait ("" is the canary probes).
 const SignalCPUWait = signalWait
+
+// SignalCPI is ProofEvidence.Signal for a proof read on the victims' CPI.
+const SignalCPI = signalCPI

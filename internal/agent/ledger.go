@@ -56,7 +56,11 @@ func (l *proofLedger) forgive(key string) { delete(l.backoff, key) }
 // prune forgets the backoffs of tenants no longer present.
 func (l *proofLedger) prune(present func(id string) bool) {
 	for k := range l.backoff {
-		if !present(strings.TrimPrefix(k, signalWait+":")) {
+		id := k
+		for _, sig := range victimSignals {
+			id = strings.TrimPrefix(id, sig+":")
+		}
+		if !present(id) {
 			delete(l.backoff, k)
 		}
 	}

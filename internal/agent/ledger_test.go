@@ -30,11 +30,13 @@ func TestProofLedgerBackoffs(t *testing.T) {
 	}
 	// Pruning keeps the present tenant's backoffs, of every signal.
 	l.holdOff(backoffKey(signalWait, "/t"), now.Add(time.Second))
+	l.holdOff(backoffKey(signalCPI, "/t"), now.Add(time.Second))
 	l.holdOff("/gone", now.Add(time.Second))
 	l.holdOff(backoffKey(signalWait, "/gone"), now.Add(time.Second))
+	l.holdOff(backoffKey(signalCPI, "/gone"), now.Add(time.Second))
 	l.prune(func(id string) bool { return id == "/t" })
-	if len(l.backoff) != 2 || !l.resting(signalWait, "/t", now) {
-		t.Errorf("after prune %v, want /t's two backoffs", l.backoff)
+	if len(l.backoff) != 3 || !l.resting(signalWait, "/t", now) || !l.resting(signalCPI, "/t", now) {
+		t.Errorf("after prune %v, want /t's three backoffs", l.backoff)
 	}
 	l.forgive("/t")
 	if l.resting(signalProbe, "/t", now) {

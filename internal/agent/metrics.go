@@ -54,6 +54,7 @@ type stateCollector struct {
 	proofInProgress, perfFDs, interval, lastUpdate                  *prometheus.Desc
 	dryRun, pmu                                                     *prometheus.Desc
 	cpuWait, cpuWaitRatio                                           *prometheus.Desc
+	cpi, cpiRatio                                                   *prometheus.Desc
 	sensorSuccess, sensorDuration, sensorErrors                     *prometheus.Desc
 }
 
@@ -107,6 +108,10 @@ func newStateCollector(src StateSource, version, commit string) *stateCollector 
 			"1 if some tenant's work took far longer than usual in the last interval because its threads waited for a CPU, else 0."),
 		cpuWaitRatio: d("cpu_wait_ratio",
 			"Worst tenant's stretch ((CPU time + run delay) / CPU time) against its quiet stretch in the last interval (1 = as usual)."),
+		cpi: d("cpi_contention",
+			"1 if some tenant ran at far more cycles per instruction than usual in the last interval (where a PMU counts them), else 0."),
+		cpiRatio: d("cpi_ratio",
+			"Worst tenant's cycles per instruction against its usual in the last interval (1 = as usual)."),
 		tenants: d("tenants",
 			"Number of tenants (VMs and containers) the agent watches."),
 		actionsTotal: d("actions_total",
@@ -144,7 +149,7 @@ func (c *stateCollector) descs() []*prometheus.Desc {
 		c.probeLatency, c.probeBaseline, c.probeRatio,
 		c.contention, c.contentionRatio, c.tenants, c.actionsTotal, c.proofsTotal,
 		c.proofInProgress, c.perfFDs, c.interval, c.lastUpdate,
-		c.dryRun, c.pmu, c.cpuWait, c.cpuWaitRatio,
+		c.dryRun, c.pmu, c.cpuWait, c.cpuWaitRatio, c.cpi, c.cpiRatio,
 		c.sensorSuccess, c.sensorDuration, c.sensorErrors,
 	}
 }
@@ -224,6 +229,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.contentionRatio, s.ContentionRatio)
 	gauge(c.cpuWait, b2f(s.CPUWait))
 	gauge(c.cpuWaitRatio, max(1, s.CPUWaitRatio))
+	gauge(c.cpi, b2f(s.CPI))
+	gauge(c.cpiRatio, max(1, s.CPIRatio))
 	gauge(c.tenants, float64(len(seenTenant)))
 	// The known kinds and results are always exported (0 until they happen),
 	// so rate() and increase() work from the first scrape.

@@ -50,6 +50,8 @@ func sampleState() api.State {
 		ContentionRatio: 2.5,
 		CPUWait:         true,
 		CPUWaitRatio:    1.8,
+		CPI:             true,
+		CPIRatio:        1.6,
 		Tenants: []api.TenantState{
 			{
 				ID: "vm:noisy", Kind: "vm", Name: "noisy", Cgroup: "/machine.slice/machine-qemu\\x2d1\\x2dnoisy.scope", CPUs: "0-3",
@@ -109,6 +111,12 @@ crosstalk_contention 1
 # HELP crosstalk_contention_ratio Worst canary probe latency against its quiet baseline in the last interval (1 = quiet).
 # TYPE crosstalk_contention_ratio gauge
 crosstalk_contention_ratio 2.5
+# HELP crosstalk_cpi_contention 1 if some tenant ran at far more cycles per instruction than usual in the last interval (where a PMU counts them), else 0.
+# TYPE crosstalk_cpi_contention gauge
+crosstalk_cpi_contention 1
+# HELP crosstalk_cpi_ratio Worst tenant's cycles per instruction against its usual in the last interval (1 = as usual).
+# TYPE crosstalk_cpi_ratio gauge
+crosstalk_cpi_ratio 1.6
 # HELP crosstalk_cpu_wait_contention 1 if some tenant's work took far longer than usual in the last interval because its threads waited for a CPU, else 0.
 # TYPE crosstalk_cpu_wait_contention gauge
 crosstalk_cpu_wait_contention 1

@@ -25,11 +25,13 @@ type proof struct {
 	since    time.Time // when the cap was last applied
 	next     time.Time // the next reading
 	// signal is the contention being proven: signalProbe (the canary
-	// probes on cpu) or signalWait (the victims' CPU wait, waitFrom their
-	// counters at the previous reading).
+	// probes on cpu), signalWait (the victims' CPU wait, waitFrom their
+	// counters at the previous reading) or signalCPI (the victims' CPI,
+	// cpiFrom their cycles and instructions at the previous reading).
 	signal   string
 	victims  []sense.Tenant
 	waitFrom map[string]sense.TenantStats
+	cpiFrom  map[string]sense.PerfSnapshot
 }
 
 // proofPeriod is the CFS period of a proof's hard cap (act.ProofPeriod).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
@@ -25,6 +26,7 @@ type prover struct {
 	ledger    *proofLedger
 	cont      *judge.Contention
 	wait      *cpuWaitPolicy
+	cpi       *cpiPolicy
 	caps      proofCaps
 	rec       proofRecords
 	writeErrs writeErrHandler
@@ -62,8 +64,8 @@ type cpuProbe interface {
 	measureOnce(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error)
 }
 
-func newProver(cfg Config, ledger *proofLedger, cont *judge.Contention, wait *cpuWaitPolicy, caps proofCaps, rec proofRecords, writeErrs writeErrHandler, probe cpuProbe, log *slog.Logger) *prover {
-	return &prover{cfg: cfg, ledger: ledger, cont: cont, wait: wait, caps: caps, rec: rec, writeErrs: writeErrs, probe: probe, log: log, verdicts: map[string]uint64{}}
+func newProver(cfg Config, ledger *proofLedger, cont *judge.Contention, wait *cpuWaitPolicy, cpi *cpiPolicy, caps proofCaps, rec proofRecords, writeErrs writeErrHandler, probe cpuProbe, log *slog.Logger) *prover {
+	return &prover{cfg: cfg, ledger: ledger, cont: cont, wait: wait, cpi: cpi, caps: caps, rec: rec, writeErrs: writeErrs, probe: probe, log: log, verdicts: map[string]uint64{}}
 }
 
 // reconfigure takes what of cfg may change while the agent runs.
@@ -82,17 +84,24 @@ func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before flo
 		return
 	}
 	cfg := pr.cfg.Proof.ProofConfig
-	if p.signal == signalWait {
-		// CPU wait is read over the time between two readings: a few
-		// windows a slot, the first of which (it spans the switch) only
-		// starts the count. It moves at the scheduler's pace (slices of a
-		// few milliseconds), so its slots are no shorter than waitSlot.
+	if slices.Contains(victimSignals, p.signal) {
+		// CPU wait and CPI are read over the time between two readings:
+		// a few windows a slot, the first of which (it spans the switch)
+		// only starts the count. They move at the scheduler's pace
+		// (slices of a few milliseconds), so their slots are no shorter
+		// than waitSlot.
 		cfg.Samples = min(cfg.Samples, 4)
 		cfg.Slot = max(cfg.Slot, waitSlot)
 	}
 	key := backoffKey(p.signal, p.tenant.ID)
 	carry := pr.ledger.takeCarry(key, now)
 	p.p = judge.NewProofCarry(cfg, before, now, uint64(now.UnixNano()), carry)
+	switch p.signal {
+	case signalWait:
+		p.p.ReadsOn("its neighbours' CPU wait")
+	case signalCPI:
+		p.p.ReadsOn("the victims' CPI")
+	}
 	pr.proof = p
 	pr.rec.record(now, p.tenant, api.KindProof, 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", pr.cfg.Proof.Trials, p.reason))
 	pr.followPlan(ctx, now, p)
@@ -201,9 +210,13 @@ func (pr *prover) sample(ctx context.Context, now time.Time) {
 	}
 	ratio, ok := -1.0, false
 	var waitNow map[string]sense.TenantStats
-	if p.signal == signalWait {
+	var cpiNow map[string]sense.PerfSnapshot
+	switch p.signal {
+	case signalWait:
 		waitNow = pr.wait.readVictims(ctx, p.victims)
-	} else {
+	case signalCPI:
+		cpiNow = pr.cpi.snapVictims(p.victims)
+	default:
 		var kinds []string
 		if p.kind != "" {
 			kinds = []string{p.kind}
@@ -216,8 +229,12 @@ func (pr *prover) sample(ctx context.Context, now time.Time) {
 	if pr.proof != p {
 		return // ended meanwhile (the tenant vanished, the agent stopped)
 	}
-	if p.signal == signalWait {
+	switch p.signal {
+	case signalWait:
 		ratio = pr.wait.proofRatio(p, waitNow)
+		ok = ratio > 0 && !p.switched
+	case signalCPI:
+		ratio = pr.cpi.proofRatio(p, cpiNow)
 		ok = ratio > 0 && !p.switched
 	}
 	p.switched = false

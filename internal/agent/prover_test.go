@@ -69,7 +69,7 @@ func TestProverRunsAProof(t *testing.T) {
 			cont.Calibrate([]sense.ProbeReading{{Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: 100}})
 			acts := &fakeActs{guilty: tc.guilty}
 			ledger := newProofLedger(cfg.Proof)
-			pr := newProver(cfg, ledger, cont, nil, acts, acts, acts, acts, slog.New(slog.DiscardHandler))
+			pr := newProver(cfg, ledger, cont, nil, nil, acts, acts, acts, acts, slog.New(slog.DiscardHandler))
 			pr.convict = acts.convicted
 			now := time.Unix(1000, 0)
 			pr.start(context.Background(), now, &proof{tenant: suspect, cpu: CPUDomain{0, 1}, kind: sense.ProbeDRAM, signal: signalProbe}, 6)
@@ -161,7 +161,7 @@ func TestProverReadableAtTheProofsPace(t *testing.T) {
 			// interval's: 9× whatever comes next, and it must not count.
 			probe := &readingsProbe{cold: 900, ns: tc.ns}
 			acts := &fakeActs{}
-			pr := newProver(cfg, newProofLedger(cfg.Proof), cont, nil, acts, acts, acts, probe, slog.New(slog.DiscardHandler))
+			pr := newProver(cfg, newProofLedger(cfg.Proof), cont, nil, nil, acts, acts, acts, probe, slog.New(slog.DiscardHandler))
 			p := &proof{tenant: sense.Tenant{ID: "/lab/suspect"}, cpu: CPUDomain{0, 1}, kind: tc.kind, signal: signalProbe}
 			if got := pr.readable(p, 4); got != tc.want {
 				t.Errorf("readable = %v, want %v", got, tc.want)
@@ -221,7 +221,7 @@ func TestProverPlansSlotsFromTheWrite(t *testing.T) {
 	cont.Calibrate([]sense.ProbeReading{{Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: 100}})
 	c := newClock()
 	acts := &slowCaps{fakeActs: fakeActs{guilty: true}, clock: c, write: 4 * time.Millisecond}
-	pr := newProver(cfg, newProofLedger(cfg.Proof), cont, nil, acts, acts, acts, acts, slog.New(slog.DiscardHandler))
+	pr := newProver(cfg, newProofLedger(cfg.Proof), cont, nil, nil, acts, acts, acts, acts, slog.New(slog.DiscardHandler))
 	pr.convict = acts.convicted
 	pr.clock = c.Now
 	// The interval that chose the suspect began 30 ms ago.

@@ -17,6 +17,7 @@ func (a *Agent) publish(now time.Time, v judge.Verdict, samples []sample, ranked
 		Time: now, Interval: a.cfg.Interval.Seconds(), Host: a.d.Host, Version: a.d.Version, DryRun: a.cfg.DryRun,
 		PMU: a.d.PMU, Contention: v.Contended, ContentionRatio: v.Ratio,
 		CPUWait: a.wait.verdict().Contended, CPUWaitRatio: a.wait.verdict().Ratio,
+		CPI: a.cpi.verdict().Contended, CPIRatio: a.cpi.verdict().Ratio,
 		Tenants: []api.TenantState{}, Probes: []api.ProbeState{}, Suspects: []api.Suspect{},
 		Actions: slices.Clone(a.rec.actions), ActionsTotal: map[string]uint64{}, ProofsTotal: map[string]uint64{},
 	}

@@ -72,6 +72,7 @@ func (a *Agent) Reconfigure(ctx context.Context, cfg Config) (ConfigChange, erro
 	next.Judge.Ratio, next.Judge.Strong, next.Judge.Tolerance = cfg.Judge.Ratio, cfg.Judge.Strong, cfg.Judge.Tolerance
 	next.Judge.LLCRatio, next.Judge.LLCStrong = cfg.Judge.LLCRatio, cfg.Judge.LLCStrong
 	next.CPUWait.Ratio, next.CPUWait.Strong, next.CPUWait.Prove = cfg.CPUWait.Ratio, cfg.CPUWait.Strong, cfg.CPUWait.Prove
+	next.CPI.Ratio, next.CPI.Strong, next.CPI.Prove = cfg.CPI.Ratio, cfg.CPI.Strong, cfg.CPI.Prove
 	next.Proof = cfg.Proof
 	period, steps := next.Throttle.Period, next.Throttle.Steps
 	next.Throttle = cfg.Throttle
@@ -87,6 +88,7 @@ func (a *Agent) Reconfigure(ctx context.Context, cfg Config) (ConfigChange, erro
 	a.cfg = next
 	a.cont.SetThresholds(next.Thresholds())
 	a.wait.reconfigure(next)
+	a.cpi.reconfigure(next)
 	a.ledger.cfg = next.Proof
 	a.probes.reconfigure(next)
 	a.prover.reconfigure(next)

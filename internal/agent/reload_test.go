@@ -35,11 +35,12 @@ func TestReloadKeepsAThrottle(t *testing.T) {
 	next.Judge.Ratio = 1.6
 	next.Proof.Trials = cfg.Proof.Trials + 2
 	next.LogLevel = "debug"
+	next.CPI.Ratio, next.CPI.Prove = 1.4, ptrTo(false)
 	change, err := hs.agent.Reconfigure(t.Context(), next)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"interval", "judge.ratio", "proof.trials", "log_level"} {
+	for _, k := range []string{"interval", "judge.ratio", "proof.trials", "log_level", "cpi.ratio", "cpi.prove"} {
 		if !slices.Contains(change.Applied, k) {
 			t.Errorf("applied %v lacks %s", change.Applied, k)
 		}
@@ -68,6 +69,9 @@ func TestReloadKeepsAThrottle(t *testing.T) {
 	hs.stop(t)
 	if got := hs.agent.cont.Thresholds().Ratio; got != 1.6 {
 		t.Errorf("judge ratio in use %v, want 1.6", got)
+	}
+	if got := hs.agent.cpi.cpi.Thresholds().Ratio; got != 1.4 || hs.agent.cpi.prove {
+		t.Errorf("CPI ratio in use %v, proving %v; want 1.4, not proving", got, hs.agent.cpi.prove)
 	}
 	if hs.agent.cfg.Interval != 60*time.Millisecond || hs.agent.cfg.Proof.Trials != next.Proof.Trials {
 		t.Errorf("config in use: interval %s, trials %d", hs.agent.cfg.Interval, hs.agent.cfg.Proof.Trials)

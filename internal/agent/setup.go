@@ -223,6 +223,14 @@ func BuildWith(ctx context.Context, cfg Config, h *host.Host, o BuildOptions) (*
 			events = append(events, e.Name)
 		}
 	}
+	switch {
+	case !*cfg.CPI.Enabled:
+		log.Info("CPI signal off", "why", "cpi.enabled: false")
+	case !d.PMU || !slices.Contains(events, sense.EventCycles) || !slices.Contains(events, sense.EventInstructions):
+		log.Info("CPI signal off", "why", "no hardware PMU counts each tenant's cycles and instructions")
+	default:
+		log.Info("CPI signal on: a tenant far over its usual cycles per instruction is a victim, proven on with its neighbours on the L3", "prove", *cfg.CPI.Prove)
+	}
 	hw := NewHardware(cfg, HardwareOptions{Host: h, Topology: topo, Identity: id, State: state, Log: log, Now: o.Now,
 		Events: events, QuotaSteps: cfg.Sparsify().Steps, Files: files})
 	for _, k := range slices.Sorted(maps.Keys(hw.Off())) {

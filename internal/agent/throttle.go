@@ -46,6 +46,7 @@ type throttles struct {
 	// CPU wait's), domain each probe domain's CPUs.
 	cont   *judge.Contention
 	wait   *cpuWaitPolicy
+	cpi    *cpiPolicy
 	domain map[int]cpuset.Set
 	ledger *proofLedger
 	prover *prover
@@ -80,9 +81,9 @@ type probeRecords interface {
 	recordSlot(now time.Time, t sense.Tenant, kind api.ActionKind, quota float64, reason string)
 }
 
-func newThrottles(cfg Config, cont *judge.Contention, wait *cpuWaitPolicy, domain map[int]cpuset.Set, ledger *proofLedger, prover *prover, holds quotaHolds, rec probeRecords, writeErrs writeErrHandler) *throttles {
+func newThrottles(cfg Config, cont *judge.Contention, wait *cpuWaitPolicy, cpi *cpiPolicy, domain map[int]cpuset.Set, ledger *proofLedger, prover *prover, holds quotaHolds, rec probeRecords, writeErrs writeErrHandler) *throttles {
 	return &throttles{
-		cfg: cfg, sp: cfg.Sparsify(), duty: cfg.DutyController(), cont: cont, wait: wait, domain: domain, ledger: ledger, prover: prover, holds: holds, rec: rec, writeErrs: writeErrs,
+		cfg: cfg, sp: cfg.Sparsify(), duty: cfg.DutyController(), cont: cont, wait: wait, cpi: cpi, domain: domain, ledger: ledger, prover: prover, holds: holds, rec: rec, writeErrs: writeErrs,
 		throttled: map[string]*throttled{}, convicts: map[string]convict{},
 	}
 }
@@ -169,7 +170,7 @@ type backoff struct {
 // release it.
 func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict, present map[string]sample, probed bool) (idle bool) {
 	for id, t := range th.throttled {
-		if !probed && t.signal != signalWait {
+		if !probed && t.signal == signalProbe {
 			if _, ok := present[id]; ok {
 				continue
 			}
@@ -183,10 +184,14 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 			continue
 		}
 		ratio := th.cont.Worst(t.readings(v.Readings), th.domainsOf(t.tenant.CPUs))
-		if t.signal == signalWait {
+		switch t.signal {
+		case signalWait:
 			// Convicted for its neighbours' CPU wait: held to that. (The
 			// probes' noise must not make it look useless.)
 			ratio = th.wait.ratio(t.tenant)
+		case signalCPI:
+			// Convicted for its neighbours' CPI: held to that.
+			ratio = th.cpi.ratio(t.tenant)
 		}
 		if ratio == 0 {
 			ratio = 1
@@ -366,7 +371,7 @@ func (th *throttles) tighteningOn(domains []int) bool {
 func (th *throttles) convicted(ctx context.Context, now time.Time, p *proof, why string) {
 	key := backoffKey(p.signal, p.tenant.ID)
 	start := th.duty.Start
-	if p.signal == signalWait {
+	if slices.Contains(victimSignals, p.signal) {
 		start = th.duty.StartContinuous
 	}
 	thr := start(now, p.p.Before())

@@ -28,6 +28,11 @@ type State struct {
 	// worst tenant's stretch over its quiet stretch (1.0 = as usual).
 	CPUWait      bool    `json:"cpu_wait_contention"`
 	CPUWaitRatio float64 `json:"cpu_wait_ratio"`
+	// CPI is the CPI verdict, where a PMU counts cycles and instructions:
+	// some tenant runs at far more cycles an instruction than usual;
+	// CPIRatio is the worst tenant's CPI over its usual CPI.
+	CPI      bool    `json:"cpi_contention"`
+	CPIRatio float64 `json:"cpi_ratio"`
 
 	Tenants  []TenantState `json:"tenants"`
 	Probes   []ProbeState  `json:"probes"`

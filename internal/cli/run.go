@@ -62,7 +62,7 @@ it); --web.listen-address is another name for --listen.
 
 SIGHUP reloads the --config file: an invalid one changes nothing (the log says
 why); otherwise interval, max_throttled, protect (a newly protected tenant is
-released at once), log_level, the judge and cpu_wait thresholds and cpu_wait.prove, proof and
+released at once), log_level, the judge, cpu_wait and cpi thresholds, cpu_wait.prove and cpi.prove, proof and
 throttle (but for its period and steps) apply at once, throttles that still
 hold are kept, and the log names the changed keys that need a restart.
 

@@ -465,3 +465,37 @@ func TestReload(t *testing.T) {
 		t.Errorf("reload told as:\n%s", b.String())
 	}
 }
+
+// A proof read on the victims' CPI says so, as one read on their CPU wait
+// or on a probe does.
+func TestCPIProofSaysWhatItRead(t *testing.T) {
+	reason := "CPI: shop/db runs at 1.43 cycles an instruction, 1.5× its usual 0.96; suspect score 3.68: LLC misses 96.5M/s, 86% of the host's"
+	evs := []act.Event{
+		{Time: at(0), Kind: "start", Detail: "agent started"},
+		{Time: at(1000), Kind: "detection", Tenant: webID, Name: "shop/web", Detail: reason,
+			Evidence: agent.DetectionEvidence{CPIRatio: 1.5, CPIVictims: []judge.CPIRating{{ID: dbID, CPI: 1.43, Baseline: 0.96, Ratio: 1.5, Contended: true}}}},
+		{Time: at(1000), Kind: "proof", Policy: "probe", Lever: "cpu_quota", Tenant: webID, Name: "shop/web", Quota: quota(0),
+			Detail: "proving it, 24 randomized capped/freed trials at most: " + reason},
+		{Time: at(1400), Kind: "proof", Tenant: webID, Name: "shop/web", Detail: "polluter: the victims' CPI read 1.47× higher with it free than capped",
+			Evidence: agent.ProofEvidence{Before: 1.5, Signal: agent.SignalCPI, FalseConvictionBound: 100,
+				Trials: []judge.Trial{trial(true, []float64{1.01, 1.02}, []float64{1.49, 1.48}, judge.TrialPass, 1.8)}}},
+	}
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	writeJournal(t, path, evs)
+	r, err := Explain(path, Options{Tenant: "shop/web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := Render(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"read the victims' CPI, 1.50× before", "CPI: shop/db runs at 1.43 cycles an instruction"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("explain does not say %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "probe on CPU") {
+		t.Errorf("a CPI proof told as a probe's:\n%s", b.String())
+	}
+}

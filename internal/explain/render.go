@@ -179,9 +179,12 @@ func verdictText(who string, e *Entry) string {
 	if ev.FalseConvictionBound > 0 {
 		fmt.Fprintf(&b, "; evidence %.3g, conviction at %.3g", p.FinalEvidence, ev.FalseConvictionBound)
 	}
-	if ev.Signal == agent.SignalCPUWait {
+	switch {
+	case ev.Signal == agent.SignalCPUWait:
 		fmt.Fprintf(&b, "; read the victims' CPU wait, %.2f× before", ev.Before)
-	} else if ev.Before > 0 {
+	case ev.Signal == agent.SignalCPI:
+		fmt.Fprintf(&b, "; read the victims' CPI, %.2f× before", ev.Before)
+	case ev.Before > 0:
 		kind := ev.Kind
 		if kind == "" {
 			kind = "every"

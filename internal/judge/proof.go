@@ -209,6 +209,17 @@ type Proof struct {
 	misses int       // missing readings in the current slot
 
 	verdict, why string
+	// reads names what the proof reads, for its verdict (default "the
+	// probe").
+	reads string
+}
+
+// ReadsOn names what the proof's readings are, as its verdict says it:
+// "the probe" by default, "the victims' CPI" for one read on them.
+func (p *Proof) ReadsOn(what string) {
+	if what != "" {
+		p.reads = what
+	}
 }
 
 // NewProof starts a proof against contention at ratio before (> 1) at now.
@@ -231,7 +242,7 @@ func NewProofCarry(cfg ProofConfig, before float64, now time.Time, seed uint64, 
 	l := math.Log(before)
 	p := &Proof{cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), before: before,
 		margin: max(cfg.Effect*l, minMargin), quiet: math.Log(QuietLevel(before)), ceil: l + math.Ln2, share: min(innocentShare*l, maxShare),
-		start: now, from: now, evidence: carry}
+		start: now, from: now, evidence: carry, reads: "the probe"}
 	if before >= hitMinBefore {
 		p.hit = l / 2
 	}
@@ -428,12 +439,12 @@ func (p *Proof) decide() bool {
 	switch {
 	case p.evidence >= 1/p.cfg.Alpha:
 		p.verdict = ProofGuilty
-		p.why = fmt.Sprintf("the probe read %.2f× higher with it free than capped (geometric mean over %d randomized trials, %d of them passed; the %.2f× contention before); evidence %.0f: a tenant the cap does not affect gets there with probability ≤ %.2g",
-			math.Exp(p.meanDrop()), n, pass, p.before, p.evidence, p.cfg.Alpha)
+		p.why = fmt.Sprintf("%s read %.2f× higher with it free than capped (geometric mean over %d randomized trials, %d of them passed; the %.2f× contention before); evidence %.0f: a tenant the cap does not affect gets there with probability ≤ %.2g",
+			p.reads, math.Exp(p.meanDrop()), n, pass, p.before, p.evidence, p.cfg.Alpha)
 		return true
 	case void > n/2 && void >= 2:
 		p.verdict = ProofInconclusive
-		p.why = fmt.Sprintf("the probe could not read in %d of %d trials", void, n)
+		p.why = fmt.Sprintf("%s could not read in %d of %d trials", p.reads, void, n)
 		return true
 	case p.quietRun() >= quietStop && (p.evidence < LeanEvidence || p.quietRun() >= leaningQuietStop):
 		// The contention went away, whoever caused it: capping the

@@ -1,0 +1,290 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/act"
+	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
+)
+
+// counterSnapshots reads a tenant's counters at a proof's pace, apart
+// from the interval's rates (sense.PerfCounters).
+type counterSnapshots interface {
+	Snapshot(id string, events ...string) (sense.PerfSnapshot, bool)
+}
+
+// cpiPolicy is the CPI policy, where a PMU counts each tenant's cycles
+// and instructions: it judges each tenant's CPI against its own usual
+// level (judge.CPI), ranks the tenants on the victims' L3 (by LLC misses,
+// activity and correlation), and starts a proof read on the victims' CPI.
+// The proof and the throttle that follows are shared with the other
+// policies (one proof at a time on the host, one throttle per tenant),
+// reached through proofs.
+type cpiPolicy struct {
+	// enabled: cpi.enabled, and counters that count cycles and
+	// instructions; prove: cpi.prove and snapshots to read proofs with.
+	enabled, prove bool
+	snaps          counterSnapshots
+	proofs         waitProofs
+	cpi            *judge.CPI
+	susp           *judge.Suspects
+	// domain is each L3 domain's CPUs (the agent's), cpus the CPUs of the
+	// tenants judged this interval, last its verdict.
+	domain map[int]cpuset.Set
+	cpus   map[string]cpuset.Set
+	last   judge.CPIVerdict
+	// misses is each tenant's LLC misses a second while no tenant's CPI
+	// was over the threshold; during such an episode it holds what each
+	// missed before it began (see onset).
+	misses  map[string]float64
+	episode bool
+}
+
+func newCPIPolicy(cfg Config, pmu bool, snaps counterSnapshots, domain map[int]cpuset.Set, proofs waitProofs) *cpiPolicy {
+	return &cpiPolicy{
+		enabled: *cfg.CPI.Enabled && pmu, prove: *cfg.CPI.Prove && snaps != nil, snaps: snaps, proofs: proofs,
+		cpi: judge.NewCPI(cfg.CPIThresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
+		domain: domain, cpus: map[string]cpuset.Set{}, last: judge.CPIVerdict{Ratio: 1}, misses: map[string]float64{},
+	}
+}
+
+// reconfigure takes what of cfg may change while the agent runs.
+func (c *cpiPolicy) reconfigure(cfg Config) {
+	c.cpi.SetThresholds(cfg.CPIThresholds())
+	c.prove = *cfg.CPI.Prove && c.snaps != nil
+}
+
+// verdict is this interval's CPI verdict.
+func (c *cpiPolicy) verdict() judge.CPIVerdict { return c.last }
+
+// observe feeds this interval's counters to the CPI judge. Tenants
+// crosstalk is capping are left out: their CPI is its own doing.
+func (c *cpiPolicy) observe(samples []sample, views []judge.TenantView) {
+	if !c.enabled {
+		return
+	}
+	cs := make([]judge.CPISample, 0, len(samples))
+	clear(c.cpus)
+	for _, s := range samples {
+		cyc, okc := s.counters[sense.EventCycles]
+		ins, oki := s.counters[sense.EventInstructions]
+		if !s.fresh || !okc || !oki {
+			continue
+		}
+		cs = append(cs, judge.CPISample{ID: s.t.ID, Cycles: cyc, Instructions: ins, Usage: s.usage, Exclude: c.proofs.capped(s.t.ID)})
+		c.cpus[s.t.ID] = s.t.CPUs
+	}
+	c.last = c.cpi.Update(cs)
+	c.susp.Observe(judge.Verdict{Ratio: c.last.Ratio}, views)
+	// An episode begins with the first rating over the threshold and lasts
+	// until every rating is back under the tolerance; the misses are
+	// learned only outside episodes.
+	th := c.cpi.Thresholds()
+	switch {
+	case c.last.Ratio > th.Ratio:
+		c.episode = true
+	case c.last.Ratio < th.Tolerance:
+		c.episode = false
+	}
+	seen := map[string]bool{}
+	for _, s := range samples {
+		seen[s.t.ID] = true
+		m, ok := s.counters[sense.EventLLCMisses]
+		if !s.fresh || !ok || c.episode || c.proofs.capped(s.t.ID) {
+			continue
+		}
+		if old, ok := c.misses[s.t.ID]; ok {
+			c.misses[s.t.ID] = old + missesAlpha*(m-old)
+		} else {
+			c.misses[s.t.ID] = m
+		}
+	}
+	for id := range c.misses {
+		if !seen[id] {
+			delete(c.misses, id)
+		}
+	}
+}
+
+// missesAlpha smooths a tenant's usual LLC misses.
+const missesAlpha = 0.3
+
+// onsetGain is how many times its usual LLC misses a CPI suspect must
+// miss during the episode (see onset).
+const onsetGain = 2
+
+// onset reports whether a tenant's LLC misses rose with the CPI episode:
+// at least onsetGain times what it missed before it began (a tenant new
+// since then missed nothing before). Two tenants that take each other's
+// cache are symmetric — capping either relieves the other — and what
+// breaks the tie is who changed, as with CPU wait. In the simulator, a
+// memory-bound victim missing 70-120 million times a second from the start
+// was proven to raise a light cache user's CPI 1.3× once a polluter's start
+// lifted that user's CPI over the threshold; its own misses had barely
+// moved.
+func (c *cpiPolicy) onset(v judge.TenantView) bool {
+	if v.Counters[sense.EventBusLocks] > 0 || v.KernelBusLocks > 0 {
+		return true
+	}
+	m, ok := v.Counters[sense.EventLLCMisses]
+	if !ok {
+		return true // nothing to tell by (Zen 1 counts no LLC misses)
+	}
+	return m >= onsetGain*c.misses[v.ID]
+}
+
+// l3Of is the CPUs of the L3 domains cpus touch.
+func (c *cpiPolicy) l3Of(cpus cpuset.Set) cpuset.Set {
+	var out cpuset.Set
+	for _, d := range domainsIn(c.domain, cpus) {
+		out = out.Union(c.domain[d])
+	}
+	return out
+}
+
+// ratio is the worst CPI ratio this interval among the other tenants on
+// t's L3: what a throttle on t answers to.
+func (c *cpiPolicy) ratio(t sense.Tenant) float64 {
+	near := c.l3Of(t.CPUs)
+	worst := 1.0
+	for _, r := range c.last.Ratings {
+		if r.ID != t.ID && !c.cpus[r.ID].Intersect(near).IsEmpty() {
+			worst = max(worst, r.Ratio)
+		}
+	}
+	return worst
+}
+
+// minSuspectMisses is the LLC misses per second below which a tenant is
+// no CPI suspect where the PMU counts them: ten million lines a second
+// (640 MB/s) replace a few-MiB L3 share in milliseconds, what evicting a
+// neighbour's working set between its reuses takes; fewer take nobody's
+// cache or bandwidth (a cache-friendly busy loop misses thousands a
+// second, a streamer a hundred million). In the simulator a victim freed
+// of its polluter, missing 1.5 million a second, raised a light cache
+// user's CPI 1.3×, and capping it lowered that 1.2×: a real effect, but
+// of a tenant running its own working set, not of a polluter. A tenant
+// the PMU or the kernel saw take bus locks is a suspect whatever its
+// misses.
+const minSuspectMisses = 1e7
+
+// pollutes reports whether a tenant's counters leave it a CPI suspect.
+func pollutes(v judge.TenantView) bool {
+	if v.Counters[sense.EventBusLocks] > 0 || v.KernelBusLocks > 0 {
+		return true
+	}
+	m, ok := v.Counters[sense.EventLLCMisses]
+	return !ok || m >= minSuspectMisses
+}
+
+// maybeProve ranks the suspects for the CPI victims (tenants on their L3,
+// not themselves victims) and, when the contention is persistent, starts
+// a randomized proof of the top one, read on the victims' CPI. It returns
+// the ranking for the state.
+func (c *cpiPolicy) maybeProve(ctx context.Context, now time.Time, views []judge.TenantView, present map[string]sample) []judge.Suspect {
+	v := c.last
+	if !c.enabled || !v.Contended {
+		return nil
+	}
+	victim := map[string]bool{}
+	var near cpuset.Set
+	for _, r := range v.Victims {
+		victim[r.ID] = true
+		near = near.Union(c.l3Of(c.cpus[r.ID]))
+	}
+	byID := make(map[string]judge.TenantView, len(views))
+	for _, tv := range views {
+		byID[tv.ID] = tv
+	}
+	ranked := c.susp.RankOn(near, views, func(id string) bool {
+		// A victim is not its own suspect (its misses are its loss); a
+		// capped tenant's CPI and misses are crosstalk's doing.
+		return victim[id] || !pollutes(byID[id]) || !c.onset(byID[id]) || c.proofs.capped(id) || c.proofs.resting(signalCPI, id, now)
+	})
+	if !c.prove || !v.Persistent || len(ranked) == 0 || !c.proofs.mayProve(now) {
+		return ranked
+	}
+	// A throttled tenant on this L3 that can still be held tighter is its
+	// controller's business.
+	if c.proofs.tightening(signalCPI, near) {
+		return ranked
+	}
+	var top judge.Suspect
+	var s sample
+	var vt []sense.Tenant
+	before := 1.0
+	for _, cand := range ranked {
+		cs, ok := present[cand.ID]
+		if !ok {
+			continue
+		}
+		l3 := c.l3Of(cs.t.CPUs)
+		for _, r := range v.Victims {
+			if p, ok := present[r.ID]; ok && !p.t.CPUs.Intersect(l3).IsEmpty() {
+				vt = append(vt, p.t)
+				before = max(before, r.Ratio)
+			}
+		}
+		if len(vt) > 0 {
+			top, s = cand, cs
+			break
+		}
+	}
+	if len(vt) == 0 {
+		return ranked
+	}
+	w := v.Victims[0]
+	name := w.ID
+	if p, ok := present[w.ID]; ok {
+		name = p.t.Name
+	}
+	reason := fmt.Sprintf("CPI: %s runs at %.2f cycles an instruction, %.1f× its usual %.2f; suspect score %.2f: %s",
+		name, w.CPI, w.Ratio, w.Baseline, top.Score, strings.Join(top.Reasons, "; "))
+	c.proofs.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason,
+		Evidence: DetectionEvidence{CPIRatio: v.Ratio, CPIVictims: v.Victims, Suspects: ranked}})
+	c.proofs.startProof(ctx, now, &proof{tenant: s.t, reason: reason, signal: signalCPI, victims: vt, cpiFrom: c.snapVictims(vt)}, before)
+	return ranked
+}
+
+// cpiEvents are the counters a proof reads.
+var cpiEvents = []string{sense.EventCycles, sense.EventInstructions}
+
+// snapVictims reads the victims' cycles and instructions now.
+func (c *cpiPolicy) snapVictims(vt []sense.Tenant) map[string]sense.PerfSnapshot {
+	out := make(map[string]sense.PerfSnapshot, len(vt))
+	if c.snaps == nil {
+		return out
+	}
+	for _, t := range vt {
+		if snap, ok := c.snaps.Snapshot(t.ID, cpiEvents...); ok {
+			out[t.ID] = snap
+		}
+	}
+	return out
+}
+
+// proofRatio is the worst victim's CPI ratio since the proof's previous
+// reading, or -1 when no victim did enough work in between to tell.
+func (c *cpiPolicy) proofRatio(p *proof, now map[string]sense.PerfSnapshot) float64 {
+	worst := -1.0
+	for id, snap := range now {
+		from, ok := p.cpiFrom[id]
+		p.cpiFrom[id] = snap
+		dt := snap.At.Sub(from.At).Seconds()
+		if !ok || dt <= 0 {
+			continue
+		}
+		d := snap.Since(from)
+		cpi, ok := judge.WindowCPI(d[sense.EventCycles], d[sense.EventInstructions], dt)
+		if !ok {
+			continue
+		}
+		worst = max(worst, c.cpi.Ratio(id, cpi))
+	}
+	return worst
+}

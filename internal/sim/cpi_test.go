@@ -1,0 +1,73 @@
+package sim
+
+import (
+	"strings"
+	"testing"
+)
+
+// A memory-bandwidth polluter that the canary's DRAM probe barely moves for
+// is caught from its victim's cycles per instruction where a PMU counts
+// them, and only it; with the CPI signal off, nothing catches it.
+func TestCPICatchesAPolluterTheProbesMiss(t *testing.T) {
+	run := func(t *testing.T, cpi bool) (*PolicyResult, *PolicyResult) {
+		sc, err := Load("testdata/cpi-membw.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Agent.CPI.Enabled = &cpi
+		res, err := Run(t.Context(), sc, Options{Policies: []string{PolicyNone, PolicyCrosstalk}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		none, _ := res.Policy(PolicyNone)
+		ct, _ := res.Policy(PolicyCrosstalk)
+		return none, ct
+	}
+	named := func(r *PolicyResult) map[string]bool {
+		out := map[string]bool{}
+		for _, tr := range r.Tenants {
+			out[tr.Name] = tr.NamedPolluter
+		}
+		return out
+	}
+	slowdown := func(r *PolicyResult, name string) float64 {
+		for _, tr := range r.Tenants {
+			if tr.Name == name && tr.Slowdown != nil {
+				return *tr.Slowdown
+			}
+		}
+		t.Fatalf("no slowdown for %s", name)
+		return 0
+	}
+
+	t.Run("on", func(t *testing.T) {
+		none, ct := run(t, true)
+		if n := named(ct); !n["streamer"] || n["victim"] || n["busy"] {
+			t.Errorf("named polluters %v, want the streamer only", n)
+		}
+		provedOnCPI := false
+		for _, a := range ct.Actions {
+			if a.Tenant == "streamer" && a.Kind == "proof" && strings.Contains(a.Reason, "CPI: victim runs at") {
+				provedOnCPI = true
+			}
+			if a.Tenant != "streamer" && a.Kind == "proof" {
+				t.Errorf("an innocent proved: %+v", a)
+			}
+		}
+		if !provedOnCPI {
+			t.Errorf("the streamer was not proved on the victim's CPI: %+v", ct.Actions)
+		}
+		if n, c := slowdown(none, "victim"), slowdown(ct, "victim"); n < 1.2 || c > 1.12 {
+			t.Errorf("victim %.2f× under no policy, %.2f× under crosstalk; want at least 1.2× and at most 1.12×", n, c)
+		}
+		if len(ct.LeftThrottled) > 0 {
+			t.Errorf("left throttled: %v", ct.LeftThrottled)
+		}
+	})
+	t.Run("off", func(t *testing.T) {
+		_, ct := run(t, false)
+		if n := named(ct); n["streamer"] {
+			t.Errorf("the streamer was named with CPI off: the probes caught it, so this scenario does not test CPI")
+		}
+	})
+}
