@@ -214,27 +214,13 @@ func (c *cpiPolicy) maybeProve(ctx context.Context, now time.Time, views []judge
 	if c.proofs.tightening(signalCPI, near) {
 		return ranked
 	}
-	var top judge.Suspect
-	var s sample
-	var vt []sense.Tenant
-	before := 1.0
-	for _, cand := range ranked {
-		cs, ok := present[cand.ID]
-		if !ok {
-			continue
-		}
-		l3 := c.l3Of(cs.t.CPUs)
-		for _, r := range v.Victims {
-			if p, ok := present[r.ID]; ok && !p.t.CPUs.Intersect(l3).IsEmpty() {
-				vt = append(vt, p.t)
-				before = max(before, r.Ratio)
-			}
-		}
-		if len(vt) > 0 {
-			top, s = cand, cs
-			break
-		}
+	victims := make([]victimRatio, 0, len(v.Victims))
+	for _, r := range v.Victims {
+		victims = append(victims, victimRatio{r.ID, r.Ratio})
 	}
+	top, s, vt, before := firstNear(ranked, present, victims, func(suspect, victim sense.Tenant) bool {
+		return !victim.CPUs.Intersect(c.l3Of(suspect.CPUs)).IsEmpty()
+	})
 	if len(vt) == 0 {
 		return ranked
 	}
@@ -271,20 +257,13 @@ func (c *cpiPolicy) snapVictims(vt []sense.Tenant) map[string]sense.PerfSnapshot
 // proofRatio is the worst victim's CPI ratio since the proof's previous
 // reading, or -1 when no victim did enough work in between to tell.
 func (c *cpiPolicy) proofRatio(p *proof, now map[string]sense.PerfSnapshot) float64 {
-	worst := -1.0
-	for id, snap := range now {
-		from, ok := p.cpiFrom[id]
-		p.cpiFrom[id] = snap
-		dt := snap.At.Sub(from.At).Seconds()
-		if !ok || dt <= 0 {
-			continue
-		}
+	at := func(s sense.PerfSnapshot) time.Time { return s.At }
+	return worstWindow(now, p.cpiFrom, at, func(id string, from, snap sense.PerfSnapshot, dt float64) (float64, bool) {
 		d := snap.Since(from)
 		cpi, ok := judge.WindowCPI(d[sense.EventCycles], d[sense.EventInstructions], dt)
 		if !ok {
-			continue
+			return 0, false
 		}
-		worst = max(worst, c.cpi.Ratio(id, cpi))
-	}
-	return worst
+		return c.cpi.Ratio(id, cpi), true
+	})
 }

@@ -204,26 +204,13 @@ func (w *cpuWaitPolicy) maybeProve(ctx context.Context, now time.Time, views []j
 		return ranked
 	}
 	// The best suspect with someone else waiting on its CPUs.
-	var top judge.Suspect
-	var s sample
-	var vt []sense.Tenant
-	before := 1.0
-	for _, cand := range ranked {
-		c, ok := present[cand.ID]
-		if !ok {
-			continue
-		}
-		for _, v := range wv.Victims {
-			if p, ok := present[v.ID]; ok && v.ID != c.t.ID && !p.t.CPUs.Intersect(c.t.CPUs).IsEmpty() {
-				vt = append(vt, p.t)
-				before = max(before, v.Ratio)
-			}
-		}
-		if len(vt) > 0 {
-			top, s = cand, c
-			break
-		}
+	victims := make([]victimRatio, 0, len(wv.Victims))
+	for _, v := range wv.Victims {
+		victims = append(victims, victimRatio{v.ID, v.Ratio})
 	}
+	top, s, vt, before := firstNear(ranked, present, victims, func(suspect, victim sense.Tenant) bool {
+		return victim.ID != suspect.ID && !victim.CPUs.Intersect(suspect.CPUs).IsEmpty()
+	})
 	if len(vt) == 0 {
 		return ranked
 	}
@@ -231,6 +218,35 @@ func (w *cpuWaitPolicy) maybeProve(ctx context.Context, now time.Time, views []j
 	w.proofs.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{CPUWaitRatio: wv.Ratio, Victims: wv.Victims, Suspects: ranked}})
 	w.proofs.startProof(ctx, now, &proof{tenant: s.t, reason: reason, signal: signalWait, victims: vt, waitFrom: w.readVictims(ctx, vt)}, before)
 	return ranked
+}
+
+// victimRatio is a victim and how contended it is.
+type victimRatio struct {
+	id    string
+	ratio float64
+}
+
+// firstNear is the first ranked suspect present with a victim near it
+// (near), the victims near it and the worst of their ratios (1 when none
+// is: then no suspect qualifies and vt is empty).
+func firstNear(ranked []judge.Suspect, present map[string]sample, victims []victimRatio, near func(suspect, victim sense.Tenant) bool) (top judge.Suspect, s sample, vt []sense.Tenant, before float64) {
+	before = 1
+	for _, cand := range ranked {
+		c, ok := present[cand.ID]
+		if !ok {
+			continue
+		}
+		for _, v := range victims {
+			if p, ok := present[v.id]; ok && near(c.t, p.t) {
+				vt = append(vt, p.t)
+				before = max(before, v.ratio)
+			}
+		}
+		if len(vt) > 0 {
+			return cand, c, vt, before
+		}
+	}
+	return judge.Suspect{}, sample{}, nil, 1
 }
 
 // suspectExcess is how far over its fair share a CPU-wait suspect must be:
@@ -277,20 +293,32 @@ func (w *cpuWaitPolicy) readVictims(ctx context.Context, vt []sense.Tenant) map[
 // proofRatio is the worst victim's CPU-wait ratio since the
 // proof's previous sample, or -1 when no victim ran enough to tell.
 func (w *cpuWaitPolicy) proofRatio(p *proof, now map[string]sense.TenantStats) float64 {
-	worst := -1.0
-	for id, st := range now {
-		from, ok := p.waitFrom[id]
-		p.waitFrom[id] = st
-		dt := st.At.Sub(from.At).Seconds()
-		if !ok || dt <= 0 {
-			continue
-		}
+	at := func(st sense.TenantStats) time.Time { return st.At }
+	return worstWindow(now, p.waitFrom, at, func(id string, from, st sense.TenantStats, dt float64) (float64, bool) {
 		usage := (st.Usage - from.Usage).Seconds() / dt
 		delay := (st.RunDelay - from.RunDelay).Seconds() / dt
 		if _, ok := judge.Stretch(usage, delay); !ok {
+			return 0, false
+		}
+		return w.wait.Ratio(id, usage, delay), true
+	})
+}
+
+// worstWindow is the worst of the victims' ratios over the window since
+// each one's previous reading (from, which it moves on to now), rated by
+// rate; -1 when none could tell.
+func worstWindow[T any](now, from map[string]T, at func(T) time.Time, rate func(id string, from, now T, seconds float64) (float64, bool)) float64 {
+	worst := -1.0
+	for id, cur := range now {
+		prev, ok := from[id]
+		from[id] = cur
+		dt := at(cur).Sub(at(prev)).Seconds()
+		if !ok || dt <= 0 {
 			continue
 		}
-		worst = max(worst, w.wait.Ratio(id, usage, delay))
+		if r, ok := rate(id, prev, cur, dt); ok {
+			worst = max(worst, r)
+		}
 	}
 	return worst
 }

@@ -2,8 +2,6 @@ package judge
 
 import (
 	"fmt"
-	"math/bits"
-	"slices"
 )
 
 // CPI judges cache and memory contention from the victims' side, where a
@@ -25,10 +23,8 @@ import (
 // CPI, which convicts a tenant whose cap does not move it with
 // probability at most its Alpha.
 type CPI struct {
-	th   Thresholds
-	base map[string]*Baseline
-	hot  map[string]int // per tenant: the last 3 intervals, a bit each, set when above Ratio
-	runs map[string]int // consecutive intervals above Ratio
+	th     Thresholds
+	levels ownLevels
 }
 
 // CPISample is one tenant's interval: its counters' rates per second and
@@ -83,20 +79,14 @@ const (
 // NewCPI returns a CPI judge with the given thresholds.
 func NewCPI(th Thresholds) *CPI {
 	th.Fill()
-	return &CPI{th: th, base: map[string]*Baseline{}, hot: map[string]int{}, runs: map[string]int{}}
+	return &CPI{th: th, levels: newOwnLevels(cpiWarmup)}
 }
 
 // Thresholds returns the thresholds in use.
 func (c *CPI) Thresholds() Thresholds { return c.th }
 
 // Baselines returns a copy of each tenant's CPI baseline.
-func (c *CPI) Baselines() map[string]Baseline {
-	out := make(map[string]Baseline, len(c.base))
-	for id, b := range c.base {
-		out[id] = *b
-	}
-	return out
-}
+func (c *CPI) Baselines() map[string]Baseline { return c.levels.baselines() }
 
 // SetThresholds replaces the thresholds (a configuration reload); the
 // baselines carry on.
@@ -128,11 +118,10 @@ func WindowCPI(cycles, instructions, seconds float64) (float64, bool) {
 // learning from it (for proofs and for controlling a throttle); 1 when the
 // tenant has no warmed-up baseline.
 func (c *CPI) Ratio(id string, cpi float64) float64 {
-	b := c.base[id]
-	if b == nil || b.N < cpiWarmup || cpi <= 0 {
+	if cpi <= 0 {
 		return 1
 	}
-	return b.Ratio(cpi)
+	return c.levels.ratio(id, cpi)
 }
 
 // Update judges an interval and learns from its quiet readings. Tenants
@@ -143,60 +132,27 @@ func (c *CPI) Update(samples []CPISample) CPIVerdict {
 	for _, s := range samples {
 		seen[s.ID] = true
 		if s.Exclude {
-			c.runs[s.ID] = 0
+			c.levels.skip(s.ID)
 			continue
 		}
 		cpi, ok := CPIOf(s.Cycles, s.Instructions, s.Usage)
 		if !ok {
 			continue
 		}
-		b := c.base[s.ID]
-		if b == nil {
-			b = &Baseline{}
-			c.base[s.ID] = b
-		}
-		if b.N < cpiWarmup {
-			b.Observe(cpi, false)
+		o, ok := c.levels.rate(s.ID, cpi, c.th)
+		if !ok {
 			continue
 		}
-		r := CPIRating{ID: s.ID, CPI: cpi, Baseline: b.Level, Ratio: b.Ratio(cpi)}
-		above := b.Above(cpi, c.th.Ratio, c.th.Noise)
-		if above {
-			c.runs[s.ID]++
-			c.hot[s.ID] = (c.hot[s.ID]<<1 | 1) & 0b111
-		} else {
-			c.runs[s.ID] = 0
-			c.hot[s.ID] = c.hot[s.ID] << 1 & 0b111
-		}
-		r.Contended = above && (c.runs[s.ID] >= 2 || b.Above(cpi, c.th.Strong, 2*c.th.Noise))
+		r := CPIRating{ID: s.ID, CPI: cpi, Baseline: o.level, Ratio: o.ratio, Contended: o.counts}
 		v.Ratio = max(v.Ratio, r.Ratio)
 		v.Ratings = append(v.Ratings, r)
 		if r.Contended {
 			v.Victims = append(v.Victims, r)
-			if bits.OnesCount(uint(c.hot[s.ID])) >= 2 {
-				v.Persistent = true
-			}
-		}
-		// Readings over the threshold never teach the baseline; moderate
-		// ones do, so the noise band is learned as it really is.
-		b.Observe(cpi, above)
-	}
-	for id := range c.base {
-		if !seen[id] {
-			delete(c.base, id)
-			delete(c.hot, id)
-			delete(c.runs, id)
+			v.Persistent = v.Persistent || o.recurring
 		}
 	}
-	slices.SortStableFunc(v.Victims, func(a, b CPIRating) int {
-		switch {
-		case a.Ratio > b.Ratio:
-			return -1
-		case a.Ratio < b.Ratio:
-			return 1
-		}
-		return 0
-	})
+	c.levels.forget(seen)
+	worstFirst(v.Victims, func(r CPIRating) float64 { return r.Ratio })
 	v.Contended = len(v.Victims) > 0
 	if v.Contended {
 		w := v.Victims[0]

@@ -2,8 +2,6 @@ package judge
 
 import (
 	"fmt"
-	"math/bits"
-	"slices"
 )
 
 // CPUWait judges CPU-time contention: a tenant whose threads wait for a CPU
@@ -28,10 +26,8 @@ import (
 // waits) and to the same randomized proof as the probes' (Proof), read on
 // the waiting tenant's stretch.
 type CPUWait struct {
-	th   Thresholds
-	base map[string]*Baseline
-	hot  map[string]int // per tenant: the last 3 intervals, a bit each, set when above Ratio
-	runs map[string]int // consecutive intervals above Ratio
+	th     Thresholds
+	levels ownLevels
 	// use is each tenant's CPU use while nobody waited more than usual;
 	// during an episode it holds what everyone used before it began.
 	use     map[string]float64
@@ -107,7 +103,7 @@ const waitWarmup = 4
 // NewCPUWait returns a CPU-wait judge with the probes' thresholds.
 func NewCPUWait(th Thresholds) *CPUWait {
 	th.Fill()
-	return &CPUWait{th: th, base: map[string]*Baseline{}, hot: map[string]int{}, runs: map[string]int{}, use: map[string]float64{}}
+	return &CPUWait{th: th, levels: newOwnLevels(waitWarmup), use: map[string]float64{}}
 }
 
 // Thresholds returns the thresholds in use.
@@ -126,12 +122,11 @@ func Stretch(usage, delay float64) (float64, bool) {
 // from it (for proofs and for controlling a throttle); 1 when the tenant has
 // no warmed-up baseline or used too little CPU to tell.
 func (c *CPUWait) Ratio(id string, usage, delay float64) float64 {
-	b := c.base[id]
 	s, ok := Stretch(usage, delay)
-	if b == nil || b.N < waitWarmup || !ok {
+	if !ok {
 		return 1
 	}
-	return b.Ratio(s)
+	return c.levels.ratio(id, s)
 }
 
 // Update judges an interval and learns from its quiet readings. Tenants
@@ -143,7 +138,7 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 	for _, s := range samples {
 		seen[s.ID] = true
 		if s.Exclude {
-			c.runs[s.ID] = 0
+			c.levels.skip(s.ID)
 			delete(c.last, s.ID)
 			continue
 		}
@@ -153,9 +148,7 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 				v.Ratings = append(v.Ratings, r)
 				if r.Contended {
 					v.Victims = append(v.Victims, r)
-					if bits.OnesCount(uint(c.hot[s.ID])) >= 2 {
-						v.Persistent = true
-					}
+					v.Persistent = v.Persistent || c.levels.recurring(s.ID)
 				}
 			}
 			continue
@@ -164,26 +157,13 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 		if !ok {
 			continue
 		}
-		b := c.base[s.ID]
-		if b == nil {
-			b = &Baseline{}
-			c.base[s.ID] = b
-		}
-		if b.N < waitWarmup {
-			b.Observe(stretch, false)
+		o, ok := c.levels.rate(s.ID, stretch, c.th)
+		if !ok {
 			continue
 		}
-		r := WaitRating{ID: s.ID, Stretch: stretch, Baseline: b.Level, Ratio: b.Ratio(stretch)}
-		above := b.Above(stretch, c.th.Ratio, c.th.Noise)
-		anyAbove = anyAbove || above
-		if above {
-			c.runs[s.ID]++
-			c.hot[s.ID] = (c.hot[s.ID]<<1 | 1) & 0b111
-		} else {
-			c.runs[s.ID] = 0
-			c.hot[s.ID] = c.hot[s.ID] << 1 & 0b111
-		}
-		r.Contended = above && (c.runs[s.ID] >= 2 || b.Above(stretch, c.th.Strong, 2*c.th.Noise)) &&
+		r := WaitRating{ID: s.ID, Stretch: stretch, Baseline: o.level, Ratio: o.ratio}
+		anyAbove = anyAbove || o.above
+		r.Contended = o.counts &&
 			!(s.Fair > 0 && s.Usage >= (1-fairSlack)*s.Fair) && !(s.Fair > 0 && s.Usage+s.Delay < s.Fair) && c.lost(s.ID, s.Usage)
 		if c.last == nil {
 			c.last = map[string]WaitRating{}
@@ -193,19 +173,12 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 		v.Ratings = append(v.Ratings, r)
 		if r.Contended {
 			v.Victims = append(v.Victims, r)
-			if bits.OnesCount(uint(c.hot[s.ID])) >= 2 {
-				v.Persistent = true
-			}
+			v.Persistent = v.Persistent || o.recurring
 		}
-		// Readings over the threshold never teach the baseline; moderate
-		// ones do, so the noise band is learned as it really is.
-		b.Observe(stretch, above)
 	}
-	for id := range c.base {
+	c.levels.forget(seen)
+	for id := range c.last {
 		if !seen[id] {
-			delete(c.base, id)
-			delete(c.hot, id)
-			delete(c.runs, id)
 			delete(c.last, id)
 		}
 	}
@@ -236,15 +209,7 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 			}
 		}
 	}
-	slices.SortFunc(v.Victims, func(a, b WaitRating) int {
-		switch {
-		case a.Ratio > b.Ratio:
-			return -1
-		case a.Ratio < b.Ratio:
-			return 1
-		}
-		return 0
-	})
+	worstFirst(v.Victims, func(r WaitRating) float64 { return r.Ratio })
 	v.Contended = len(v.Victims) > 0
 	if v.Contended {
 		w := v.Victims[0]
@@ -283,13 +248,7 @@ func (c *CPUWait) Gain(id string, usage float64) float64 {
 }
 
 // Baselines exports the learned quiet stretches (for the state API).
-func (c *CPUWait) Baselines() map[string]Baseline {
-	out := make(map[string]Baseline, len(c.base))
-	for id, b := range c.base {
-		out[id] = *b
-	}
-	return out
-}
+func (c *CPUWait) Baselines() map[string]Baseline { return c.levels.baselines() }
 
 // SetThresholds replaces the thresholds (a configuration reload); the
 // baselines carry on.
