@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -228,8 +229,12 @@ func (a *Agent) Latest() (api.State, bool) {
 	return *s, true
 }
 
-// Baselines exports the probe baselines for saving across restarts.
-func (a *Agent) Baselines() map[string]judge.Baseline { return a.cont.Baselines() }
+// Baselines exports the probe and CPI baselines for saving across restarts.
+func (a *Agent) Baselines() map[string]judge.Baseline {
+	out := a.cont.Baselines()
+	maps.Copy(out, a.cpi.baselines())
+	return out
+}
 
 // Run loops until ctx ends, then restores every tenant it throttled (see
 // shutdown). Its sensors and actuators run under ctx.

@@ -59,6 +59,33 @@ func (c *cpiPolicy) reconfigure(cfg Config) {
 	c.prove = *cfg.CPI.Prove && c.snaps != nil
 }
 
+// cpiKeyPrefix marks a tenant's CPI baseline among the saved baselines
+// (the probes' are "DOMAIN/KIND").
+const cpiKeyPrefix = "cpi:"
+
+// baselines are the tenants' CPI baselines, keyed for saving beside the
+// probes'.
+func (c *cpiPolicy) baselines() map[string]judge.Baseline {
+	out := map[string]judge.Baseline{}
+	for id, b := range c.cpi.Baselines() {
+		out[cpiKeyPrefix+id] = b
+	}
+	return out
+}
+
+// restore imports the CPI baselines among saved ones: an agent restarted
+// while a polluter runs judges its victims against their CPI from before,
+// not against the polluted one it would learn.
+func (c *cpiPolicy) restore(saved map[string]judge.Baseline) {
+	mine := map[string]judge.Baseline{}
+	for k, b := range saved {
+		if id, ok := strings.CutPrefix(k, cpiKeyPrefix); ok {
+			mine[id] = b
+		}
+	}
+	c.cpi.Restore(mine)
+}
+
 // verdict is this interval's CPI verdict.
 func (c *cpiPolicy) verdict() judge.CPIVerdict { return c.last }
 
@@ -71,12 +98,14 @@ func (c *cpiPolicy) observe(samples []sample, views []judge.TenantView) {
 	cs := make([]judge.CPISample, 0, len(samples))
 	clear(c.cpus)
 	for _, s := range samples {
-		cyc, okc := s.counters[sense.EventCycles]
-		ins, oki := s.counters[sense.EventInstructions]
-		if !s.fresh || !okc || !oki {
-			continue
+		// Every present tenant is passed, counted or not yet (its rates
+		// take two readings): the judge forgets only those gone, not a
+		// baseline restored from before a restart.
+		cs = append(cs, judge.CPISample{ID: s.t.ID, Cycles: s.counters[sense.EventCycles], Instructions: s.counters[sense.EventInstructions],
+			Usage: s.usage, Exclude: c.proofs.capped(s.t.ID)})
+		if !s.fresh {
+			cs[len(cs)-1].Cycles = 0 // no rates yet: nothing to judge
 		}
-		cs = append(cs, judge.CPISample{ID: s.t.ID, Cycles: cyc, Instructions: ins, Usage: s.usage, Exclude: c.proofs.capped(s.t.ID)})
 		c.cpus[s.t.ID] = s.t.CPUs
 	}
 	c.last = c.cpi.Update(cs)

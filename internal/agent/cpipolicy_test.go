@@ -130,3 +130,90 @@ func TestPollutes(t *testing.T) {
 		}
 	}
 }
+
+// An agent restarted while the streamer runs restores the victim's CPI
+// baseline from before: the victim is judged against it from the first
+// interval with counters, and the streamer, busy since the start, is
+// proved. A fresh agent learns the polluted CPI as usual and proves no one.
+func TestCPIPolicyRestoredBaselineCatchesAPolluterRunningAtStart(t *testing.T) {
+	cfg := Config{}
+	cfg.fill()
+	domain := map[int]cpuset.Set{0: cpuset.Of(0, 1, 2, 3)}
+	victim := sense.Tenant{ID: "/lab/victim", Name: "victim", CPUs: cpuset.Of(2, 3)}
+	streamer := sense.Tenant{ID: "/lab/streamer", Name: "streamer", CPUs: cpuset.Of(0)}
+	counters := func(cpi, usage, misses float64) map[string]float64 {
+		cyc := 3e9 * usage
+		return map[string]float64{sense.EventCycles: cyc, sense.EventInstructions: cyc / cpi, sense.EventLLCMisses: misses}
+	}
+	run := func(saved map[string]judge.Baseline) *fakeProofs {
+		f := &fakeProofs{}
+		c := newCPIPolicy(cfg, true, noSnapshots{}, domain, f)
+		c.restore(saved)
+		now := time.Unix(0, 0)
+		for i := range 20 {
+			// No rates at the first interval (they take two readings).
+			vs := sample{t: victim, usage: 2, fresh: i > 0}
+			ss := sample{t: streamer, usage: 1, fresh: i > 0}
+			if i > 0 {
+				vs.counters, ss.counters = counters(1.28, 2, 3e7), counters(3, 1, 8e7)
+			}
+			samples := []sample{vs, ss}
+			var views []judge.TenantView
+			for _, s := range samples {
+				views = append(views, judge.TenantView{ID: s.t.ID, Name: s.t.Name, CPUs: s.t.CPUs, Usage: s.usage, Counters: s.counters})
+			}
+			c.observe(samples, views)
+			c.maybeProve(context.Background(), now, views, presentOf(samples))
+			if len(f.started) > 0 {
+				break
+			}
+			now = now.Add(time.Second)
+		}
+		return f
+	}
+	// What an earlier agent saved, beside a probe baseline.
+	earlier := newCPIPolicy(cfg, true, noSnapshots{}, domain, &fakeProofs{})
+	for range 6 {
+		s := sample{t: victim, usage: 2, fresh: true, counters: counters(0.8, 2, 1e5)}
+		earlier.observe([]sample{s}, []judge.TenantView{{ID: victim.ID, CPUs: victim.CPUs, Usage: 2, Counters: s.counters}})
+	}
+	saved := earlier.baselines()
+	saved["0/dram"] = judge.Baseline{Level: 90, N: 10}
+	if b, ok := saved["cpi:/lab/victim"]; !ok || b.Level != 0.8 {
+		t.Fatalf("saved baselines %v, want the victim's CPI of 0.8 under cpi:/lab/victim", saved)
+	}
+
+	f := run(saved)
+	if len(f.started) != 1 || f.started[0].tenant.ID != streamer.ID || f.started[0].signal != signalCPI {
+		t.Errorf("restored: proofs %v, want the streamer's on CPI", f.started)
+	}
+	if f := run(nil); len(f.started) != 0 {
+		t.Errorf("fresh: a proof of %s, want none (the polluted CPI is learned as usual)", f.started[0].tenant.ID)
+	}
+}
+
+// The agent saves its tenants' CPI baselines beside the probes' (what
+// STATE_DIR/baselines.json holds) and a restarted agent takes both back.
+func TestBaselinesCarryTheCPIBesideTheProbes(t *testing.T) {
+	w := newWorld(t)
+	w.counters = true
+	a := newHarness(t, w, testConfig(t.TempDir()), nil).agent
+	a.cpi.cpi.Restore(map[string]judge.Baseline{"/lab/victim": {Level: 0.8, Dev: 0.01, N: 6}})
+	saved := a.Baselines()
+	if saved["cpi:/lab/victim"].Level != 0.8 || saved["0/dram"].N == 0 {
+		t.Fatalf("saved %v, want the victim's CPI and the DRAM probe's baseline", saved)
+	}
+	w2 := newWorld(t)
+	w2.counters = true
+	b := newHarness(t, w2, testConfig(t.TempDir()), nil).agent
+	b.RestoreBaselines(map[string]judge.Baseline{"cpi:/lab/victim": saved["cpi:/lab/victim"], "1/llc": {Level: 14, N: 9}})
+	if got := b.cpi.cpi.Baselines()["/lab/victim"]; got.Level != 0.8 || got.N != 6 {
+		t.Errorf("restored CPI baseline %+v, want level 0.8 over 6 readings", got)
+	}
+	if got := b.cont.Baselines()["1/llc"]; got.Level != 14 {
+		t.Errorf("restored probe baseline %+v, want 14", got)
+	}
+	if _, ok := b.cont.Baselines()["cpi:/lab/victim"]; ok {
+		t.Error("a CPI baseline taken for a probe's")
+	}
+}

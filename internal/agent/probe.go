@@ -150,4 +150,7 @@ func (a *Agent) Calibrate(ctx context.Context, n int) error {
 }
 
 // RestoreBaselines imports saved baselines.
-func (a *Agent) RestoreBaselines(b map[string]judge.Baseline) { a.sensor.restore(b) }
+func (a *Agent) RestoreBaselines(b map[string]judge.Baseline) {
+	a.sensor.restore(b)
+	a.cpi.restore(b)
+}

@@ -88,6 +88,17 @@ func (c *CPI) Thresholds() Thresholds { return c.th }
 // Baselines returns a copy of each tenant's CPI baseline.
 func (c *CPI) Baselines() map[string]Baseline { return c.levels.baselines() }
 
+// Restore imports baselines saved by Baselines: a tenant's is judged at
+// once, and one not present at the next Update is forgotten.
+func (c *CPI) Restore(saved map[string]Baseline) {
+	for id, b := range saved {
+		if b.N > 0 && b.Level > 0 {
+			bb := b
+			c.levels.base[id] = &bb
+		}
+	}
+}
+
 // SetThresholds replaces the thresholds (a configuration reload); the
 // baselines carry on.
 func (c *CPI) SetThresholds(th Thresholds) {
