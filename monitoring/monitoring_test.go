@@ -45,7 +45,7 @@ func (fullState) Latest() (api.State, bool) {
 				CPUSeconds: 10, PSISomeSeconds: &psiSeconds, PerfEvents: map[string]float64{"bus_locks": 1e6, "llc_misses": 1e7}, KernelBusLockReports: 3},
 			{ID: "/vm/b", Kind: "vm", Name: "b", CPU: 0.1, Throttled: true, Duty: 1.0 / 16, Quota: 0.0625, Score: 3,
 				Holds:     []api.HoldState{{Policy: "buslocks", Lever: "clock_modulation", Duty: 0.125}},
-				Pollution: 58000, Watts: 20, LLCOccupancy: 14 << 20, MemBandwidth: 8.5e9},
+				Pollution: 58000, Watts: 20, LLCOccupancy: 14 << 20, MemBandwidth: 8.5e9, CPIRatio: 1.6},
 		},
 		Probes:       []api.ProbeState{{Domain: 0, CPU: 1, Kind: "dram", LatencyNs: 250, BaselineNs: 100, Ratio: 2.5}},
 		Proof:        &api.ProofState{Tenant: "/vm/a", Name: "a", Started: time.Now()},

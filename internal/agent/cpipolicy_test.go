@@ -217,3 +217,40 @@ func TestBaselinesCarryTheCPIBesideTheProbes(t *testing.T) {
 		t.Error("a CPI baseline taken for a probe's")
 	}
 }
+
+// The state and the metrics carry each judged tenant's CPI ratio.
+func TestStateCarriesTheCPIRatio(t *testing.T) {
+	w := newWorld(t)
+	w.counters = true
+	a := newHarness(t, w, testConfig(t.TempDir()), nil).agent
+	victim := sense.Tenant{ID: "/lab/victim", Name: "victim", CPUs: cpuset.Of(1)}
+	idle := sense.Tenant{ID: "/lab/bystander", Name: "bystander", CPUs: cpuset.Of(0)}
+	var samples []sample
+	for i := range 8 {
+		cpi := 0.8
+		if i == 7 {
+			cpi = 1.2
+		}
+		cyc := 3e9
+		samples = []sample{
+			{t: victim, usage: 1, fresh: true, counters: map[string]float64{sense.EventCycles: cyc, sense.EventInstructions: cyc / cpi}},
+			{t: idle, usage: 0.01, fresh: true},
+		}
+		a.cpi.observe(samples, nil)
+	}
+	a.publish(time.Unix(100, 0), judge.Verdict{Ratio: 1}, samples, nil, nil, 0)
+	st, ok := a.Latest()
+	if !ok {
+		t.Fatal("no state published")
+	}
+	got := map[string]float64{}
+	for _, ts := range st.Tenants {
+		got[ts.ID] = ts.CPIRatio
+	}
+	if r := got[victim.ID]; r < 1.49 || r > 1.51 || got[idle.ID] != 0 {
+		t.Errorf("CPI ratios %v, want the victim at 1.5 and the idle tenant unjudged (0)", got)
+	}
+	if st.CPIRatio < 1.49 {
+		t.Errorf("state CPI ratio %v, want 1.5", st.CPIRatio)
+	}
+}

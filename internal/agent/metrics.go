@@ -47,6 +47,7 @@ type stateCollector struct {
 	tenantCPU, tenantThrottledTime, tenantRunDelay, tenantPSI *prometheus.Desc
 	tenantQuota, tenantDuty, tenantThrottled, tenantProtected *prometheus.Desc
 	tenantScore, tenantPerfEvents, tenantKernelBusLocks       *prometheus.Desc
+	tenantCPIRatio                                            *prometheus.Desc
 
 	probeLatency, probeBaseline, probeRatio *prometheus.Desc
 
@@ -87,6 +88,8 @@ func newStateCollector(src StateSource, version, commit string) *stateCollector 
 			"1 if the tenant is protected (crosstalk never throttles it), else 0.", tl...),
 		tenantScore: d("tenant_suspect_score",
 			"The judge's suspect score for the tenant this interval (0 = not suspected; higher = more likely the polluter).", tl...),
+		tenantCPIRatio: d("tenant_cpi_ratio",
+			"The tenant's cycles per instruction against its usual in the last interval (1 = as usual), where a PMU counts them and its usual is learned.", tl...),
 		tenantPerfEvents: d("tenant_perf_events_total",
 			"Perf events counted for the tenant (bus_locks, llc_misses, cycles, instructions, context_switches, ...), summed over the intervals it was counted in: where the perf fd budget leaves it uncounted, nothing is added.",
 			append(slices.Clone(tl), "event")...),
@@ -145,7 +148,7 @@ func (c *stateCollector) descs() []*prometheus.Desc {
 		c.buildInfo,
 		c.tenantCPU, c.tenantThrottledTime, c.tenantRunDelay, c.tenantPSI,
 		c.tenantQuota, c.tenantDuty, c.tenantThrottled, c.tenantProtected,
-		c.tenantScore, c.tenantPerfEvents, c.tenantKernelBusLocks,
+		c.tenantScore, c.tenantPerfEvents, c.tenantKernelBusLocks, c.tenantCPIRatio,
 		c.probeLatency, c.probeBaseline, c.probeRatio,
 		c.contention, c.contentionRatio, c.tenants, c.actionsTotal, c.proofsTotal,
 		c.proofInProgress, c.perfFDs, c.interval, c.lastUpdate,
@@ -197,6 +200,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.tenantThrottled, b2f(t.Throttled), l...)
 		gauge(c.tenantProtected, b2f(t.Protected), l...)
 		gauge(c.tenantScore, t.Score, l...)
+		if t.CPIRatio > 0 {
+			gauge(c.tenantCPIRatio, t.CPIRatio, l...)
+		}
 		if t.KernelBusLockReports > 0 {
 			counter(c.tenantKernelBusLocks, t.KernelBusLockReports, l...)
 		}

@@ -57,7 +57,7 @@ func sampleState() api.State {
 				ID: "vm:noisy", Kind: "vm", Name: "noisy", Cgroup: "/machine.slice/machine-qemu\\x2d1\\x2dnoisy.scope", CPUs: "0-3",
 				CPU: 3.9, ThrottledRatio: 0, RunDelay: 0.25, PSI: 0.1,
 				Counters: map[string]float64{"bus_locks": 250000, "cycles": 9.5e9, "instructions": 2.1e9},
-				Quota:    2, Throttled: true, Duty: 0.5, Score: 0.92,
+				Quota:    2, Throttled: true, Duty: 0.5, Score: 0.92, CPIRatio: 1.4,
 				CPUSeconds: 1234.5, ThrottledSeconds: 61.25, RunDelaySeconds: 80, PSISomeSeconds: ptrTo(12.5),
 				PerfEvents:           map[string]float64{"bus_locks": 3.5e6, "cycles": 2e12},
 				KernelBusLockReports: 7,
@@ -167,6 +167,9 @@ crosstalk_sensor_errors_total{sensor="perf_counters"} 3
 # TYPE crosstalk_sensor_success gauge
 crosstalk_sensor_success{sensor="discovery"} 1
 crosstalk_sensor_success{sensor="perf_counters"} 0
+# HELP crosstalk_tenant_cpi_ratio The tenant's cycles per instruction against its usual in the last interval (1 = as usual), where a PMU counts them and its usual is learned.
+# TYPE crosstalk_tenant_cpi_ratio gauge
+crosstalk_tenant_cpi_ratio{kind="vm",name="noisy",tenant="vm:noisy"} 1.4
 # HELP crosstalk_tenant_cpu_seconds_total CPU time the tenant's cgroup used since crosstalk first saw it, in seconds (rate() gives cores).
 # TYPE crosstalk_tenant_cpu_seconds_total counter
 crosstalk_tenant_cpu_seconds_total{kind="container",name="web-1/app",tenant="pod:web-1/app"} 600
@@ -262,8 +265,8 @@ func TestMetricsVanishedTenant(t *testing.T) {
 		}
 		return n
 	}
-	if n := count("vm:noisy"); n != 9+2+1 { // 9 per-tenant series (PSI among them) + 2 perf events + kernel reports
-		t.Fatalf("vm:noisy before: %d series, want 12", n)
+	if n := count("vm:noisy"); n != 9+2+1+1 { // 9 per-tenant series (PSI among them) + 2 perf events + kernel reports + CPI ratio
+		t.Fatalf("vm:noisy before: %d series, want 13", n)
 	}
 
 	s2 := sampleState()

@@ -31,6 +31,10 @@ func (a *Agent) publish(now time.Time, v judge.Verdict, samples []sample, ranked
 		st.ProofsTotal[k] = n
 	}
 	present := presentOf(samples)
+	cpiRatio := map[string]float64{}
+	for _, r := range a.cpi.verdict().Ratings {
+		cpiRatio[r.ID] = r.Ratio
+	}
 	scores := map[string]float64{}
 	for _, r := range ranked {
 		scores[r.ID] = r.Score
@@ -39,7 +43,7 @@ func (a *Agent) publish(now time.Time, v judge.Verdict, samples []sample, ranked
 	for _, s := range samples {
 		ts := api.TenantState{ID: s.t.ID, Kind: s.t.Kind, Name: s.t.Name, UUID: s.t.UUID, Cgroup: s.t.Cgroup, CPUs: s.t.CPUs.String(),
 			CPU: s.usage, ThrottledRatio: s.thrRatio, RunDelay: s.delay, PSI: s.psi, Counters: s.counters,
-			Duty: 1, Protected: a.cfg.protects(s.t), Score: scores[s.t.ID]}
+			Duty: 1, Protected: a.cfg.protects(s.t), Score: scores[s.t.ID], CPIRatio: cpiRatio[s.t.ID]}
 		if h := a.arb.holds[s.t.ID]; h != nil && len(h.claims) > 0 {
 			ts.Throttled, ts.Duty, ts.Holds = true, h.duty(), h.describe()
 			if h.quota.Period > 0 {

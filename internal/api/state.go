@@ -126,6 +126,9 @@ type TenantState struct {
 	// Pollution is Kyoto's llc_cap_act (LLC misses per ms of unhalted
 	// time), where the PMU counts it.
 	Pollution float64 `json:"llc_cap_act,omitempty"`
+	// CPIRatio is its cycles per instruction over its usual, where the PMU
+	// counts them and its usual is learned (0 = not judged).
+	CPIRatio float64 `json:"cpi_ratio,omitempty"`
 	// Watts is the power attributed to it (RAPL).
 	Watts float64 `json:"watts,omitempty"`
 	// LLCOccupancy (bytes) and MemBandwidth (bytes/s, MBM total), summed
