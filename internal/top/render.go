@@ -403,7 +403,7 @@ func (f *frame) tenants(list tenantList, matched []api.TenantState, rows int) {
 	delay := &column{head: "RUNDELAY", right: true, keep: 60}
 	psi := &column{head: "PSI", right: true, keep: 40}
 	cols := []*column{name, kind, cpus, cpu, delay, psi}
-	var busLocks, ipc, llc *column
+	var busLocks, ipc, cpiRatio, llc *column
 	if has("bus_locks") {
 		busLocks = &column{head: "BUSLOCK/s", right: true, keep: 70}
 		cols = append(cols, busLocks)
@@ -411,6 +411,12 @@ func (f *frame) tenants(list tenantList, matched []api.TenantState, rows int) {
 	if has("instructions", "cycles") {
 		ipc = &column{head: "IPC", right: true, keep: 50}
 		cols = append(cols, ipc)
+	}
+	if slices.ContainsFunc(matched, func(t api.TenantState) bool { return t.CPIRatio > 0 }) {
+		// Its cycles per instruction against its usual: over 1.3× (the
+		// agent's default cpi.ratio) it is slowed per instruction.
+		cpiRatio = &column{head: "CPI×", right: true, keep: 55}
+		cols = append(cols, cpiRatio)
 	}
 	if has("llc_misses") {
 		llc = &column{head: "LLCMISS/s", right: true, keep: 30}
@@ -449,6 +455,13 @@ func (f *frame) tenants(list tenantList, matched []api.TenantState, rows int) {
 				ipc.add(fmt.Sprintf("%.2f", in/cy), "")
 			} else {
 				ipc.add("-", "")
+			}
+		}
+		if cpiRatio != nil {
+			if t.CPIRatio > 0 {
+				cpiRatio.add(humanize.Ratio(t.CPIRatio), styleIf(t.CPIRatio >= cpiSlowed, sYellow))
+			} else {
+				cpiRatio.add("-", "")
 			}
 		}
 		if llc != nil {
@@ -814,3 +827,6 @@ func rateOrDash(v float64, ok bool) string {
 	}
 	return humanize.SI(v, "")
 }
+
+// cpiSlowed is the CPI ratio top marks: the agent's default cpi.ratio.
+const cpiSlowed = 1.3

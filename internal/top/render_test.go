@@ -245,3 +245,21 @@ func TestRenderNamesHoldingPolicies(t *testing.T) {
 		t.Errorf("flags do not name the holding policies once each:\n%s", out)
 	}
 }
+
+// A tenant the agent judged by its CPI shows its ratio to its usual, marked
+// when it is slowed; the column is not there when no tenant is judged.
+func TestRenderCPIRatio(t *testing.T) {
+	if out := render(t, sample(), 200, false); strings.Contains(out, "CPI×") {
+		t.Errorf("a CPI column with no tenant judged:\n%s", out)
+	}
+	s := sample()
+	s.Tenants[0].CPIRatio = 1.6
+	s.Tenants[1].CPIRatio = 1.02
+	out := render(t, s, 200, false)
+	if !strings.Contains(out, "CPI×") || !strings.Contains(out, "1.60×") || !strings.Contains(out, "1.02×") {
+		t.Errorf("no CPI ratios:\n%s", out)
+	}
+	if colored := render(t, s, 200, true); !strings.Contains(colored, sYellow+"1.60×") || strings.Contains(colored, sYellow+"1.02×") {
+		t.Errorf("the slowed tenant is not marked, or the other is:\n%q", colored)
+	}
+}
