@@ -355,11 +355,27 @@ func TestVerdictWithoutCPUControl(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"canary probe": "topology unknown", "cpu_quota": "no cgroup CPU controller", "PMU counters": "no hardware PMU",
+		"CPI": "no cycles and instructions per tenant",
 	} {
 		if v := got[name]; v.On || !strings.Contains(v.What, want) {
 			t.Errorf("%s = %+v, want off: %q", name, v, want)
 		}
 	}
+}
+
+// Where the PMU counts each tenant's cycles and instructions, the CPI
+// signal runs.
+func TestVerdictCPIWithAPMU(t *testing.T) {
+	r := Run(openHost(t, hostsDir("intel-skx-2s")), Options{})
+	for _, v := range Verdict(r) {
+		if v.Name == "CPI" {
+			if !v.On || !strings.Contains(v.What, "cycles per instruction") {
+				t.Errorf("CPI = %+v on a host with a PMU, want on", v)
+			}
+			return
+		}
+	}
+	t.Error("no CPI in the verdict")
 }
 
 func TestShortReason(t *testing.T) {

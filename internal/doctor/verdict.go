@@ -16,8 +16,8 @@ type VerdictItem struct {
 }
 
 // Verdict says what `crosstalk run` will do on the host of r: the canary
-// probe, the CPU-wait signal, the CPU-quota lever and the PMU counters,
-// which need no special hardware, then each hardware policy and lever of
+// probe, the CPU-wait signal, the CPU-quota lever, the PMU counters and
+// the CPI signal they feed, then each hardware policy and lever of
 // r.Policies.
 func Verdict(r Report) []VerdictItem {
 	c := r.Capabilities
@@ -63,6 +63,12 @@ func Verdict(r Report) []VerdictItem {
 		counters.On, counters.What = true, "cycles, instructions and LLC misses per tenant"
 	}
 	out = append(out, counters)
+
+	cpi := VerdictItem{Name: "CPI", On: counters.On, What: "each tenant's cycles per instruction against its usual"}
+	if !cpi.On {
+		cpi.What = "no cycles and instructions per tenant"
+	}
+	out = append(out, cpi)
 
 	reports := VerdictItem{Name: "kernel reports", On: c.BusLockReports.On}
 	if reports.On {
