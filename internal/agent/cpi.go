@@ -38,18 +38,13 @@ type cpiPolicy struct {
 	domain map[int]cpuset.Set
 	cpus   map[string]cpuset.Set
 	last   judge.CPIVerdict
-	// misses is each tenant's LLC misses a second while no tenant's CPI
-	// was over the threshold; during such an episode it holds what each
-	// missed before it began (see onset).
-	misses  map[string]float64
-	episode bool
 }
 
 func newCPIPolicy(cfg Config, pmu bool, snaps counterSnapshots, domain map[int]cpuset.Set, proofs waitProofs) *cpiPolicy {
 	return &cpiPolicy{
 		enabled: *cfg.CPI.Enabled && pmu, prove: *cfg.CPI.Prove && snaps != nil, snaps: snaps, proofs: proofs,
 		cpi: judge.NewCPI(cfg.CPIThresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
-		domain: domain, cpus: map[string]cpuset.Set{}, last: judge.CPIVerdict{Ratio: 1}, misses: map[string]float64{},
+		domain: domain, cpus: map[string]cpuset.Set{}, last: judge.CPIVerdict{Ratio: 1},
 	}
 }
 
@@ -101,8 +96,9 @@ func (c *cpiPolicy) observe(samples []sample, views []judge.TenantView) {
 		// Every present tenant is passed, counted or not yet (its rates
 		// take two readings): the judge forgets only those gone, not a
 		// baseline restored from before a restart.
+		misses, counted := s.counters[sense.EventLLCMisses]
 		cs = append(cs, judge.CPISample{ID: s.t.ID, Cycles: s.counters[sense.EventCycles], Instructions: s.counters[sense.EventInstructions],
-			Usage: s.usage, Exclude: c.proofs.capped(s.t.ID)})
+			Usage: s.usage, LLCMisses: misses, MissesCounted: counted && s.fresh, Exclude: c.proofs.capped(s.t.ID)})
 		if !s.fresh {
 			cs[len(cs)-1].Cycles = 0 // no rates yet: nothing to judge
 		}
@@ -110,61 +106,19 @@ func (c *cpiPolicy) observe(samples []sample, views []judge.TenantView) {
 	}
 	c.last = c.cpi.Update(cs)
 	c.susp.Observe(judge.Verdict{Ratio: c.last.Ratio}, views)
-	// An episode begins with the first rating over the threshold and lasts
-	// until every rating is back under the tolerance; the misses are
-	// learned only outside episodes.
-	th := c.cpi.Thresholds()
-	switch {
-	case c.last.Ratio > th.Ratio:
-		c.episode = true
-	case c.last.Ratio < th.Tolerance:
-		c.episode = false
-	}
-	seen := map[string]bool{}
-	for _, s := range samples {
-		seen[s.t.ID] = true
-		m, ok := s.counters[sense.EventLLCMisses]
-		if !s.fresh || !ok || c.episode || c.proofs.capped(s.t.ID) {
-			continue
-		}
-		if old, ok := c.misses[s.t.ID]; ok {
-			c.misses[s.t.ID] = old + missesAlpha*(m-old)
-		} else {
-			c.misses[s.t.ID] = m
-		}
-	}
-	for id := range c.misses {
-		if !seen[id] {
-			delete(c.misses, id)
-		}
-	}
 }
 
-// missesAlpha smooths a tenant's usual LLC misses.
-const missesAlpha = 0.3
-
-// onsetGain is how many times its usual LLC misses a CPI suspect must
-// miss during the episode (see onset).
-const onsetGain = 2
-
-// onset reports whether a tenant's LLC misses rose with the CPI episode:
-// at least onsetGain times what it missed before it began (a tenant new
-// since then missed nothing before). Two tenants that take each other's
-// cache are symmetric — capping either relieves the other — and what
-// breaks the tie is who changed, as with CPU wait. In the simulator, a
-// memory-bound victim missing 70-120 million times a second from the start
-// was proven to raise a light cache user's CPI 1.3× once a polluter's start
-// lifted that user's CPI over the threshold; its own misses had barely
-// moved.
-func (c *cpiPolicy) onset(v judge.TenantView) bool {
+// suspect reports whether a tenant's counters leave it a CPI suspect:
+// one the PMU or the kernel saw take bus locks, whatever its misses; else
+// one that misses the LLC at least minSuspectMisses times a second and
+// changed with the episode (judge.CPI.Onset). Where the PMU counts no
+// LLC misses (Zen 1), nothing tells them apart.
+func (c *cpiPolicy) suspect(v judge.TenantView) bool {
 	if v.Counters[sense.EventBusLocks] > 0 || v.KernelBusLocks > 0 {
 		return true
 	}
 	m, ok := v.Counters[sense.EventLLCMisses]
-	if !ok {
-		return true // nothing to tell by (Zen 1 counts no LLC misses)
-	}
-	return m >= onsetGain*c.misses[v.ID]
+	return !ok || m >= minSuspectMisses && c.cpi.Onset(v.ID, m)
 }
 
 // l3Of is the CPUs of the L3 domains cpus touch.
@@ -202,15 +156,6 @@ func (c *cpiPolicy) ratio(t sense.Tenant) float64 {
 // misses.
 const minSuspectMisses = 1e7
 
-// pollutes reports whether a tenant's counters leave it a CPI suspect.
-func pollutes(v judge.TenantView) bool {
-	if v.Counters[sense.EventBusLocks] > 0 || v.KernelBusLocks > 0 {
-		return true
-	}
-	m, ok := v.Counters[sense.EventLLCMisses]
-	return !ok || m >= minSuspectMisses
-}
-
 // maybeProve ranks the suspects for the CPI victims (tenants on their L3,
 // not themselves victims) and, when the contention is persistent, starts
 // a randomized proof of the top one, read on the victims' CPI. It returns
@@ -233,7 +178,7 @@ func (c *cpiPolicy) maybeProve(ctx context.Context, now time.Time, views []judge
 	ranked := c.susp.RankOn(near, views, func(id string) bool {
 		// A victim is not its own suspect (its misses are its loss); a
 		// capped tenant's CPI and misses are crosstalk's doing.
-		return victim[id] || !pollutes(byID[id]) || !c.onset(byID[id]) || c.proofs.capped(id) || c.proofs.resting(signalCPI, id, now)
+		return victim[id] || !c.suspect(byID[id]) || c.proofs.capped(id) || c.proofs.resting(signalCPI, id, now)
 	})
 	if !c.prove || !v.Persistent || len(ranked) == 0 || !c.proofs.mayProve(now) {
 		return ranked

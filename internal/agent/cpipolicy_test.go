@@ -113,7 +113,12 @@ func TestCPIPolicyProvesTheStreamer(t *testing.T) {
 	}
 }
 
-func TestPollutes(t *testing.T) {
+// What a tenant's counters say of it as a CPI suspect, for a tenant new to
+// the policy (so it changed with any episode).
+func TestCPISuspectByCounters(t *testing.T) {
+	cfg := Config{}
+	cfg.fill()
+	c := newCPIPolicy(cfg, true, noSnapshots{}, map[int]cpuset.Set{}, &fakeProofs{})
 	for _, tc := range []struct {
 		name string
 		v    judge.TenantView
@@ -125,8 +130,8 @@ func TestPollutes(t *testing.T) {
 		{"named by the kernel", judge.TenantView{KernelBusLocks: 3, Counters: map[string]float64{sense.EventLLCMisses: 10}}, true},
 		{"no miss counter (Zen 1)", judge.TenantView{Counters: map[string]float64{sense.EventCycles: 3e9}}, true},
 	} {
-		if got := pollutes(tc.v); got != tc.want {
-			t.Errorf("%s: pollutes = %v, want %v", tc.name, got, tc.want)
+		if got := c.suspect(tc.v); got != tc.want {
+			t.Errorf("%s: suspect = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

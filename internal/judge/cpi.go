@@ -25,6 +25,11 @@ import (
 type CPI struct {
 	th     Thresholds
 	levels ownLevels
+	// misses is each tenant's LLC misses a second while no tenant's CPI
+	// was over the threshold; during such an episode it holds what each
+	// missed before it began (see Onset).
+	misses  beforeEpisode
+	episode bool
 }
 
 // CPISample is one tenant's interval: its counters' rates per second and
@@ -33,6 +38,9 @@ type CPISample struct {
 	ID                   string
 	Cycles, Instructions float64
 	Usage                float64
+	// LLCMisses is its LLC misses a second, where MissesCounted.
+	LLCMisses     float64
+	MissesCounted bool
 	// Exclude keeps the tenant out of the judgement and its baseline:
 	// one crosstalk is capping, whose CPI is crosstalk's doing.
 	Exclude bool
@@ -79,11 +87,28 @@ const (
 // NewCPI returns a CPI judge with the given thresholds.
 func NewCPI(th Thresholds) *CPI {
 	th.Fill()
-	return &CPI{th: th, levels: newOwnLevels(cpiWarmup)}
+	return &CPI{th: th, levels: newOwnLevels(cpiWarmup), misses: beforeEpisode{}}
 }
 
 // Thresholds returns the thresholds in use.
 func (c *CPI) Thresholds() Thresholds { return c.th }
+
+// onsetGain is how many times its usual LLC misses a tenant must miss
+// during an episode to have changed with it (see Onset).
+const onsetGain = 2
+
+// Onset reports whether a tenant missing misses LLC lines a second now
+// changed with the current CPI episode: at least onsetGain times what it
+// missed before the episode began (a tenant new since then missed nothing
+// before). Two tenants that take each other's cache are symmetric —
+// capping either relieves the other — and what breaks the tie is who
+// changed, as with CPU wait (Gain). In the simulator, a memory-bound victim
+// missing 70-120 million times a second from the start was proven to raise
+// a light cache user's CPI 1.3× once a polluter's start lifted that user's
+// CPI over the threshold; its own misses had barely moved.
+func (c *CPI) Onset(id string, misses float64) bool {
+	return misses >= onsetGain*c.misses[id]
+}
 
 // Baselines returns a copy of each tenant's CPI baseline.
 func (c *CPI) Baselines() map[string]Baseline { return c.levels.baselines() }
@@ -163,6 +188,23 @@ func (c *CPI) Update(samples []CPISample) CPIVerdict {
 		}
 	}
 	c.levels.forget(seen)
+	c.misses.forget(seen)
+	// An episode begins with the first rating over the threshold and lasts
+	// until every rating is back under the tolerance; the misses are
+	// learned only outside episodes.
+	switch {
+	case v.Ratio > c.th.Ratio:
+		c.episode = true
+	case v.Ratio < c.th.Tolerance:
+		c.episode = false
+	}
+	if !c.episode {
+		for _, s := range samples {
+			if s.MissesCounted && !s.Exclude {
+				c.misses.learn(s.ID, s.LLCMisses)
+			}
+		}
+	}
 	worstFirst(v.Victims, func(r CPIRating) float64 { return r.Ratio })
 	v.Contended = len(v.Victims) > 0
 	if v.Contended {

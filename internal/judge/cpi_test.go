@@ -128,3 +128,32 @@ func TestCPIExcludesCappedAndForgetsGone(t *testing.T) {
 		t.Errorf("Ratio of a forgotten tenant = %v, want 1", r)
 	}
 }
+
+// A tenant's LLC misses are remembered while no CPI is over the threshold
+// and held through an episode: one missing as much as before did not
+// change with it, one missing twice as much did, and one new since did.
+func TestCPIOnset(t *testing.T) {
+	c := NewCPI(Thresholds{Ratio: 1.3, Strong: 2})
+	heavy := func(cpi float64) []CPISample {
+		v := cpiSample("victim", cpi, 1)
+		h := cpiSample("heavy", 4, 1)
+		h.LLCMisses, h.MissesCounted = 9e7, true
+		return []CPISample{v, h}
+	}
+	for range 8 {
+		c.Update(heavy(0.8))
+	}
+	if !c.Onset("new", 5e7) || c.Onset("heavy", 9e7) || !c.Onset("heavy", 1.8e8) {
+		t.Errorf("onset: new %v, heavy as before %v, heavy doubled %v; want true, false, true",
+			c.Onset("new", 5e7), c.Onset("heavy", 9e7), c.Onset("heavy", 1.8e8))
+	}
+	// During an episode what is missed is not learned.
+	for range 5 {
+		s := heavy(1.6)
+		s[1].LLCMisses = 3e8
+		c.Update(s)
+	}
+	if !c.Onset("heavy", 3e8) {
+		t.Error("misses during the episode were learned as usual")
+	}
+}

@@ -30,7 +30,7 @@ type CPUWait struct {
 	levels ownLevels
 	// use is each tenant's CPU use while nobody waited more than usual;
 	// during an episode it holds what everyone used before it began.
-	use     map[string]float64
+	use     beforeEpisode
 	episode bool
 	// last is each tenant's latest rating, carried while it is stale.
 	last map[string]WaitRating
@@ -103,7 +103,7 @@ const waitWarmup = 4
 // NewCPUWait returns a CPU-wait judge with the probes' thresholds.
 func NewCPUWait(th Thresholds) *CPUWait {
 	th.Fill()
-	return &CPUWait{th: th, levels: newOwnLevels(waitWarmup), use: map[string]float64{}}
+	return &CPUWait{th: th, levels: newOwnLevels(waitWarmup), use: beforeEpisode{}}
 }
 
 // Thresholds returns the thresholds in use.
@@ -182,11 +182,7 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 			delete(c.last, id)
 		}
 	}
-	for id := range c.use {
-		if !seen[id] {
-			delete(c.use, id)
-		}
-	}
+	c.use.forget(seen)
 	// An episode of waits begins with the first reading over the threshold
 	// and lasts until every tenant is back under the tolerance. Usage is
 	// learned only outside episodes, so during one it says who took more CPU
@@ -202,11 +198,7 @@ func (c *CPUWait) Update(samples []WaitSample) WaitVerdict {
 			if s.Exclude || s.Stale {
 				continue
 			}
-			if u, ok := c.use[s.ID]; ok {
-				c.use[s.ID] = u + useAlpha*(s.Usage-u)
-			} else {
-				c.use[s.ID] = s.Usage
-			}
+			c.use.learn(s.ID, s.Usage)
 		}
 	}
 	worstFirst(v.Victims, func(r WaitRating) float64 { return r.Ratio })
@@ -233,9 +225,6 @@ func (c *CPUWait) lost(id string, usage float64) bool {
 	before, ok := c.use[id]
 	return !ok || before <= 0 || usage < (1-minLoss)*before
 }
-
-// useAlpha smooths the usage remembered outside episodes.
-const useAlpha = 0.3
 
 // Gain is how much more CPU a tenant uses now than before the current
 // episode of waits began (its usage then; all of it for a tenant that

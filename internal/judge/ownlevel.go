@@ -97,6 +97,33 @@ func (l *ownLevels) baselines() map[string]Baseline {
 	return out
 }
 
+// beforeEpisode remembers a quantity of each tenant (its CPU use, its LLC
+// misses) while no episode of contention is on, smoothed, so that during
+// one it says what each tenant did before the episode began: contention
+// between two tenants is often symmetric, and who changed breaks the tie.
+type beforeEpisode map[string]float64
+
+// episodeAlpha smooths what is remembered outside episodes.
+const episodeAlpha = 0.3
+
+// learn takes one interval of a tenant's quantity (outside an episode).
+func (b beforeEpisode) learn(id string, x float64) {
+	if old, ok := b[id]; ok {
+		b[id] = old + episodeAlpha*(x-old)
+	} else {
+		b[id] = x
+	}
+}
+
+// forget drops the tenants not seen.
+func (b beforeEpisode) forget(seen map[string]bool) {
+	for id := range b {
+		if !seen[id] {
+			delete(b, id)
+		}
+	}
+}
+
 // worstFirst sorts ratings by ratio, highest first, keeping ties in order.
 func worstFirst[T any](rs []T, ratio func(T) float64) {
 	slices.SortStableFunc(rs, func(a, b T) int { return cmp.Compare(ratio(b), ratio(a)) })
