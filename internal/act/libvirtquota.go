@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"path"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,15 +57,44 @@ type LibvirtRecord struct {
 	OriginalPeriodUS int64 `json:"original_global_period_us"`
 	AppliedQuotaUS   int64 `json:"applied_global_quota_us"`
 	AppliedPeriodUS  int64 `json:"applied_global_period_us"`
-	// PreviousQuotaUS and PreviousPeriodUS are what crosstalk had applied
-	// before the last change (period 0: none). The record is written before
-	// libvirt is asked, so after a kill between the two the VM may still
-	// hold the previous value: the cgroup-file fallback takes either for
-	// crosstalk's own (the write-ahead intent CPU quotas have too).
-	PreviousQuotaUS  int64     `json:"previous_global_quota_us,omitempty"`
-	PreviousPeriodUS int64     `json:"previous_global_period_us,omitempty"`
-	Path             string    `json:"path"`
-	Since            time.Time `json:"since"`
+	// PreviousQuotaUS and PreviousPeriodUS are the last value libvirt
+	// confirmed before the applied one was asked for (period 0: none). The
+	// record is written before libvirt is asked, so after a kill between
+	// the two the VM may still hold the previous value: the cgroup-file
+	// fallback takes either for crosstalk's own (the write-ahead intent CPU
+	// quotas have too).
+	PreviousQuotaUS  int64 `json:"previous_global_quota_us,omitempty"`
+	PreviousPeriodUS int64 `json:"previous_global_period_us,omitempty"`
+	// Unconfirmed lists what crosstalk asked libvirt for since the last
+	// value libvirt confirmed (Previous) without hearing back: a call cut
+	// by a reconnection may or may not have reached the kernel, and while
+	// libvirtd restarts several rewrites can fail in a row. Any of them may
+	// be in force, so the fallback takes each for crosstalk's own too.
+	Unconfirmed []GlobalUS `json:"unconfirmed_global_us,omitempty"`
+	Path        string     `json:"path"`
+	Since       time.Time  `json:"since"`
+}
+
+// GlobalUS is one global_quota/global_period pair, in µs.
+type GlobalUS struct {
+	QuotaUS  int64 `json:"quota_us"`
+	PeriodUS int64 `json:"period_us"`
+}
+
+// maxUnconfirmed bounds a record's Unconfirmed list: the oldest go first
+// (the confirmed value, the likeliest in force, is kept apart).
+const maxUnconfirmed = 16
+
+// noteUnconfirmed adds the record's applied value to its unconfirmed list.
+func (r *LibvirtRecord) noteUnconfirmed() {
+	v := GlobalUS{r.AppliedQuotaUS, r.AppliedPeriodUS}
+	if v == (GlobalUS{r.PreviousQuotaUS, r.PreviousPeriodUS}) || slices.Contains(r.Unconfirmed, v) {
+		return
+	}
+	r.Unconfirmed = append(r.Unconfirmed, v)
+	if len(r.Unconfirmed) > maxUnconfirmed {
+		r.Unconfirmed = slices.Delete(r.Unconfirmed, 0, len(r.Unconfirmed)-maxUnconfirmed)
+	}
 }
 
 // LibvirtQuota throttles libvirt VMs through libvirt and every other tenant
@@ -117,6 +147,9 @@ type LibvirtQuota struct {
 	Timeout time.Duration
 
 	mu sync.Mutex
+	// confirmed says, per VM cgroup, whether libvirt confirmed the last
+	// value crosstalk asked for. Unknown after a restart: taken as not.
+	confirmed map[string]bool
 	// notOurs holds the VM cgroups no domain of this libvirt matches, so
 	// each is logged once; an entry goes when its cgroup does (see
 	// pruneNotOursLocked), so VM churn under another daemon does not grow it.
@@ -225,7 +258,17 @@ func (a *LibvirtQuota) Apply(ctx context.Context, cgroupPath, tenant string, q c
 			OriginalQuotaUS: *orig.GlobalQuota, OriginalPeriodUS: int64(*orig.GlobalPeriod), Since: time.Now().UTC()}
 	}
 	if has {
-		rec.PreviousQuotaUS, rec.PreviousPeriodUS = rec.AppliedQuotaUS, rec.AppliedPeriodUS
+		if !a.Libvirt.Connected() {
+			// A rewrite now would fail without telling whether it reached
+			// the kernel; the throttle in force stays until libvirt is back.
+			return fmt.Errorf("not changing VM %s's throttle: %w: libvirt is not reachable", dom.Name, ErrUnavailable)
+		}
+		if a.confirmed[cgroupPath] {
+			rec.PreviousQuotaUS, rec.PreviousPeriodUS = rec.AppliedQuotaUS, rec.AppliedPeriodUS
+			rec.Unconfirmed = nil
+		} else {
+			rec.noteUnconfirmed()
+		}
 	}
 	rec.AppliedQuotaUS, rec.AppliedPeriodUS, rec.Path = usecs(q.Quota), q.Period.Microseconds(), PathLibvirt
 	if err := a.State.PutRecord(LibvirtRecordKind, cgroupPath, rec); err != nil {
@@ -235,16 +278,32 @@ func (a *LibvirtQuota) Apply(ctx context.Context, cgroupPath, tenant string, q c
 	if err := a.Libvirt.SetSchedParams(ctx, dom, p); err != nil {
 		switch {
 		case errors.Is(err, libvirt.ErrDomainGone):
-			a.State.ForgetRecord(LibvirtRecordKind, cgroupPath)
+			a.forgetLocked(cgroupPath)
 		case !has && !errors.Is(err, libvirt.ErrNotConnected):
 			// Refused: nothing of ours is in force.
-			a.State.ForgetRecord(LibvirtRecordKind, cgroupPath)
+			a.forgetLocked(cgroupPath)
+		default:
+			// Not connected, or a rewrite refused: the record stays so
+			// Restore or the next start undoes whichever value is in force.
+			a.setConfirmedLocked(cgroupPath, false)
 		}
-		// Not connected: the write may or may not have happened; the record
-		// stays so Restore or the next start undoes it either way.
 		return a.libvirtErr("throttle VM "+dom.Name, err)
 	}
+	a.setConfirmedLocked(cgroupPath, true)
 	return nil
+}
+
+func (a *LibvirtQuota) setConfirmedLocked(cgroupPath string, ok bool) {
+	if a.confirmed == nil {
+		a.confirmed = map[string]bool{}
+	}
+	a.confirmed[cgroupPath] = ok
+}
+
+// forgetLocked drops a VM's record: its throttle is lifted or gone.
+func (a *LibvirtQuota) forgetLocked(cgroupPath string) error {
+	delete(a.confirmed, cgroupPath)
+	return a.State.ForgetRecord(LibvirtRecordKind, cgroupPath)
 }
 
 // libvirtErr maps the client's errors onto the actuator's.
@@ -313,9 +372,9 @@ func (a *LibvirtQuota) restoreLocked(ctx context.Context, rec LibvirtRecord) (bo
 	err := a.Libvirt.SetSchedParams(ctx, a.domainOf(rec), orig)
 	switch {
 	case err == nil:
-		return true, a.State.ForgetRecord(LibvirtRecordKind, rec.Cgroup)
+		return true, a.forgetLocked(rec.Cgroup)
 	case errors.Is(err, libvirt.ErrDomainGone):
-		return false, a.State.ForgetRecord(LibvirtRecordKind, rec.Cgroup)
+		return false, a.forgetLocked(rec.Cgroup)
 	}
 	return a.fallbackLocked(rec, err)
 }
@@ -330,7 +389,8 @@ func (a *LibvirtQuota) fallbackLocked(rec LibvirtRecord, why error) (bool, error
 	ours := func(cur cgroup.Quota) bool {
 		q, p := usecs(cur.Quota), cur.Period.Microseconds()
 		return q == rec.AppliedQuotaUS && p == rec.AppliedPeriodUS ||
-			rec.PreviousPeriodUS != 0 && q == rec.PreviousQuotaUS && p == rec.PreviousPeriodUS
+			rec.PreviousPeriodUS != 0 && q == rec.PreviousQuotaUS && p == rec.PreviousPeriodUS ||
+			slices.Contains(rec.Unconfirmed, GlobalUS{q, p})
 	}
 	// libvirt sets global_* on the domain's cgroup; on cgroup v2 hosts it
 	// may use the nested "libvirt" cgroup below it.
@@ -360,14 +420,14 @@ func (a *LibvirtQuota) fallbackLocked(rec LibvirtRecord, why error) (bool, error
 	}
 	if found == 0 {
 		// The domain's cgroup is gone: so is the domain, and its throttle.
-		return false, a.State.ForgetRecord(LibvirtRecordKind, rec.Cgroup)
+		return false, a.forgetLocked(rec.Cgroup)
 	}
 	if len(errs) > 0 && lifted == 0 {
 		return false, fmt.Errorf("restore VM %s: libvirt could not (%v) and neither could its cgroup files: %w", rec.Domain, why, errors.Join(errs...))
 	}
 	if lifted == 0 {
 		a.log().Warn("VM throttle not found in its cgroup files (changed since by someone else?); leaving them", "domain", rec.Domain, "cgroup", rec.Cgroup, "libvirt_err", why)
-		return false, a.State.ForgetRecord(LibvirtRecordKind, rec.Cgroup)
+		return false, a.forgetLocked(rec.Cgroup)
 	}
 	a.log().Error("LIBVIRT UNREACHABLE: lifted a VM's throttle by writing its cgroup files directly; libvirt's live definition still shows the throttle until crosstalk resyncs it when libvirt is back",
 		"domain", rec.Domain, "cgroup", rec.Cgroup, "restored", orig.String(), "libvirt_err", why)
@@ -387,7 +447,7 @@ func (a *LibvirtQuota) RestoreAll(ctx context.Context) (int, error) {
 	for _, key := range a.State.RecordKeys(LibvirtRecordKind) {
 		rec, ok := a.record(key)
 		if !ok {
-			a.State.ForgetRecord(LibvirtRecordKind, key)
+			a.forgetLocked(key)
 			continue
 		}
 		if rec.Path == PathCgroupFallback {
@@ -400,12 +460,12 @@ func (a *LibvirtQuota) RestoreAll(ctx context.Context) (int, error) {
 			cancel()
 			switch {
 			case errors.Is(err, libvirt.ErrDomainGone):
-				a.State.ForgetRecord(LibvirtRecordKind, key)
+				a.forgetLocked(key)
 				continue
 			case err == nil && cur.GlobalQuota != nil && cur.GlobalPeriod != nil &&
 				(*cur.GlobalQuota != rec.AppliedQuotaUS || int64(*cur.GlobalPeriod) != rec.AppliedPeriodUS):
 				a.log().Warn("VM scheduler parameters changed by someone else since crosstalk set them; leaving them", "domain", rec.Domain, "now", cur.String())
-				a.State.ForgetRecord(LibvirtRecordKind, key)
+				a.forgetLocked(key)
 				continue
 			}
 		}
@@ -450,5 +510,5 @@ func (a *LibvirtQuota) resyncLocked(ctx context.Context, rec LibvirtRecord) {
 	default:
 		a.log().Warn("libvirt refused the VM's original scheduler parameters; its cgroup files hold them already", "domain", rec.Domain, "err", err)
 	}
-	a.State.ForgetRecord(LibvirtRecordKind, rec.Cgroup)
+	a.forgetLocked(rec.Cgroup)
 }

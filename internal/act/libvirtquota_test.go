@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/host"
@@ -426,6 +427,53 @@ func TestLibvirtQuotaFallbackKnowsThePreviousThrottle(t *testing.T) {
 				t.Errorf("an operator's %s/16000 became %s", c.files, got)
 			}
 		})
+	}
+}
+
+// libvirtd restarting: several rewrites of a throttle fail in a row, each
+// without telling whether it reached the kernel. Whichever of them, or the
+// last confirmed throttle, is in force when the agent stops with libvirt
+// gone is taken for crosstalk's own and lifted.
+func TestLibvirtQuotaFallbackAfterRewritesFailInARow(t *testing.T) {
+	for _, files := range []string{"1000", "2000", "3000"} {
+		t.Run("files hold "+files, func(t *testing.T) {
+			w := newVMWorld(t)
+			if err := w.a.Apply(t.Context(), vmWeb, "web", throttle); err != nil {
+				t.Fatal(err)
+			}
+			w.lv.failSet = fmt.Errorf("set: %w: connection reset", libvirt.ErrNotConnected)
+			for _, us := range []int64{2000, 2000, 3000, 2000} {
+				if err := w.a.Apply(t.Context(), vmWeb, "web", cgroup.Quota{Quota: time.Duration(us) * time.Microsecond, Period: 16 * time.Millisecond}); !errors.Is(err, ErrUnavailable) {
+					t.Fatalf("cut rewrite to %d: %v", us, err)
+				}
+			}
+			w.lv.failSet = nil
+			os.WriteFile(filepath.Join(w.root, "cg/cpu", vmWeb, "cpu.cfs_quota_us"), []byte(files+"\n"), 0o644)
+			w.lv.setConnected(false)
+			if err := w.a.Restore(t.Context(), vmWeb); err != nil {
+				t.Fatal(err)
+			}
+			if got := w.quota(t, vmWeb); got != "-1/100000" {
+				t.Errorf("left at %s after the rewrites failed", got)
+			}
+		})
+	}
+}
+
+// While libvirt is away a throttle is not rewritten, and its record keeps
+// what is in force.
+func TestLibvirtQuotaNoRewriteWhileLibvirtIsAway(t *testing.T) {
+	w := newVMWorld(t)
+	if err := w.a.Apply(t.Context(), vmWeb, "web", throttle); err != nil {
+		t.Fatal(err)
+	}
+	w.lv.setConnected(false)
+	if err := w.a.Apply(t.Context(), vmWeb, "web", cgroup.Quota{Quota: 2 * time.Millisecond, Period: 16 * time.Millisecond}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("rewrite while away: %v", err)
+	}
+	var rec LibvirtRecord
+	if ok, _ := w.state.GetRecord(LibvirtRecordKind, vmWeb, &rec); !ok || rec.AppliedQuotaUS != 1000 || len(rec.Unconfirmed) != 0 {
+		t.Errorf("record after a rewrite while away: %+v", rec)
 	}
 }
 
