@@ -203,6 +203,42 @@ func TestClientMalformedXML(t *testing.T) {
 	}
 }
 
+// A running domain whose XML cannot be read this time (a call cut while
+// libvirtd restarts) keeps the pinning last read; one never read, or a
+// new run of it, has none.
+func TestClientKeepsTheLastXMLWhenAReadFails(t *testing.T) {
+	f := newFakeDaemon()
+	d := f.start("web", 7, 1, "1")
+	c, buf := runClient(t, f)
+	wait(t, c)
+	f.mu.Lock()
+	f.doms[d.UUID].xmlErr = errors.New("internal error: client socket is closed")
+	f.mu.Unlock()
+	doms, err := c.Refresh(context.Background())
+	if err != nil || len(doms) != 1 {
+		t.Fatalf("refresh: %v, %d domains", err, len(doms))
+	}
+	if doms[0].Config == nil || doms[0].ConfigErr == nil {
+		t.Fatalf("last pinning not kept: config %v, err %v", doms[0].Config, doms[0].ConfigErr)
+	}
+	if pinned, all := doms[0].Config.PinnedCPUs(); !all || pinned.String() != "1" {
+		t.Errorf("kept pinning %s (all %v), want 1", pinned, all)
+	}
+	if !buf.contains("keeping the pinning last read") {
+		t.Error("the unread XML was not logged")
+	}
+	// The same name run anew (another ID): the old pinning is not its.
+	f.stop(d)
+	d2 := f.start("web", 7, 1, "0")
+	f.mu.Lock()
+	f.doms[d2.UUID].xmlErr = errors.New("internal error: client socket is closed")
+	f.mu.Unlock()
+	doms, _ = c.Refresh(context.Background())
+	if len(doms) != 1 || doms[0].Config != nil {
+		t.Errorf("a new run of the domain kept the old pinning: %+v", doms)
+	}
+}
+
 // A domain that vanishes between being listed and being acted on gives
 // ErrDomainGone, not a generic error.
 func TestClientDomainVanishesMidAction(t *testing.T) {

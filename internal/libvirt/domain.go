@@ -208,22 +208,39 @@ func (c *Client) describe(ctx context.Context, s session, rec golibvirt.DomainSt
 		doc, err = r.DomainGetXMLDesc(rec.Dom, 0)
 		return err
 	})
+	unread := false
 	switch {
 	case errors.Is(err, ErrDomainGone):
 		return d, false // stopped between the list and now
 	case err == nil:
 		d.Config, err = ParseDomainXML(doc)
+	default:
+		unread = true
 	}
 	d.ConfigErr = err
 	c.mu.Lock()
+	if old, ok := c.doms[d.UUID]; unread && ok && old.ID == d.ID && old.Config != nil {
+		// Not read this time (a call cut while libvirtd restarts): the
+		// same running domain's last XML still says how it is pinned. A
+		// domain taken for unpinned would be throttled for all the host's
+		// CPUs instead of its own.
+		d.Config = old.Config
+	}
 	prev, logged := c.badXML[d.UUID]
 	switch {
 	case err != nil && prev != err.Error():
 		c.badXML[d.UUID] = err.Error()
 		c.mu.Unlock()
-		// Once per domain and error: its pinning and tuning are unknown,
-		// everything else about it still works.
-		c.log.Warn("libvirt: cannot use domain XML; its pinning is unknown", "domain", d.Name, "uuid", d.UUID, "err", err)
+		// Once per domain and error: its pinning and tuning are unknown
+		// (or as last read), everything else about it still works.
+		if d.Config != nil {
+			c.log.Warn("libvirt: cannot read domain XML; keeping the pinning last read", "domain", d.Name, "uuid", d.UUID, "err", err)
+		} else {
+			c.log.Warn("libvirt: cannot use domain XML; its pinning is unknown", "domain", d.Name, "uuid", d.UUID, "err", err)
+		}
+		if d.VCPUs == 0 && d.Config != nil {
+			d.VCPUs = d.Config.VCPUs
+		}
 		return d, true
 	case err == nil && logged:
 		delete(c.badXML, d.UUID)

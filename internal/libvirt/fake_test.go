@@ -30,6 +30,8 @@ type fakeDom struct {
 	state int64
 	vcpus int
 	xml   string
+	// xmlErr fails reading the XML (a call cut mid-restart).
+	xmlErr error
 	sched map[string]golibvirt.TypedParam
 }
 
@@ -248,6 +250,9 @@ func (s *fakeSession) DomainGetXMLDesc(d golibvirt.Domain, flags golibvirt.Domai
 	}
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
+	if fd.xmlErr != nil {
+		return "", fd.xmlErr
+	}
 	return fd.xml, nil
 }
 
