@@ -32,7 +32,7 @@ type fakeDom struct {
 	xml   string
 	// xmlErr fails reading the XML (a call cut mid-restart).
 	xmlErr error
-	sched map[string]golibvirt.TypedParam
+	sched  map[string]golibvirt.TypedParam
 }
 
 func newFakeDaemon() *fakeDaemon {
