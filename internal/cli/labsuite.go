@@ -46,7 +46,8 @@ or not, the time to its first cap and to its conviction, its release after it
 stops, the innocents capped for proofs and convicted, and the victim's slowdown
 under each policy. The totals: recall, false-conviction rate, innocent proof
 cap-seconds, reaction and release times (median and p95) and the victim's
-slowdown, overall and by run class.
+slowdown, overall and by run class; then the polluter runs by polluter kind,
+timing and placement.
 
 Needs root (it creates cgroups), except --list.`,
 		Example: `  crosstalk lab suite --seed 1 --runs 30 --list

@@ -228,7 +228,7 @@ func WriteSuiteText(w io.Writer, r *SuiteResult) error {
 	}
 	b.WriteString("\n")
 	rows := r.classRows()
-	WriteAttributionTable(&b, "RUNS", rows)
+	WriteAttributionTable(&b, "RUNS", append(rows, r.breakdownRows()...))
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VICTIM SLOWDOWN\tPOLICY\tWHOLE PHASE\tAFTER FIRST ACTION")
@@ -238,7 +238,7 @@ func WriteSuiteText(w io.Writer, r *SuiteResult) error {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(&b, "\nmedian / p95 over runs; recall = polluter runs whose polluter was convicted; false conv. = runs with an innocent convicted;\nharmful = polluter runs whose victim was at least %.1f× worse off with the polluter than without it, under no policy (harm);\nwhere the polluter shares the victim's CPUs, than with a cache-friendly cpu load in its place (harm beyond its CPU use).\n", HarmThreshold)
+	fmt.Fprintf(&b, "\nmedian / p95 over runs; recall = polluter runs whose polluter was convicted; false conv. = runs with an innocent convicted;\npolluter, timing and placement rows count polluter runs only;\nharmful = polluter runs whose victim was at least %.1f× worse off with the polluter than without it, under no policy (harm);\nwhere the polluter shares the victim's CPUs, than with a cache-friendly cpu load in its place (harm beyond its CPU use).\n", HarmThreshold)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

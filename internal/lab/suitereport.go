@@ -56,16 +56,23 @@ type suiteRunRow struct {
 
 func newSuitePage(r *SuiteResult) suitePage {
 	p := suitePage{Meta: metaHTML(r.Meta), HarmThreshold: HarmThreshold, Seed: r.Seed, Host: r.Host, Policies: strings.Join(r.Policies, ", "), Runs: len(r.Runs), PolicyHeadings: r.Policies}
-	for _, c := range r.classRows() {
+	total := func(c AttributionRow) {
 		a := c.Aggregate
 		p.Totals = append(p.Totals, suiteTotalRow{Class: c.Name, Runs: c.Runs, Recall: fmtRate(a.Recall, a.PolluterRuns, a.RecallInterval),
 			FalseConviction: fmtRate(a.FalseConvictionRate, a.Runs, a.FalseConvictionInterval), ProofCap: fmtDist(a.InnocentProofCapSeconds, secs2),
 			FirstCap: fmtDist(a.FirstCap, secs2), Conviction: fmtDist(a.Conviction, secs2), Release: fmtDist(a.Release, secs2)})
+	}
+	for _, c := range r.classRows() {
+		total(c)
+		a := c.Aggregate
 		for i, pol := range r.Policies {
 			whole, after := a.VictimSlowdown[pol], a.VictimSlowdownAfter[pol]
 			p.Slowdowns = append(p.Slowdowns, suiteSlowdownRow{First: i == 0, Class: c.Name, Policy: pol,
 				Whole: fmtDist(whole, humanize.Ratio), After: fmtDist(after, humanize.Ratio), WholeHeat: slowdownHeat(whole.Median), AfterHeat: slowdownHeat(after.Median)})
 		}
+	}
+	for _, c := range r.breakdownRows() {
+		total(c)
 	}
 	for _, s := range r.Runs {
 		name := s.Name
@@ -124,7 +131,7 @@ var suiteTmpl = template.Must(template.New("suite").Funcs(template.FuncMap{
 <tbody>{{range .Totals}}
 <tr><td>{{.Class}}</td><td class="num">{{.Runs}}</td><td class="num">{{.Recall}}</td><td class="num">{{.FalseConviction}}</td><td class="num">{{.ProofCap}}</td><td class="num">{{.FirstCap}}</td><td class="num">{{.Conviction}}</td><td class="num">{{.Release}}</td></tr>{{end}}
 </tbody></table>
-<p class="meta">Median / 95th percentile over runs. Recall: polluter runs whose polluter was convicted (throttled while it ran). False convictions: runs where any innocent (victim or bystander) was convicted, control runs included. Reactions count from the polluter's start, or from the agent's when the polluter was already running. Harmful: the polluter runs whose victim was at least {{.HarmThreshold}}× worse off with the polluter than without it, under no policy; where the polluter shares the victim's CPUs, than with a cache-friendly cpu load of its timing in its place (its harm beyond the CPU time it takes, which the scheduler shares out).</p>
+<p class="meta">Median / 95th percentile over runs. Recall: polluter runs whose polluter was convicted (throttled while it ran). False convictions: runs where any innocent (victim or bystander) was convicted, control runs included. The polluter, timing and placement rows count polluter runs only. Reactions count from the polluter's start, or from the agent's when the polluter was already running. Harmful: the polluter runs whose victim was at least {{.HarmThreshold}}× worse off with the polluter than without it, under no policy; where the polluter shares the victim's CPUs, than with a cache-friendly cpu load of its timing in its place (its harm beyond the CPU time it takes, which the scheduler shares out).</p>
 
 <h2>Victim slowdown</h2>
 <table class="slowdowns">

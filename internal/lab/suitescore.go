@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"maps"
 	"math"
 	"slices"
 
@@ -518,8 +519,8 @@ func Summarize(runs []RunScore) Aggregate {
 	return a
 }
 
-// SuiteResult is a whole suite: every run's score and the totals, overall
-// and by run class.
+// SuiteResult is a whole suite: every run's score and the totals, overall,
+// by run class, and the polluter runs by what was drawn.
 type SuiteResult struct {
 	Meta     *Meta                `json:"meta,omitempty"`
 	Seed     int64                `json:"seed"`
@@ -528,6 +529,39 @@ type SuiteResult struct {
 	Runs     []RunScore           `json:"runs"`
 	Total    Aggregate            `json:"total"`
 	ByClass  map[string]Aggregate `json:"by_class"`
+	// Breakdowns are the polluter runs' totals by polluter, timing and
+	// placement (ByPolluter …), a row for each value some run drew.
+	Breakdowns map[string]map[string]Aggregate `json:"breakdowns"`
+}
+
+// Breakdown names: the polluter runs' totals by what was drawn.
+const (
+	ByPolluter  = "polluter"
+	ByTiming    = "timing"
+	ByPlacement = "placement"
+)
+
+// Breakdown summarizes runs by key: an aggregate for each value of keys
+// that some run has (nil keys: each value the runs have, sorted; runs
+// whose key is "" are left out). The simulator breaks its runs down the
+// same way, with fixed keys and one breakdown of its own.
+func Breakdown[T any](runs []T, score func(T) RunScore, key func(T) string, keys []string) map[string]Aggregate {
+	by := map[string][]RunScore{}
+	for _, r := range runs {
+		if k := key(r); k != "" {
+			by[k] = append(by[k], score(r))
+		}
+	}
+	if keys == nil {
+		keys = slices.Sorted(maps.Keys(by))
+	}
+	out := map[string]Aggregate{}
+	for _, k := range keys {
+		if rs, ok := by[k]; ok {
+			out[k] = Summarize(rs)
+		}
+	}
+	return out
 }
 
 // Summarize fills the totals from the runs.
@@ -543,4 +577,29 @@ func (r *SuiteResult) Summarize() {
 		}
 		r.ByClass[class] = Summarize(of)
 	}
+	var polluter []RunScore
+	for _, s := range r.Runs {
+		if s.Class == ClassPolluter {
+			polluter = append(polluter, s)
+		}
+	}
+	self := func(s RunScore) RunScore { return s }
+	r.Breakdowns = map[string]map[string]Aggregate{
+		ByPolluter:  Breakdown(polluter, self, func(s RunScore) string { return s.Polluter }, nil),
+		ByTiming:    Breakdown(polluter, self, func(s RunScore) string { return s.Timing }, nil),
+		ByPlacement: Breakdown(polluter, self, func(s RunScore) string { return s.Placement }, nil),
+	}
+}
+
+// breakdownRows are the breakdowns' lines, "polluter splitlock" and so on,
+// in the order of their names and then of their values.
+func (r *SuiteResult) breakdownRows() []AttributionRow {
+	var rows []AttributionRow
+	for _, name := range []string{ByPolluter, ByTiming, ByPlacement} {
+		m := r.Breakdowns[name]
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			rows = append(rows, AttributionRowOf(name+" "+k, m[k]))
+		}
+	}
+	return rows
 }

@@ -347,8 +347,8 @@ func TestSuiteTextAndJSON(t *testing.T) {
 		"victim crosstalk 1.50× (after 1.10×), none 6.00× (after 7.00×)",
 		"gen-8      control whole vs server", "false-conviction",
 		"gen-9#2", "error: phase r1-none: tenant victim failed",
-		"all       2 (+1 errors)  100% of 1", "50% of 2",
-		"polluter  1 (+1 errors)",
+		"all                  2 (+1 errors)  100% of 1", "50% of 2",
+		"polluter             1 (+1 errors)", "polluter splitlock   1              100% of 1",
 		"polluter         crosstalk  1.50× / 1.50×  1.10× / 1.10×",
 	} {
 		if !strings.Contains(out, want) {
@@ -374,6 +374,60 @@ func TestSuiteTextAndJSON(t *testing.T) {
 		if !strings.Contains(string(j), key) {
 			t.Errorf("JSON lacks %s: %s", key, j)
 		}
+	}
+}
+
+// The polluter runs are broken down by polluter, timing and placement, a
+// row for each value drawn: where the agent sees a kind of polluter and
+// where it does not shows there, not only in the overall recall. Control
+// runs and runs of scenario files (nothing drawn) have no rows.
+func TestSuiteBreakdowns(t *testing.T) {
+	run := func(name, polluter, timing, placement string, convicted bool) RunScore {
+		return RunScore{Name: name, Repetition: 1, Class: ClassPolluter, Victim: "chase-1MiB", Polluter: polluter, Timing: timing, Placement: placement, Convicted: convicted,
+			VictimSlowdown: map[string]*float64{"none": fp(2), "crosstalk": fp(1.2)}}
+	}
+	sr := &SuiteResult{Seed: 1, Policies: []string{"none", "crosstalk"}, Runs: []RunScore{
+		run("gen-1", "splitlock", TimingWhole, PlaceAlone, true),
+		run("gen-2", "stream", TimingWhole, PlaceWithVictim, false),
+		run("gen-3", "splitlock", TimingLate, PlaceWithVictim, true),
+		run("gen-4", "stream", TimingPause, PlaceAlone, false),
+		{Name: "gen-5", Repetition: 1, Class: ClassControl, Timing: TimingWhole, Victim: "server", InnocentsConvicted: 1},
+		{Name: "buslock", Repetition: 1, Class: ClassPolluter, Convicted: true},
+	}}
+	sr.Summarize()
+	check := func(name, key string, runs int, recall float64) {
+		t.Helper()
+		a, ok := sr.Breakdowns[name][key]
+		if !ok || a.Runs != runs || a.Recall == nil || *a.Recall != recall || a.ControlRuns != 0 {
+			t.Errorf("%s %s: %+v, want %d runs, recall %v", name, key, a, runs, recall)
+		}
+	}
+	check(ByPolluter, "splitlock", 2, 1)
+	check(ByPolluter, "stream", 2, 0)
+	check(ByTiming, TimingWhole, 2, 0.5)
+	check(ByTiming, TimingPause, 1, 0)
+	check(ByPlacement, PlaceWithVictim, 2, 0.5)
+	if n := len(sr.Breakdowns[ByPolluter]); n != 2 {
+		t.Errorf("polluter rows %v, want splitlock and stream only", sr.Breakdowns[ByPolluter])
+	}
+	var b bytes.Buffer
+	if err := WriteSuiteText(&b, sr); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(b.String()), " ")
+	wantAll(t, text, "polluter splitlock 2 100% of 2", "polluter stream 2 0% of 2",
+		"timing late 1 100% of 1", "placement with-victim 2 50% of 2", "rows count polluter runs only")
+	b.Reset()
+	if err := WriteSuiteReport(&b, sr); err != nil {
+		t.Fatal(err)
+	}
+	wantAll(t, b.String(), "<td>polluter stream</td>", "<td>placement alone</td>")
+	j, err := json.Marshal(sr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(j), `"breakdowns":{"placement":{"alone":{"runs":2`) {
+		t.Errorf("JSON lacks the breakdowns: %s", j)
 	}
 }
 

@@ -46,11 +46,11 @@ type SuiteResult struct {
 	WallSeconds      float64 `json:"wall_seconds"`
 }
 
-// Breakdown names.
+// Breakdown names: the lab's, and the runs with a PMU and without.
 const (
-	ByPolluter  = "polluter"
-	ByTiming    = "timing"
-	ByPlacement = "placement"
+	ByPolluter  = lab.ByPolluter
+	ByTiming    = lab.ByTiming
+	ByPlacement = lab.ByPlacement
 	ByPMU       = "pmu"
 )
 
@@ -207,21 +207,19 @@ func (r *SuiteResult) Summarize() {
 			return s.Class == class || class == lab.ClassHarmful && s.Class == lab.ClassPolluter && s.Harmful
 		}))
 	}
-	r.Breakdowns = map[string]map[string]lab.Aggregate{}
-	by := func(name string, keys []string, key func(SuiteScore) string, polluterOnly bool) {
-		m := map[string]lab.Aggregate{}
-		for _, k := range keys {
-			runs := r.filter(func(s SuiteScore) bool { return key(s) == k && (!polluterOnly || s.Class == lab.ClassPolluter) })
-			if len(runs) > 0 {
-				m[k] = lab.Summarize(runs)
-			}
+	var polluter []SuiteScore
+	for _, s := range r.Runs {
+		if s.Class == lab.ClassPolluter {
+			polluter = append(polluter, s)
 		}
-		r.Breakdowns[name] = m
 	}
-	by(ByPolluter, SuitePolluters, func(s SuiteScore) string { return s.Polluter }, true)
-	by(ByTiming, SuiteTimings, func(s SuiteScore) string { return s.Timing }, true)
-	by(ByPlacement, SuitePlacements, func(s SuiteScore) string { return s.Placement }, true)
-	by(ByPMU, []string{"on", "off"}, func(s SuiteScore) string { return onOff(s.PMU) }, false)
+	score := func(s SuiteScore) lab.RunScore { return s.RunScore }
+	r.Breakdowns = map[string]map[string]lab.Aggregate{
+		ByPolluter:  lab.Breakdown(polluter, score, func(s SuiteScore) string { return s.Polluter }, SuitePolluters),
+		ByTiming:    lab.Breakdown(polluter, score, func(s SuiteScore) string { return s.Timing }, SuiteTimings),
+		ByPlacement: lab.Breakdown(polluter, score, func(s SuiteScore) string { return s.Placement }, SuitePlacements),
+		ByPMU:       lab.Breakdown(r.Runs, score, func(s SuiteScore) string { return onOff(s.PMU) }, []string{"on", "off"}),
+	}
 }
 
 func (r *SuiteResult) filter(keep func(SuiteScore) bool) []lab.RunScore {
