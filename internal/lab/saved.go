@@ -90,6 +90,10 @@ func ParseSaved(b []byte) (*Saved, error) {
 	if err := dec.Decode(target); err != nil {
 		return nil, fmt.Errorf("reading a %s result: %w", kind, err)
 	}
+	if s.Suite != nil && s.Suite.Breakdowns == nil {
+		// Saved before suites broke their runs down: the runs say it all.
+		s.Suite.breakDown()
+	}
 	return s, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +101,34 @@ func TestSavedRendersAsTheOriginal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A suite saved before suites broke their runs down is broken down from
+// its runs when read back, and renders as a new one.
+func TestSavedSuiteWithoutBreakdowns(t *testing.T) {
+	sr := suiteFixture()
+	b, err := json.Marshal(sr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc, "breakdowns")
+	old, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ParseSaved(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(s.Suite.Breakdowns, sr.Breakdowns) || len(s.Suite.Breakdowns[ByPolluter]) != 1 {
+		t.Errorf("breakdowns read back %+v, want %+v", s.Suite.Breakdowns, sr.Breakdowns)
+	}
+	text, _ := renders(t, s)
+	wantAll(t, text, "polluter splitlock", "timing before-agent", "placement alone")
 }
 
 func TestParseSavedRejects(t *testing.T) {

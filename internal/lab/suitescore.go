@@ -577,6 +577,11 @@ func (r *SuiteResult) Summarize() {
 		}
 		r.ByClass[class] = Summarize(of)
 	}
+	r.breakDown()
+}
+
+// breakDown fills the breakdowns from the runs.
+func (r *SuiteResult) breakDown() {
 	var polluter []RunScore
 	for _, s := range r.Runs {
 		if s.Class == ClassPolluter {
