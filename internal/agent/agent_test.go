@@ -46,6 +46,8 @@ type world struct {
 	// while llcNoise (the physical host's other tenants thrashing the
 	// cache, whatever the tenants here do).
 	llc, llcNoise bool
+	// rates replaces tenants' CPU use (cores) by name.
+	rates map[string]float64
 	// now is the world's clock: the agent's virtual one, or time.Now
 	// for an agent on its real loop.
 	now func() time.Time
@@ -150,6 +152,9 @@ func (s *fakeStats) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats
 	now := s.w.now()
 	rate := map[string]float64{"victim": 1.0, "polluter": 0.85, "bystander": 0.15}[t.Name]
 	s.w.mu.Lock()
+	if r, ok := s.w.rates[t.Name]; ok {
+		rate = r
+	}
 	if t.Name == "polluter" && (!s.w.running || s.w.stalled) || s.w.idle {
 		rate = 0
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/api"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
 // clock is the virtual time of an agent under test and of its fake world:
@@ -504,5 +505,47 @@ func TestProofSavesTheStateOnce(t *testing.T) {
 	}
 	if proving != proofs {
 		t.Errorf("%d state saves during %d proof(s) of %d capped trials, want one a proof:\n%s", proving, proofs, caps, hs.log)
+	}
+}
+
+// blindWatchProbe is the world's probe whose watch readings miss the
+// storm: on a VM a split-lock storm comes in bursts that a look's two
+// cheap readings can miss, where an interval's spread does not.
+type blindWatchProbe struct{ fakeProbe }
+
+func (blindWatchProbe) MeasureQuick(domain, cpu int, kind string) ([]sense.ProbeReading, error) {
+	return []sense.ProbeReading{{Domain: domain, CPU: cpu, Kind: sense.ProbeDRAM, Ns: 300}}, nil
+}
+
+// A proof that ends without a conviction brings the next interval forward
+// to within a watch: the contention is still there, and the next suspect
+// is chosen by an interval. Here the bystander and the victim, busier than
+// the polluter, are proved first and acquitted, and the watch misses the
+// storm; the polluter's proof begins within a watch of the last
+// acquittal, not an interval later.
+func TestVirtualLoopProvesTheNextSuspectSoonAfterAnAcquittal(t *testing.T) {
+	w := newWorld(t)
+	w.rates = map[string]float64{"bystander": 0.9, "polluter": 0.3}
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = time.Second
+	hs := newVirtualHarnessWith(t, w, cfg, nil, func(d *Deps) { d.Probe = blindWatchProbe{fakeProbe{w}} })
+	defer hs.stop(t)
+	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
+	var acquitted, proved time.Time
+	hs.mu.Lock()
+	for _, r := range hs.actions {
+		switch {
+		case r.Name != "polluter" && r.Kind == api.KindRelease && proved.IsZero():
+			acquitted = r.Time
+		case r.Name == "polluter" && r.Kind == api.KindProof && proved.IsZero():
+			proved = r.Time
+		}
+	}
+	hs.mu.Unlock()
+	if acquitted.IsZero() || !proved.After(acquitted) {
+		t.Fatalf("no innocent was proved and acquitted before the polluter's proof:\n%s", hs.log)
+	}
+	if gap := proved.Sub(acquitted); gap > hs.agent.WatchEvery()+50*time.Millisecond {
+		t.Errorf("the polluter's proof began %s after the last acquittal, want within a watch (%s):\n%s", gap, hs.agent.WatchEvery(), hs.log)
 	}
 }
