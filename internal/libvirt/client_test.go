@@ -227,15 +227,21 @@ func TestClientKeepsTheLastXMLWhenAReadFails(t *testing.T) {
 	if !buf.contains("keeping the pinning last read") {
 		t.Error("the unread XML was not logged")
 	}
-	// The same name run anew (another ID): the old pinning is not its.
-	f.stop(d)
-	d2 := f.start("web", 7, 1, "0")
+	// The same domain run anew (another ID) on CPU 0 while every read of
+	// XML fails, its stop unseen (no event): the old run's pinning is not
+	// the new one's.
 	f.mu.Lock()
-	f.doms[d2.UUID].xmlErr = errors.New("internal error: client socket is closed")
+	f.xmlErr = errors.New("internal error: client socket is closed")
 	f.mu.Unlock()
+	f.vanish(d)
+	f.start("web", 7, 1, "0")
 	doms, _ = c.Refresh(context.Background())
-	if len(doms) != 1 || doms[0].Config != nil {
-		t.Errorf("a new run of the domain kept the old pinning: %+v", doms)
+	if len(doms) != 1 || doms[0].ID == int(d.ID) {
+		t.Fatalf("domains after the new run: %+v", doms)
+	}
+	if doms[0].Config != nil {
+		pinned, _ := doms[0].Config.PinnedCPUs()
+		t.Errorf("a new run of the domain kept the old run's pinning %s", pinned)
 	}
 }
 

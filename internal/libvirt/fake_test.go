@@ -21,8 +21,10 @@ type fakeDaemon struct {
 	hang     bool // calls block until the session is closed
 	dials    int
 	sessions []*fakeSession
-	sets     []string // scheduler parameter writes, "name field=value"
-	pins     []string
+	// xmlErr fails every domain's XML read (a call cut mid-restart).
+	xmlErr error
+	sets   []string // scheduler parameter writes, "name field=value"
+	pins   []string
 }
 
 type fakeDom struct {
@@ -252,6 +254,9 @@ func (s *fakeSession) DomainGetXMLDesc(d golibvirt.Domain, flags golibvirt.Domai
 	defer s.d.mu.Unlock()
 	if fd.xmlErr != nil {
 		return "", fd.xmlErr
+	}
+	if s.d.xmlErr != nil {
+		return "", s.d.xmlErr
 	}
 	return fd.xml, nil
 }
