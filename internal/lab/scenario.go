@@ -8,6 +8,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -82,6 +83,18 @@ type Metric struct {
 
 // CPUSet is the parsed CPU list.
 func (t Tenant) CPUSet() cpuset.Set { return t.cpus }
+
+// Program names what the tenant runs: its built-in load, or its command's
+// program ("" when it has neither).
+func (t Tenant) Program() string {
+	if t.Load != "" {
+		return t.Load
+	}
+	if len(t.Command) > 0 {
+		return path.Base(t.Command[0])
+	}
+	return ""
+}
 
 // RunLength is how long the tenant runs in a phase of length phase.
 func (t Tenant) RunLength(phase time.Duration) time.Duration {

@@ -148,9 +148,22 @@ func RunSuite(ctx context.Context, cases []SuiteCase, repetitions int, opt Optio
 	return out, nil
 }
 
-// describe copies what was drawn into the score.
+// describe copies what was drawn into the score; for a scenario given by
+// name or file, the victim's and the first polluter's programs, so that its
+// runs count in the breakdown by polluter too.
 func (c SuiteCase) describe(sc *RunScore) {
 	if c.Gen == nil {
+		if c.Scenario == nil {
+			return
+		}
+		for _, t := range c.Scenario.Tenants {
+			switch {
+			case t.Role == RoleVictim && sc.Victim == "":
+				sc.Victim = t.Program()
+			case t.Role == RolePolluter && sc.Polluter == "":
+				sc.Polluter = t.Program()
+			}
+		}
 		return
 	}
 	g := c.Gen
@@ -174,7 +187,7 @@ func suiteRunLine(r RunScore) string {
 	}
 	what := r.Class
 	if r.Polluter != "" {
-		what = fmt.Sprintf("%s %s %s", r.Polluter, r.Timing, r.Placement)
+		what = strings.Join(slices.DeleteFunc([]string{r.Polluter, r.Timing, r.Placement}, func(s string) bool { return s == "" }), " ")
 	} else if r.Timing != "" {
 		what += " " + r.Timing
 	}

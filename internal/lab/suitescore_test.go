@@ -486,3 +486,39 @@ func TestWilson(t *testing.T) {
 		}
 	}
 }
+
+// A scenario given by name or file is described by its programs: the
+// victim's and the first polluter's, built-in loads or commands. Its runs
+// then count in the breakdown by polluter, and its line says what ran.
+func TestSuiteDescribesGivenScenarios(t *testing.T) {
+	buslock, err := Load("buslock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := &Scenario{Name: "mine", Tenants: []Tenant{
+		{Name: "db", Role: RoleVictim, Command: []string{"/usr/bin/redis-benchmark", "-q"}},
+		{Name: "noisy", Role: RolePolluter, Command: []string{"stress-ng", "--lockbus", "1"}},
+		{Name: "other", Role: RolePolluter, Load: "stream"},
+	}}
+	control := &Scenario{Name: "quiet", Tenants: []Tenant{{Name: "v", Role: RoleVictim, Load: "chase"}}}
+	for _, c := range []struct {
+		sc                     *Scenario
+		victim, polluter, line string
+	}{
+		{buslock, "chase", "splitlock", "buslock    splitlock vs chase "},
+		{file, "redis-benchmark", "stress-ng", "mine       stress-ng vs redis-benchmark "},
+		{control, "chase", "", "quiet      control vs chase "},
+	} {
+		sc := RunScore{Name: c.sc.Name, Repetition: 1, Class: ClassControl}
+		if c.polluter != "" {
+			sc.Class = ClassPolluter
+		}
+		SuiteCase{Scenario: c.sc}.describe(&sc)
+		if sc.Victim != c.victim || sc.Polluter != c.polluter || sc.Timing != "" || sc.Seed != nil {
+			t.Errorf("%s: victim %q polluter %q timing %q, want %q and %q", c.sc.Name, sc.Victim, sc.Polluter, sc.Timing, c.victim, c.polluter)
+		}
+		if line := suiteRunLine(sc); !strings.HasPrefix(line, c.line) {
+			t.Errorf("%s: line %q, want it to begin %q", c.sc.Name, line, c.line)
+		}
+	}
+}
