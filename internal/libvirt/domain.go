@@ -227,25 +227,22 @@ func (c *Client) describe(ctx context.Context, s session, rec golibvirt.DomainSt
 		d.Config = old.Config
 	}
 	prev, logged := c.badXML[d.UUID]
+	warn := err != nil && prev != err.Error()
 	switch {
-	case err != nil && prev != err.Error():
+	case warn:
 		c.badXML[d.UUID] = err.Error()
-		c.mu.Unlock()
-		// Once per domain and error: its pinning and tuning are unknown
-		// (or as last read), everything else about it still works.
-		if d.Config != nil {
-			c.log.Warn("libvirt: cannot read domain XML; keeping the pinning last read", "domain", d.Name, "uuid", d.UUID, "err", err)
-		} else {
-			c.log.Warn("libvirt: cannot use domain XML; its pinning is unknown", "domain", d.Name, "uuid", d.UUID, "err", err)
-		}
-		if d.VCPUs == 0 && d.Config != nil {
-			d.VCPUs = d.Config.VCPUs
-		}
-		return d, true
 	case err == nil && logged:
 		delete(c.badXML, d.UUID)
 	}
 	c.mu.Unlock()
+	// Once per domain and error: its pinning and tuning are unknown (or as
+	// last read), everything else about it still works.
+	switch {
+	case warn && d.Config != nil:
+		c.log.Warn("libvirt: cannot read domain XML; keeping the pinning last read", "domain", d.Name, "uuid", d.UUID, "err", err)
+	case warn:
+		c.log.Warn("libvirt: cannot use domain XML; its pinning is unknown", "domain", d.Name, "uuid", d.UUID, "err", err)
+	}
 	if d.VCPUs == 0 && d.Config != nil {
 		d.VCPUs = d.Config.VCPUs
 	}
