@@ -245,6 +245,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	next := time.Time{}
+	// rearm sets the timer to the next interval or watch, whichever comes
+	// first (a proof's readings have a timer of their own).
+	rearm := func() {
+		wake := next
+		if !a.watchAt.IsZero() && a.watchAt.Before(wake) {
+			wake = a.watchAt
+		}
+		timer.Reset(time.Until(wake))
+	}
 	for {
 		var proofTimer <-chan time.Time
 		if p := a.prover.proof; p != nil {
@@ -255,18 +264,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case now := <-timer.C:
 			next = a.Tick(ctx, now, next)
-			wake := next
-			if !a.watchAt.IsZero() && a.watchAt.Before(wake) {
-				wake = a.watchAt
-			}
-			timer.Reset(time.Until(wake))
+			rearm()
 		case now := <-proofTimer:
 			next = a.proofSample(ctx, now, next)
-			wake := next
-			if !a.watchAt.IsZero() && a.watchAt.Before(wake) {
-				wake = a.watchAt
-			}
-			timer.Reset(time.Until(wake))
+			rearm()
 		case req := <-a.reloads:
 			// Between passes: nothing reads the configuration meanwhile.
 			change, err := a.Reconfigure(ctx, req.cfg)
@@ -321,11 +322,14 @@ func (a *Agent) Tick(ctx context.Context, now, next time.Time) time.Time {
 // there, and the next suspect is chosen by an interval: waiting out a whole
 // one left a polluter proven after an innocent 0.4 s later than needed.
 func (a *Agent) proofSample(ctx context.Context, now, next time.Time) time.Time {
+	p := a.prover.proof
 	a.prover.sample(ctx, now)
-	if !a.prover.cleared {
+	if p == nil || a.prover.proof == p {
+		return next // none, or still under way
+	}
+	if verdict, _ := p.p.Verdict(); verdict == judge.ProofGuilty {
 		return next
 	}
-	a.prover.cleared = false
 	if soon := now.Add(a.quickAfter()); !next.IsZero() && soon.Before(next) {
 		return soon
 	}
@@ -440,7 +444,6 @@ func (a *Agent) shutdown(ctx context.Context) {
 func (a *Agent) step(ctx context.Context, now time.Time) (soon time.Duration) {
 	cpuBefore := selfCPU()
 	a.steps++
-	a.prover.cleared = false // this interval chooses the next suspect
 	if a.steps%120 == 0 {
 		a.saveBaselines()
 	}

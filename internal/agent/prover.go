@@ -36,9 +36,6 @@ type prover struct {
 	log     *slog.Logger
 	// proof is the proof in progress (nil: none).
 	proof *proof
-	// cleared: the last proof ended without a conviction, and the agent
-	// has yet to bring its next interval forward (see Agent.proofSample).
-	cleared bool
 	// verdicts counts the proofs ended, by verdict.
 	verdicts map[string]uint64
 	// clock, when set, is the time now (Deps.Now): a slot is planned from
@@ -261,7 +258,6 @@ func (pr *prover) endProof(ctx context.Context, now time.Time, p *proof) {
 			FalseConvictionBound: pr.cfg.Proof.FalseConviction()}})
 	key := backoffKey(p.signal, p.tenant.ID)
 	if verdict != judge.ProofGuilty {
-		pr.cleared = true
 		pr.uncap(ctx, now, p, verdict+": "+why)
 		if verdict == judge.ProofInconclusive {
 			// Not acquitted: proved again soon, within the budget, with
