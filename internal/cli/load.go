@@ -19,7 +19,7 @@ import (
 func newLoadCmd(g *globals) *cobra.Command {
 	var (
 		duration, interval time.Duration
-		sizeStr            string
+		sizeStr, until     string
 		rate               float64
 		threads            int
 	)
@@ -34,7 +34,7 @@ Kinds (metric, unit, which direction is better):
 
 ` + kindsHelp() + `
 Every load stops by itself after --duration (default 10s), or earlier on
-SIGINT/SIGTERM, and still prints its summary. splitlock refuses a --duration
+SIGINT/SIGTERM or at --until, and still prints its summary. splitlock refuses a --duration
 over ` + load.MaxSplitLockDuration.String() + `: split locks stall the memory bus of the whole physical host.
 
 --size is the working set of chase, server, stream and cachethrash: bytes, or
@@ -58,6 +58,13 @@ summary on stderr.`,
 				return fmt.Errorf("--threads must be >= 1, got %d", threads)
 			}
 			opt := load.Options{Duration: duration, Interval: interval, Rate: rate, Threads: threads}
+			if until != "" {
+				at, err := time.Parse(time.RFC3339Nano, until)
+				if err != nil {
+					return fmt.Errorf("--until %q: want an RFC 3339 time, e.g. 2026-11-27T08:30:00Z: %w", until, err)
+				}
+				opt.Until = at
+			}
 			if sizeStr != "" {
 				n, err := load.ParseSize(sizeStr)
 				if err != nil {
@@ -106,6 +113,7 @@ summary on stderr.`,
 	}
 	f := cmd.Flags()
 	f.DurationVar(&duration, "duration", 10*time.Second, "how long the load runs; it stops by itself (splitlock: at most "+load.MaxSplitLockDuration.String()+")")
+	f.StringVar(&until, "until", "", "stop at this time (RFC 3339) at the latest, setup included, even before --duration has run out")
 	f.DurationVar(&interval, "interval", load.DefaultInterval, "time between progress lines")
 	f.StringVar(&sizeStr, "size", "", "working set of chase, server, stream, cachethrash, e.g. 4MiB, 256M, 32KiB or bytes (default: the kind's)")
 	f.Float64Var(&rate, "rate", 0, "splitlock: most locked ops per second (0: unlimited); server: requests per second (0: 2000)")

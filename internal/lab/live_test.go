@@ -315,6 +315,46 @@ func (p *startsLate) Begin(_ context.Context, env *PolicyEnv) error {
 }
 func (*startsLate) End(context.Context) error { return nil }
 
+// A built-in load paused during its setup, before its own clock starts,
+// still ends at its scheduled end: the lab tells it the wall-clock time
+// (--until), where a duration alone would run in full after the resume.
+func TestLivePausedInSetupKeepsItsEnd(t *testing.T) {
+	h, l := liveHost(t)
+	vc, oc := twoCPUs(t, h)
+	s, err := Parse([]byte(fmt.Sprintf(`name: setup-pause
+phase: 1500ms
+tenants:
+  - {name: victim, role: victim, load: chase, args: ["--size", "256KiB"], cpus: "%s"}
+  - {name: big, role: bystander, load: chase, args: ["--size", "256MiB"], cpus: "%s", pause: 20ms, resume: 1000ms}
+`, vc, oc)), "setup-pause")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), s, Options{Host: h, Self: crosstalkBin, Policies: []string{"none"},
+		Interval: 100 * time.Millisecond, SoloVictimOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertClean(t, h, l, os.Getpid())
+	var paused, stopped float64
+	for _, e := range res.Results[0].Timeline.Events {
+		if e.Tenant == "big" {
+			switch e.Kind {
+			case "pause":
+				paused = e.T
+			case "stop":
+				stopped = e.T
+			}
+		}
+	}
+	// Its 256 MiB cycle takes far longer than 20 ms to build, so the pause
+	// lands in its setup; run in full after the resume at 1 s, it would
+	// stop at 2.5 s or later.
+	if paused == 0 || paused > 0.3 || stopped < 1.0 || stopped > 2.0 {
+		t.Errorf("big paused at %.2fs and stopped at %.2fs, want a pause in its setup and a stop at about 1.5s", paused, stopped)
+	}
+}
+
 // A policy that starts into the phase sees the tenants already running and
 // is told so; a pause window stops the tenant's processes (no CPU used while
 // paused) and is marked on the timeline; SoloVictimOnly runs only the

@@ -104,11 +104,12 @@ tenants:
 	if name, unit, dir := v.MetricInfo(); name != "get_rps" || unit != "req/s" || dir != "higher" {
 		t.Errorf("metric info = %s %s %s", name, unit, dir)
 	}
-	if got := strings.Join(v.argv("/x", time.Second, time.Second), " "); got != "redis-benchmark -q" {
+	if got := strings.Join(v.argv("/x", time.Second, time.Second, time.Now()), " "); got != "redis-benchmark -q" {
 		t.Errorf("argv = %q", got)
 	}
 	p := s.Tenants[1]
-	if got := strings.Join(p.argv("/bin/ct", 2*time.Second, 250*time.Millisecond), " "); got != "/bin/ct load splitlock --duration 2s --interval 250ms --rate 1000" {
+	at := time.Date(2026, 11, 27, 8, 30, 0, 0, time.UTC)
+	if got := strings.Join(p.argv("/bin/ct", 2*time.Second, 250*time.Millisecond, at), " "); got != "/bin/ct load splitlock --duration 2s --interval 250ms --until 2026-11-27T08:30:02Z --rate 1000" {
 		t.Errorf("load argv = %q", got)
 	}
 	if name, _, dir := p.MetricInfo(); name != "locks_per_sec" || dir != "higher" {

@@ -77,11 +77,17 @@ type proc struct {
 }
 
 // argv builds the tenant's command line for a run of the given length.
-func (t Tenant) argv(self string, runFor, interval time.Duration) []string {
+//
+// A built-in load is also told the wall-clock time its run ends (--until):
+// its clock starts after its setup, and a load stopped by a pause window
+// before that (SIGSTOP) would otherwise run its whole duration after the
+// resume, past its stop and the phase.
+func (t Tenant) argv(self string, runFor, interval time.Duration, now time.Time) []string {
 	if t.Load == "" {
 		return t.Command
 	}
-	a := []string{self, "load", t.Load, "--duration", runFor.String(), "--interval", interval.String()}
+	a := []string{self, "load", t.Load, "--duration", runFor.String(), "--interval", interval.String(),
+		"--until", now.Add(runFor).Format(time.RFC3339Nano)}
 	return append(a, t.Args...)
 }
 
@@ -92,7 +98,7 @@ func startProc(self string, t Tenant, g *cgroup.Group, runFor, interval time.Dur
 		return nil, err
 	}
 	defer r.Close()
-	cmd := exec.Command(self, append([]string{ExecShim, "--"}, t.argv(self, runFor, interval)...)...)
+	cmd := exec.Command(self, append([]string{ExecShim, "--"}, t.argv(self, runFor, interval, time.Now())...)...)
 	cmd.ExtraFiles = []*os.File{r}
 	// Its own process group, so a stop kills helpers it forked; and killed
 	// with us if the lab itself dies (kill -9, crash).

@@ -144,7 +144,14 @@ func (c *chunker) adapt(took time.Duration) {
 // interval, stops at the deadline or on cancellation and builds the summary.
 func (s *spec) run(ctx context.Context, opt Options, r runner, progress func(Progress)) Summary {
 	start := time.Now()
-	st := newStopper(start.Add(opt.Duration))
+	deadline := start.Add(opt.Duration)
+	if !opt.Until.IsZero() && opt.Until.Before(deadline) {
+		deadline = opt.Until
+	}
+	if deadline.Before(start) {
+		deadline = start // an end already past: run nothing
+	}
+	st := newStopper(deadline)
 	stopOnCancel := context.AfterFunc(ctx, st.stop)
 	defer stopOnCancel()
 	r.launch(st)

@@ -7,7 +7,7 @@
 // be blamed.
 //
 // Every load stops by itself after Options.Duration (or earlier when its
-// context is cancelled), reports Progress every Options.Interval and returns a
+// context is cancelled, or at Options.Until), reports Progress every Options.Interval and returns a
 // Summary of what ran. Setup (allocating and initialising the working set,
 // opening the server's sockets) happens before the clock starts and is not
 // counted in Duration.
@@ -84,6 +84,11 @@ type Options struct {
 	// thread; 0 means 1. For server it is the number of connections, each
 	// served by its own thread (at least serverMinConns).
 	Threads int
+	// Until, if set, is a wall-clock time the load stops at even where its
+	// Duration has not run out, its setup counted: a caller that schedules
+	// the load's end (the lab) keeps that end when the process starts late,
+	// or is stopped (SIGSTOP) before its clock starts.
+	Until time.Time
 }
 
 // Progress is one report per interval, one JSON line.

@@ -308,6 +308,42 @@ func TestSlowProgressCallback(t *testing.T) {
 	}
 }
 
+// Until ends a load before its Duration, its setup counted: a load whose
+// start was delayed (a slow exec, a SIGSTOP before its clock started) still
+// ends when its caller scheduled it to.
+func TestUntilEndsTheLoadBeforeItsDuration(t *testing.T) {
+	for _, tc := range []struct {
+		kind string
+		opt  Options
+	}{
+		{"cpu", Options{}},
+		{"chase", Options{Size: 64 << 20}}, // a setup of its own before the clock starts
+		{"server", Options{Rate: 1000}},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			start := time.Now()
+			opt := tc.opt
+			opt.Duration, opt.Interval, opt.Until = 30*time.Second, 50*time.Millisecond, start.Add(400*time.Millisecond)
+			s, err := Run(context.Background(), tc.kind, opt, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The summary's seconds run from the clock's start, after setup.
+			if took := time.Since(start); took > 5*time.Second || s.Seconds > 0.5 || s.Stopped != "duration" {
+				t.Errorf("Run took %v for a load due to stop 0.4s after it was called: %+v", took, s)
+			}
+		})
+	}
+	// An end already past runs nothing, and says so in its summary.
+	s, err := Run(context.Background(), "cpu", Options{Duration: 30 * time.Second, Until: time.Now().Add(-time.Second)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Seconds != 0 {
+		t.Errorf("a load whose end had passed ran %.3fs", s.Seconds)
+	}
+}
+
 func TestCancelledBeforeStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
