@@ -61,6 +61,9 @@ type probePolicy struct {
 type probeProofs interface {
 	waitProofs
 	tighteningOn(domains []int) bool
+	// heldSince is when the latest throttle of a polluter proven on the
+	// probe kind began on those domains (zero if none).
+	heldSince(domains []int, kind string) time.Time
 	// readable reports whether the contention shows where and how a
 	// proof would read it (prover.readable).
 	readable(p *proof, before float64) bool
@@ -243,9 +246,15 @@ func (p *probePolicy) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) 
 			}
 		}
 	}
-	if at, ok := p.hotKind[sense.ProbeDRAM]; ok && now.Sub(at) <= hotWindow*p.interval {
+	// Contended readings from before a polluter proven on their kind was
+	// held there were its own: they neither choose the kind nor the CPU
+	// for a neighbour's proof. A busy neighbour's cache footprint on the
+	// LLC walk of its own CPU would otherwise send its proof to the DRAM
+	// probe, quiet since the conviction, and cap it for quiet trials.
+	if at, ok := p.hotKind[sense.ProbeDRAM]; ok && now.Sub(at) <= hotWindow*p.interval && at.After(p.proofs.heldSince(v.Domains, sense.ProbeDRAM)) {
 		kind = sense.ProbeDRAM
 	}
+	held := p.proofs.heldSince(v.Domains, kind)
 	awayExists := false
 	for _, d := range v.Domains {
 		if !p.domain[d].Difference(cpus).IsEmpty() {
@@ -275,7 +284,7 @@ func (p *probePolicy) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) 
 		// small host the CPU away from the suspect may have read the
 		// contention an interval ago while this one read the suspect's.
 		for ck, h := range p.hotCPU {
-			if ck.kind != kind || cpus.Contains(ck.cpu) || !slices.Contains(v.Domains, h.domain) || now.Sub(h.at) > hotWindow*p.interval {
+			if ck.kind != kind || cpus.Contains(ck.cpu) || !slices.Contains(v.Domains, h.domain) || now.Sub(h.at) > hotWindow*p.interval || !h.at.After(held) {
 				continue
 			}
 			if !found || h.ratio > bestRatio {

@@ -19,9 +19,14 @@ type fakeProbeProofs struct {
 	tightOn bool
 	// unreadable: the contention does not show at a proof's pace.
 	unreadable bool
+	// held: when a throttle on each probe kind began (heldSince).
+	held map[string]time.Time
 }
 
-func (f *fakeProbeProofs) tighteningOn([]int) bool       { return f.tightOn }
+func (f *fakeProbeProofs) tighteningOn([]int) bool { return f.tightOn }
+func (f *fakeProbeProofs) heldSince(_ []int, kind string) time.Time {
+	return f.held[kind]
+}
 func (f *fakeProbeProofs) readable(*proof, float64) bool { return !f.unreadable }
 
 // The probe policy proves the top suspect that has a CPU away from it

@@ -26,7 +26,7 @@ func TestProofCPUUsesTheRecentReadingAwayFromTheSuspect(t *testing.T) {
 		rated(0, sense.ProbeLLC, 6.7), rated(0, sense.ProbeDRAM, 1.0), rated(1, sense.ProbeDRAM, 1.0)}}
 	newPolicy := func() *probePolicy {
 		return newProbePolicy(Config{Interval: 250 * time.Millisecond}, judge.NewContention(judge.Thresholds{}),
-			map[int]cpuset.Set{0: cpuset.MustParse("0-1")}, nil, nil, nil, nil, nil)
+			map[int]cpuset.Set{0: cpuset.MustParse("0-1")}, nil, nil, nil, &fakeProbeProofs{}, nil)
 	}
 
 	a := newPolicy()
@@ -54,6 +54,46 @@ func TestProofCPUUsesTheRecentReadingAwayFromTheSuspect(t *testing.T) {
 	b.hotCPU[cpuKind{0, sense.ProbeLLC}] = hotReading{at: now, domain: 0, ratio: 9}
 	if got, _, _, ok := b.proofCPU(now, v, suspect); ok {
 		t.Fatalf("provable on its own CPU %+v", got)
+	}
+}
+
+// The contended readings taken before a polluter proven on their kind was
+// held were that polluter's: with it held, a busy neighbour whose own cache
+// footprint the LLC walk of its CPU reads is not proved on the DRAM probe
+// the polluter's storm had heated, nor on a CPU that read the storm.
+func TestProofCPUIgnoresTheHeldPollutersReadings(t *testing.T) {
+	now := time.Unix(1000, 0)
+	neighbour := cpuset.MustParse("0")
+	// This interval: the LLC walk of the neighbour's CPU reads its
+	// footprint; the DRAM probe reads quiet.
+	v := judge.Verdict{Contended: true, Domains: []int{0}, Ratio: 5.4, Readings: []judge.RatedReading{
+		rated(0, sense.ProbeLLC, 5.4), rated(0, sense.ProbeDRAM, 1.0), rated(1, sense.ProbeDRAM, 1.0)}}
+	stormAt := now.Add(-1200 * time.Millisecond)
+	for _, tc := range []struct {
+		name     string
+		heldFrom time.Time // when the DRAM-proven polluter's throttle began (zero: none held)
+		wantOK   bool
+		wantKind string
+		wantCPU  int
+	}{
+		{"the storm's polluter still free", time.Time{}, true, sense.ProbeDRAM, 1},
+		{"held after the storm's readings", stormAt.Add(100 * time.Millisecond), false, "", 0},
+		{"held, and the storm read again since", stormAt.Add(-time.Second), true, sense.ProbeDRAM, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			held := map[string]time.Time{}
+			if !tc.heldFrom.IsZero() {
+				held[sense.ProbeDRAM] = tc.heldFrom
+			}
+			p := newProbePolicy(Config{Interval: 500 * time.Millisecond}, judge.NewContention(judge.Thresholds{}),
+				map[int]cpuset.Set{0: cpuset.MustParse("0-1")}, nil, nil, nil, &fakeProbeProofs{held: held}, nil)
+			p.hotKind[sense.ProbeDRAM] = stormAt
+			p.hotCPU[cpuKind{1, sense.ProbeDRAM}] = hotReading{at: stormAt, domain: 0, ratio: 7.2}
+			got, kind, _, ok := p.proofCPU(now, v, neighbour)
+			if ok != tc.wantOK || ok && (kind != tc.wantKind || got.CPU != tc.wantCPU) {
+				t.Errorf("proof reads %s on CPU %d (ok %v), want ok %v, %s on CPU %d", kind, got.CPU, ok, tc.wantOK, tc.wantKind, tc.wantCPU)
+			}
+		})
 	}
 }
 

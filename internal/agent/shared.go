@@ -46,3 +46,6 @@ func (a *Agent) tightening(signal string, cpus cpuset.Set) bool {
 	return a.throttles.tightening(signal, cpus)
 }
 func (a *Agent) tighteningOn(domains []int) bool { return a.throttles.tighteningOn(domains) }
+func (a *Agent) heldSince(domains []int, kind string) time.Time {
+	return a.throttles.heldSince(domains, kind)
+}

@@ -366,6 +366,25 @@ func (th *throttles) tighteningOn(domains []int) bool {
 	return false
 }
 
+// heldSince is when the latest throttle on a probe proof's kind began among
+// the tenants held on domains (zero if none): the contended readings of
+// that kind before it were the held polluter's.
+func (th *throttles) heldSince(domains []int, kind string) time.Time {
+	var at time.Time
+	for _, t := range th.throttled {
+		if t.signal != signalProbe || t.kind != kind || !t.since.After(at) {
+			continue
+		}
+		for _, d := range th.domainsOf(t.tenant.CPUs) {
+			if slices.Contains(domains, d) {
+				at = t.since
+				break
+			}
+		}
+	}
+	return at
+}
+
 // convicted throttles a tenant its proof found guilty (why) at the
 // duty controller's start step.
 func (th *throttles) convicted(ctx context.Context, now time.Time, p *proof, why string) {
