@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,41 @@ func TestBuiltinsParse(t *testing.T) {
 	for _, ten := range s.Tenants {
 		if ten.Role == RolePolluter && (ten.Start != time.Second || ten.Stop != 4*time.Second || ten.RunLength(s.Phase) != 3*time.Second) {
 			t.Errorf("burst polluter = %+v", ten)
+		}
+	}
+}
+
+// The example scenario files, whose innocents run programs the suite does
+// not draw, load; a control file has no polluter, and every other file has
+// one, whose program or option the file's name begins with.
+func TestExampleScenarioFiles(t *testing.T) {
+	files, err := filepath.Glob("../../examples/lab/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example scenarios: %v", err)
+	}
+	for _, f := range files {
+		s, err := Load(f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		var polluters []Tenant
+		for _, ten := range s.Tenants {
+			if ten.Role == RolePolluter {
+				polluters = append(polluters, ten)
+			}
+		}
+		base := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		switch {
+		case s.Name != base || s.Description == "" || s.Victim().Name == "":
+			t.Errorf("%s: name %q, description %q, victim %q", f, s.Name, s.Description, s.Victim().Name)
+		case strings.HasPrefix(base, "control-") != (len(polluters) == 0):
+			t.Errorf("%s: %d polluters", f, len(polluters))
+		case len(polluters) == 1:
+			kind, _, _ := strings.Cut(base, "-")
+			if runs := strings.Join(append([]string{polluters[0].Program()}, polluters[0].Command...), " "); !strings.Contains(runs, kind) {
+				t.Errorf("%s: its polluter runs %q, not %s", f, runs, kind)
+			}
 		}
 	}
 }
