@@ -177,6 +177,8 @@ func TestLabSuiteDocExamples(t *testing.T) {
 	}
 	for _, c := range cmds {
 		t.Run(c, func(t *testing.T) {
+			// From the repository's root, where the commands name files.
+			t.Chdir("../..")
 			args := strings.Fields(strings.TrimPrefix(c, "crosstalk "))
 			list := strings.Contains(c, "--list")
 			if !list {
@@ -197,6 +199,11 @@ func TestLabSuiteDocExamples(t *testing.T) {
 				}
 				if n := strings.Count(stdout, "\ngen-") + strings.Count(stdout[:min(4, len(stdout))], "gen-"); n != runs {
 					t.Errorf("listed %d generated runs, want %d:\n%s", n, runs, stdout)
+				}
+				for _, a := range args {
+					if name, ok := strings.CutSuffix(filepath.Base(a), ".yaml"); ok && !strings.Contains(stdout, name) {
+						t.Errorf("scenario file %s not listed:\n%s", a, stdout)
+					}
 				}
 				return
 			}
