@@ -159,7 +159,7 @@ func BuildWith(ctx context.Context, cfg Config, h *host.Host, o BuildOptions) (*
 	d := Deps{
 		Discoverer: discoverer,
 		Stats:      stats,
-		Runnable:   sense.TaskStates{Host: h},
+		Runnable:   sense.TaskStates{Host: h, Threads: disc.Threads},
 		Probe:      probe,
 		Quota:      quota,
 		Journal:    journal,

@@ -174,13 +174,8 @@ func (d *CgroupDiscoverer) Discover(_ context.Context) ([]Tenant, error) {
 		return nil, err
 	}
 	w := cgroupWalk{d: d, h: d.Host, globs: globs, maxDepth: maxDepth}
-	switch d.Layout.CPUControl() {
-	case "v2":
-		w.root, w.threadsFile = d.Layout.V2, "cgroup.threads"
-	case "v1":
-		w.root, w.threadsFile = d.Layout.V1["cpu"], "tasks"
-	default:
-		return nil, fmt.Errorf("cgroup discovery: no cgroup hierarchy with the cpu controller (layout %q)", d.Layout.Mode)
+	if err := w.threadsIn(d.Layout); err != nil {
+		return nil, err
 	}
 	switch {
 	case d.Layout.V1["cpuset"] != "":
@@ -303,6 +298,46 @@ func (w *cgroupWalk) walk(rel string, anc []string, names []string, live []int) 
 		}
 		w.walk(child, append(anc, name), sub, childLive)
 	}
+}
+
+// threadsIn sets where the walk reads threads: the hierarchy with the cpu
+// controller.
+func (w *cgroupWalk) threadsIn(l cgroup.Layout) error {
+	switch l.CPUControl() {
+	case "v2":
+		w.root, w.threadsFile = l.V2, "cgroup.threads"
+	case "v1":
+		w.root, w.threadsFile = l.V1["cpu"], "tasks"
+	default:
+		return fmt.Errorf("cgroup discovery: no cgroup hierarchy with the cpu controller (layout %q)", l.Mode)
+	}
+	return nil
+}
+
+// Threads reads the threads of t's cgroup and its descendants now, sorted,
+// rather than the list Discover kept from its last detailed read of t
+// (see DetailEvery): a tenant whose processes joined its cgroup after that
+// read has none there. A cgroup that is gone is an error wrapping
+// fs.ErrNotExist.
+func (d *CgroupDiscoverer) Threads(t Tenant) ([]int, error) {
+	if d.Host == nil {
+		return nil, errors.New("cgroup discovery: no host")
+	}
+	w := cgroupWalk{d: d, h: d.Host, maxDepth: d.MaxDepth}
+	if w.maxDepth <= 0 {
+		w.maxDepth = DefaultMaxDepth
+	}
+	if err := w.threadsIn(d.Layout); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	tids, ok := w.threads(t.Cgroup, 0, nil)
+	if !ok {
+		return nil, fmt.Errorf("tenant %s: cgroup %s: %w", t.ID, t.Cgroup, fs.ErrNotExist)
+	}
+	slices.Sort(tids)
+	return slices.Compact(tids), errors.Join(w.errs...)
 }
 
 // fail records a read error unless it says the cgroup went away.

@@ -1,7 +1,9 @@
 package sense
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -658,5 +660,45 @@ func BenchmarkDiscover(b *testing.B) {
 		if err != nil || len(got) != 200 || len(got[0].Threads) != 6 {
 			b.Fatalf("%d tenants, %v", len(got), err)
 		}
+	}
+}
+
+// Threads reads a tenant's threads now: a process that joined its cgroup
+// after Discover read the tenant's details is there, as are those of its
+// descendants; a cgroup that is gone says so.
+func TestDiscovererThreadsReadsNow(t *testing.T) {
+	const v2 = "sys/fs/cgroup/"
+	ctr := "system.slice/docker-" + hexA + ".scope"
+	root := cgTree(t, map[string]string{
+		"sys/devices/system/cpu/online": "0-3\n",
+		v2 + ctr + "/cgroup.threads":    "",
+	})
+	d, err := NewCgroupDiscoverer(openCgroupHost(t, root), layoutV2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.DetailEvery = 100 // its details are not read again for a while
+	got, err := d.Discover(t.Context())
+	if err != nil || len(got) != 1 || len(got[0].Threads) != 0 {
+		t.Fatalf("Discover = %+v, %v; want one tenant with no threads yet", got, err)
+	}
+	tenant := got[0]
+	for p, c := range map[string]string{ctr + "/cgroup.threads": "712\n710\n", ctr + "/init/cgroup.threads": "711\n"} {
+		full := filepath.Join(root, v2, p)
+		os.MkdirAll(filepath.Dir(full), 0o755)
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again, _ := d.Discover(t.Context()); len(again) != 1 || len(again[0].Threads) != 0 {
+		t.Fatalf("Discover read the details again (%+v): the test would prove nothing", again)
+	}
+	tids, err := d.Threads(tenant)
+	if err != nil || !slices.Equal(tids, []int{710, 711, 712}) {
+		t.Errorf("Threads = %v, %v; want [710 711 712]", tids, err)
+	}
+	os.RemoveAll(filepath.Join(root, v2, ctr))
+	if _, err := d.Threads(tenant); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Threads of a removed cgroup: %v, want fs.ErrNotExist", err)
 	}
 }

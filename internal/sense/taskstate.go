@@ -22,6 +22,10 @@ import (
 // a tenant that stopped sleep (S), are stopped (T) or are gone.
 type TaskStates struct {
 	Host *host.Host
+	// Threads, when set, reads a tenant's threads afresh for each call
+	// (CgroupDiscoverer.Threads); where it fails, or is not set, the
+	// tenant's own list is read.
+	Threads func(Tenant) ([]int, error)
 }
 
 // Runnable reports whether any of t's threads is runnable now: on a CPU,
@@ -30,7 +34,13 @@ type TaskStates struct {
 // read 0 means t's thread list tells nothing (it changed since it was
 // read, or the host has no /proc for it).
 func (s TaskStates) Runnable(_ context.Context, t Tenant) (runnable bool, read int, err error) {
-	for _, tid := range t.Threads {
+	tids := t.Threads
+	if s.Threads != nil {
+		if fresh, err := s.Threads(t); err == nil {
+			tids = fresh
+		}
+	}
+	for _, tid := range tids {
 		stat, err := s.Host.ReadString("/proc/" + strconv.Itoa(tid) + "/stat")
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {

@@ -3,6 +3,7 @@ package sense
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strconv"
@@ -97,4 +98,32 @@ func TestTaskStatesLive(t *testing.T) {
 	wantState(busy, true)
 	wantState(sleeping, false)
 	wantState(stopped, false)
+}
+
+// With a thread reader, the threads are those it reads now, not the
+// tenant's list (empty when its processes joined after it was read);
+// where it fails, the tenant's list is read.
+func TestTaskStatesReadsThreadsAfresh(t *testing.T) {
+	r := newRDHost(t)
+	r.write("proc/10/stat", "10 (loop) R 1 10 10 0 -1 4194560 120 0 0 0 5 3 0 0 20 0 1 0 100 1000 100\n")
+	r.write("proc/20/stat", "20 (idle) S 1 20 20 0 -1 4194560 120 0 0 0 5 3 0 0 20 0 1 0 100 1000 100\n")
+	fresh := func(Tenant) ([]int, error) { return []int{10}, nil }
+	failing := func(Tenant) ([]int, error) { return nil, fs.ErrNotExist }
+	for _, tc := range []struct {
+		name     string
+		threads  func(Tenant) ([]int, error)
+		list     []int
+		runnable bool
+		read     int
+	}{
+		{"its list, none fresh", nil, nil, false, 0},
+		{"fresh", fresh, nil, true, 1},
+		{"fresh over its list", fresh, []int{20}, true, 1},
+		{"its list where the reader fails", failing, []int{20}, false, 1},
+	} {
+		runnable, read, err := TaskStates{Host: r.h, Threads: tc.threads}.Runnable(t.Context(), Tenant{ID: "/t", Threads: tc.list})
+		if err != nil || runnable != tc.runnable || read != tc.read {
+			t.Errorf("%s: Runnable = %v, %d, %v; want %v, %d", tc.name, runnable, read, err, tc.runnable, tc.read)
+		}
+	}
 }
