@@ -74,7 +74,7 @@ func (p *llcPolicy) observe(o *hwObservation, st *api.HardwareState) []decision 
 			if !ok || !l3.OccupancyOK {
 				continue
 			}
-			bt := judge.BiasTenant{ID: s.t.ID, CPUs: float64(on.Len()), OccupancyBytes: l3.OccupancyBytes}
+			bt := judge.BiasTenant{ID: s.t.ID, CPUs: entitledCPUs(s, on.Len()), OccupancyBytes: l3.OccupancyBytes}
 			// The traffic its misses cause here: MBM where the hardware
 			// counts it, else the PMU's LLC misses × the line size, split
 			// by its CPUs in this domain.
@@ -115,4 +115,19 @@ func (p *llcPolicy) observe(o *hwObservation, st *api.HardwareState) []decision 
 		out = append(out, d)
 	}
 	return out
+}
+
+// entitledCPUs is what of its cpus in a domain a tenant is entitled to
+// for its share of the cache: all of them, or, while its CPU quota held
+// it back this interval, the part it could use. A polluter throttled to
+// 1/128 of its CPUs holds little of the cache because it hardly runs; on
+// its whole CPUs' share it would read as deprived (under its share and
+// missing heavily per CPU) and the tenant that does run — its victim —
+// as the abuser above its share.
+func entitledCPUs(s sample, cpus int) float64 {
+	all := float64(cpus)
+	if s.thrRatio <= 0 || s.t.CPUs.Len() == 0 {
+		return all
+	}
+	return min(all, s.usage*all/float64(s.t.CPUs.Len()))
 }
