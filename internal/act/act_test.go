@@ -159,10 +159,10 @@ func TestSparsifyQuota(t *testing.T) {
 	if q := fine.Quota(1, 1); q.Quota != cgroup.MinQuota {
 		t.Errorf("1/64 of 16ms = %v, want the kernel's minimum %v", q.Quota, cgroup.MinQuota)
 	}
-	// The deep floor runs the floor step's quota over two periods.
+	// The deep floor runs the floor step's quota over eight periods.
 	deep := &judge.DutyThrottle{Step: 1, Deep: true}
-	if q := sp.QuotaAt(deep, 2); q.Quota != 2*time.Millisecond || q.Period != 32*time.Millisecond {
-		t.Errorf("QuotaAt(deep floor, 2 CPUs) = %v, want 2ms a 32ms period", q)
+	if q := sp.QuotaAt(deep, 2); q.Quota != 2*time.Millisecond || q.Period != 128*time.Millisecond {
+		t.Errorf("QuotaAt(deep floor, 2 CPUs) = %v, want 2ms a 128ms period", q)
 	}
 	if q := sp.QuotaAt(&judge.DutyThrottle{Step: 3}, 1); q != sp.Quota(3, 1) {
 		t.Errorf("QuotaAt(step 3) = %v, want Quota(3, 1) = %v", q, sp.Quota(3, 1))

@@ -52,7 +52,9 @@ const ProofPeriod = 500 * time.Millisecond
 
 // QuotaShapes are the quotas crosstalk itself writes: duty cycles over the
 // throttle period (16 ms by default, a period hardly anyone else uses) or
-// over judge.DeepPeriods of it (the deep floor), and
+// over judge.DeepPeriods of it (the deep floor; any power of two of it up
+// to that is taken for crosstalk's too, so a deep floor written with
+// fewer periods is known as well), and
 // proof caps of 1 ms per CPU over the proof period (ProofPeriod). An
 // original quota of either shape is taken for a throttle left behind.
 type QuotaShapes struct {
@@ -74,12 +76,18 @@ func (s QuotaShapes) Match(q cgroup.Quota) bool {
 	switch {
 	case q.Unlimited():
 		return false
-	case s.ThrottlePeriod > 0 && (q.Period == s.ThrottlePeriod || q.Period == judge.DeepPeriods*s.ThrottlePeriod):
+	case s.ThrottlePeriod > 0 && q.Period%s.ThrottlePeriod == 0 && deepMultiple(q.Period/s.ThrottlePeriod):
 		return true
 	case s.ProofPeriod > 0 && q.Period == s.ProofPeriod && q.Quota%cgroup.MinQuota == 0 && q.Quota <= s.ProofMaxQuota:
 		return true
 	}
 	return false
+}
+
+// deepMultiple reports whether k periods is the throttle's own (1) or a
+// deep floor's: a power of two up to judge.DeepPeriods.
+func deepMultiple(k time.Duration) bool {
+	return k >= 1 && k <= judge.DeepPeriods && k&(k-1) == 0
 }
 
 // CPUQuota throttles a tenant through its CFS bandwidth limit (v1

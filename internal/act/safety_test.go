@@ -246,7 +246,10 @@ func TestDefaultQuotaShapesMatchTheAgentsQuotas(t *testing.T) {
 	}{
 		{cgroup.Quota{Quota: time.Millisecond, Period: 16 * time.Millisecond}, true},
 		{cgroup.Quota{Quota: 5 * time.Millisecond, Period: 16 * time.Millisecond}, true},
-		{cgroup.Quota{Quota: time.Millisecond, Period: 32 * time.Millisecond}, true}, // the deep floor
+		{cgroup.Quota{Quota: time.Millisecond, Period: 128 * time.Millisecond}, true}, // the deep floor
+		{cgroup.Quota{Quota: time.Millisecond, Period: 32 * time.Millisecond}, true},  // one of fewer periods
+		{cgroup.Quota{Quota: time.Millisecond, Period: 48 * time.Millisecond}, false},
+		{cgroup.Quota{Quota: time.Millisecond, Period: 256 * time.Millisecond}, false},
 		{cgroup.Quota{Quota: time.Millisecond, Period: ProofPeriod}, true},
 		{cgroup.Quota{Quota: 2 * time.Millisecond, Period: ProofPeriod}, s.ProofMaxQuota >= 2*time.Millisecond},
 		{cgroup.Quota{Quota: 1500 * time.Microsecond, Period: ProofPeriod}, false},

@@ -48,6 +48,13 @@ type world struct {
 	llc, llcNoise bool
 	// rates replaces tenants' CPU use (cores) by name.
 	rates map[string]float64
+	// periodic has a tenant its quota holds back run its whole quota at
+	// the start of a period, as the kernel's CFS bandwidth control does,
+	// rather than a steady share of every instant: of every period, or of
+	// one in runEvery (its runs delayed or its vCPU stalled past the
+	// next ones).
+	periodic bool
+	runEvery int
 	// now is the world's clock: the agent's virtual one, or time.Now
 	// for an agent on its real loop.
 	now func() time.Time
@@ -137,7 +144,10 @@ type fakeStats struct {
 	w     *world
 	mu    sync.Mutex
 	usage map[string]time.Duration
-	last  map[string]time.Time
+	// throttled is the time each tenant was held back, in the periodic
+	// world (see periodicUse).
+	throttled map[string]time.Duration
+	last      map[string]time.Time
 }
 
 func (s *fakeStats) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats) (sense.TenantStats, error) {
@@ -159,14 +169,46 @@ func (s *fakeStats) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats
 		rate = 0
 	}
 	s.w.mu.Unlock()
-	if q := s.w.quota(t.Name); !q.Unlimited() {
+	s.w.mu.Lock()
+	periodic, every := s.w.periodic, max(s.w.runEvery, 1)
+	s.w.mu.Unlock()
+	q := s.w.quota(t.Name)
+	if !q.Unlimited() {
 		rate = min(rate, q.CPUs())
 	}
 	if last, ok := s.last[t.ID]; ok {
-		s.usage[t.ID] += time.Duration(rate * float64(now.Sub(last)))
+		if periodic && !q.Unlimited() && rate >= q.CPUs() && q.Period > 0 {
+			use, held := periodicUse(q, every, now)
+			use0, held0 := periodicUse(q, every, last)
+			s.usage[t.ID] += use - use0
+			if s.throttled == nil {
+				s.throttled = map[string]time.Duration{}
+			}
+			s.throttled[t.ID] += held - held0
+		} else {
+			s.usage[t.ID] += time.Duration(rate * float64(now.Sub(last)))
+		}
 	}
 	s.last[t.ID] = now
-	return sense.TenantStats{At: now, Usage: s.usage[t.ID]}, nil
+	return sense.TenantStats{At: now, Usage: s.usage[t.ID], Throttled: s.throttled[t.ID]}, nil
+}
+
+// periodicUse is the CPU time a tenant that always wants more than its
+// quota q has had by at, running its quota at the start of one period in
+// every since the epoch, and the time it was held back: as the kernel
+// counts it, added when a run begins, the wait since the last one.
+func periodicUse(q cgroup.Quota, every int, at time.Time) (use, held time.Duration) {
+	since := time.Duration(at.UnixNano())
+	n, into := int64(since/q.Period), since%q.Period
+	k := int64(every)
+	runs := n/k + 1 // the runs begun by at: periods 0, k, 2k, … up to n
+	use = time.Duration(runs-1) * q.Quota
+	if n%k == 0 {
+		use += min(into, q.Quota)
+	} else {
+		use += q.Quota
+	}
+	return use, time.Duration(runs) * (time.Duration(k)*q.Period - q.Quota)
 }
 
 // worldRunnable implements RunnableReader: the polluter's thread is
@@ -383,9 +425,9 @@ func TestAgentThrottlesOnlyThePolluter(t *testing.T) {
 			hs := newVirtualHarness(t, w, testConfig(t.TempDir()), nil)
 			hs.until(t, "throttle", 5*time.Second, func() bool { return hs.has("throttle", "polluter") })
 			// Its 6.7× storm predicts 1.06× at 1/16: held on the deep
-			// floor, 1 ms in 32.
-			if q := w.quota("polluter"); q.Quota != time.Millisecond || q.Period != 32*time.Millisecond {
-				t.Errorf("polluter quota after throttle = %v, want the deep floor (1ms/32ms)", q)
+			// floor, 1 ms in 128.
+			if q := w.quota("polluter"); q.Quota != time.Millisecond || q.Period != 128*time.Millisecond {
+				t.Errorf("polluter quota after throttle = %v, want the deep floor (1ms/128ms)", q)
 			}
 			for _, n := range []string{"victim", "bystander"} {
 				if hs.has("throttle", n) {

@@ -260,6 +260,20 @@ const stoppedLooks = 2
 // still running at its duty shows its share in every window.
 const minLook = 50 * time.Millisecond
 
+// lookPeriods is how many of its throttle's quota periods a look's window
+// must span to tell by its CPU counters alone that a tenant stopped: a
+// tenant on the deep floor runs its 1 ms once in 128 ms, and a window of
+// a quarter interval (125 ms by default) may fall between two of its runs
+// (on the dev VM a lockbus loop held there read 0.00 CPU over 0.13 s). Two
+// periods always hold a whole one.
+const lookPeriods = 2
+
+// lookWindow is the shortest window whose CPU counters alone tell that t
+// stopped.
+func (th *throttles) lookWindow(t *throttled) time.Duration {
+	return max(minLook, lookPeriods*th.sp.QuotaAt(t.thr, t.tenant.CPUs.Len()).Period)
+}
+
 // releaseStopped looks, between intervals, at the CPU use of each
 // throttled tenant and releases one that used less than its idle share
 // of what its duty allows, never held back by its quota, over
@@ -269,11 +283,13 @@ const minLook = 50 * time.Millisecond
 // would stay throttled for one to one and a half intervals; a look is one
 // read of its cgroup's CPU counters.
 //
-// In the first proofPeriod of a throttle those counters cannot tell: the
-// switch from a proof's cap may leave it waiting out the cap's period,
-// running not at all and never held back anew. There a look also needs
-// runnable (when set) to find none of its threads runnable; without it
-// that first period never reads idle.
+// Where those counters cannot tell, a look also needs runnable (when set)
+// to find none of its threads runnable (a tenant its quota holds back is
+// runnable while it waits); without it such a look never reads idle. They
+// cannot tell in the first proofPeriod of a throttle — the switch from a
+// proof's cap may leave it waiting out the cap's period, running not at
+// all and never held back anew — nor over a window shorter than
+// lookWindow, which may fall between two runs of a long period.
 func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats StatsReader, runnable RunnableReader) {
 	for id, t := range th.throttled {
 		st, err := stats.Read(ctx, t.tenant, t.looked)
@@ -283,7 +299,9 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 			continue
 		}
 		prev := t.looked
-		if prev == nil || st.At.Sub(prev.At) < minLook {
+		// With no threads to read, a window too short for the counters
+		// to tell grows to the next look instead.
+		if prev == nil || st.At.Sub(prev.At) < minLook || runnable == nil && st.At.Sub(prev.At) < th.lookWindow(t) {
 			if prev == nil {
 				t.looked = &st
 			}
@@ -294,11 +312,11 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 		used := (st.Usage - prev.Usage).Seconds() / window.Seconds()
 		ncpus := t.tenant.CPUs.Len()
 		// Its windows begin after the throttle did, so none spans the
-		// switch from a proof's cap; in a proofPeriod after that,
-		// its threads must say it is not waiting that out.
+		// switch from a proof's cap.
+		countersTell := now.Sub(t.since) >= proofPeriod && window >= th.lookWindow(t)
 		idle := st.Throttled == prev.Throttled && !prev.At.Before(t.since) &&
 			th.duty.Idle(t.thr, used, ncpus) &&
-			(now.Sub(t.since) >= proofPeriod || noneRunnable(ctx, runnable, t.tenant))
+			(countersTell || noneRunnable(ctx, runnable, t.tenant))
 		if !idle {
 			t.idleLooks = 0
 			continue

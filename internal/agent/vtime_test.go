@@ -10,6 +10,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/act"
 	"github.com/crosstalk-project/crosstalk/internal/api"
+	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
@@ -315,6 +316,38 @@ func TestVirtualLoopReleasesAStoppedPolluterBetweenIntervals(t *testing.T) {
 	took = hs.until(t, "second release", 5*time.Second, func() bool { return hs.count(api.KindRelease, "polluter") > releases })
 	if took > (stoppedLooks+1)*look {
 		t.Errorf("released %s after it stopped a second time, want within %d looks of %s:\n%s", took, stoppedLooks+1, look, hs.log)
+	}
+}
+
+// A polluter held on the deep floor runs its quota once a long period
+// (1 ms in 128 ms), and on a busy host not always in each (here one
+// period in three): looks a quarter interval long (125 ms here) may fall
+// between its runs twice in a row. Over a window that holds no whole period its threads must say it
+// stopped: it stays held while it runs, and is released soon after it
+// stops.
+func TestVirtualLoopKeepsADeepFloorPolluterThatRunsOnceAPeriod(t *testing.T) {
+	w := newWorld(t)
+	w.periodic, w.runEvery = true, 3
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = 500 * time.Millisecond
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop(t)
+	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
+	if q := w.quota("polluter"); q.Period != judge.DeepPeriods*hs.agent.throttles.sp.Period {
+		t.Fatalf("polluter held at %s, want the deep floor", q)
+	}
+	if look := hs.agent.WatchEvery(); look >= judge.DeepPeriods*hs.agent.throttles.sp.Period {
+		t.Fatalf("a look (%s) spans a whole deep-floor period: this would test nothing", look)
+	}
+	hs.advance(t, 10*time.Second, nil)
+	if hs.has(api.KindRelease, "polluter") || w.quota("polluter").Unlimited() {
+		t.Fatalf("released while it ran its quota, one period in three:\n%s", hs.log)
+	}
+	// Stopped, it is still released within a second.
+	w.setRunning(false)
+	took := hs.until(t, "release", 5*time.Second, func() bool { return hs.has(api.KindRelease, "polluter") })
+	if took > time.Second {
+		t.Errorf("released %s after it stopped, want within a second:\n%s", took, hs.log)
 	}
 }
 

@@ -49,7 +49,7 @@ invalid is a warning (its state_dir is still used when it can be read), and a
 read-only state directory is restored from (the file is left as it was, and
 the exit status says so). A quota changed by someone else since crosstalk wrote
 it is left as it is. An agent that finds a tenant at a quota shaped like
-crosstalk's (16 or 32 ms period, or 1 ms per CPU per 500 ms) that no state covers
+crosstalk's (a 16 ms period or 2, 4 or 8 of it, or 1 ms per CPU per 500 ms) that no state covers
 flags it instead of taking it for the original; --adopt lifts those (no limit).
 restore refuses while a running agent holds the state directory (it restores
 by itself when stopped). A missing state file means nothing to restore.

@@ -41,7 +41,7 @@ LLC misses where counted; otherwise CPU activity on the contended L3, relief
 when the probe runs on the suspect's own CPUs, and correlation with the
 contention), then proves the top suspect by capping it hard for a moment: only
 if the contention recovers is it a polluter. A proven polluter is duty-cycled
-through its CPU quota (16 steps of 1/16 of a 16 ms period, and 1 ms in 32 ms
+through its CPU quota (16 steps of 1/16 of a 16 ms period, and 1 ms in 128 ms
 below them for a storm that 1/16 still lets through), tightened until
 the probes are back near baseline, relaxed step by step, and released when it
 stops.

@@ -47,7 +47,11 @@ type DutyController struct {
 	IdleFraction float64 // default 0.3
 	// Ineffective: a tenant held at the floor while the contention stays
 	// above TightenAbove for this long is not what causes it (the proof was
-	// fooled, or another polluter took over): release it (default 3 s).
+	// fooled, or another polluter took over): release it (default 3 s). For
+	// a storm the floor step holds (not DeepFloor) the contention must stay
+	// at half its excess (or more) too, as for Verify: such a storm adds a
+	// sixteenth of its own at the floor, so what reads over TightenAbove
+	// there may be another tenant's while the hold still does its part.
 	Ineffective time.Duration
 	// Verify is how many intervals after a conviction count as a second
 	// proof: the throttle is itself a cap, so if the contention stays at
@@ -93,20 +97,34 @@ func (c *DutyController) Fill() {
 	}
 }
 
+// floorHotAbove is the contention over which an interval at the floor
+// counts against t (Ineffective).
+func (c DutyController) floorHotAbove(t *DutyThrottle) float64 {
+	if c.DeepFloor(t.strength) {
+		return c.TightenAbove
+	}
+	return max(c.TightenAbove, 1+0.5*(t.strength-1))
+}
+
 // Duty returns a step as a fraction (1 = unthrottled).
 func (c DutyController) Duty(step int) float64 { return float64(step) / float64(c.Steps) }
 
 // DeepPeriods is how many throttle periods the deep floor spreads the
 // floor step's quota over: below the floor step, the ladder's last rung
-// runs the floor's quota once every DeepPeriods periods (1 ms in 32 ms with
-// the defaults), since the kernel's minimum quota (1 ms) makes 1/16 of a
-// 16 ms period the shortest run. Held at 1/32 on the dev VM, a split-lock
-// loop left a cache-resident chase on the other CPU 1.01–1.03× slower,
-// against 1.03–1.06× at 1/16.
-const DeepPeriods = 2
+// runs the floor's quota once every DeepPeriods periods (1 ms in 128 ms
+// with the defaults), since the kernel's minimum quota (1 ms) makes 1/16
+// of a 16 ms period the shortest run. A throughput victim is whole well
+// above it: held by hand on the dev VM, a split-lock loop left a
+// cache-resident chase on the other CPU 0.93–0.99× at 1 ms in 16, 32, 64
+// or 128 ms. A latency victim is not: each run of the storm stalls the
+// requests it meets, and a p99 sees them once more than one request in a
+// hundred does. The p99 of the lab's server (2000 requests/s) on the other
+// CPU read 2.5–3.2 ms with the loop held to 1 ms in 32 ms, 0.40–0.90 ms in
+// 128 ms and 0.36–0.80 ms with no loop (three runs each, alternated).
+const DeepPeriods = 8
 
-// Fraction is the duty t runs at: its step's, or half the floor's on the
-// deep floor.
+// Fraction is the duty t runs at: its step's, or the floor's over
+// DeepPeriods on the deep floor.
 func (c DutyController) Fraction(t *DutyThrottle) float64 {
 	if t.Deep {
 		return c.Duty(t.Step) / DeepPeriods
@@ -248,7 +266,7 @@ func (c DutyController) Next(t *DutyThrottle, now time.Time, ratio, usage float6
 			return DutyUseless
 		}
 	}
-	if ratio > c.TightenAbove && t.Step <= c.FloorStep {
+	if ratio > c.floorHotAbove(t) && t.Step <= c.FloorStep {
 		if t.floorHot.IsZero() {
 			t.floorHot = now
 		} else if now.Sub(t.floorHot) >= c.Ineffective {
@@ -272,7 +290,14 @@ func (c DutyController) Next(t *DutyThrottle, now time.Time, ratio, usage float6
 			t.Step--
 			return DutyTighten
 		}
-		if !t.Deep {
+		// Onto the deep floor only for a storm the floor step does not
+		// hold (DeepFloor), this reading included: a weaker one adds at
+		// most a sixteenth of its own contention at the floor, so a hotter
+		// reading there is someone else's, and holding it deeper would
+		// cut what it runs eightfold for nothing (the simulator saw a
+		// memory-bound victim, convicted on its own traffic beside a
+		// streamer, taken down to the deep floor by the streamer's).
+		if !t.Deep && c.DeepFloor(t.strength) {
 			t.Deep = true
 			return DutyTighten
 		}

@@ -90,8 +90,37 @@ func TestDutyControllerNext(t *testing.T) {
 			},
 		},
 		{
+			// A 1.6× storm adds at most 1.04× at 1/16: a hotter reading
+			// there is another tenant's, and does not take it deeper; a
+			// reading that shows a storm the floor does not hold does.
+			name: "onto the deep floor only for a storm the floor does not hold", before: 1.6, ncpus: 1,
+			tune: func(c *DutyController) { c.Verify = -1 },
+			intervals: []dutyInterval{
+				{250 * time.Millisecond, 1.4, busy1, DutyKeep, 1, false},
+				{250 * time.Millisecond, 1.6, busy1, DutyKeep, 1, false},
+				{250 * time.Millisecond, 5.0, busy1, DutyTighten, 1, true},
+			},
+		},
+		{
+			// A 2× storm at the floor: contention over TightenAbove but
+			// under half its excess (1.5×) is not held against it; near
+			// its conviction for Ineffective, it is useless.
+			name: "for a storm the floor holds, only contention near its conviction is ineffective", before: 2, ncpus: 1,
+			tune: func(c *DutyController) { c.Verify = -1 },
+			intervals: []dutyInterval{
+				{time.Second, 1.4, busy1, DutyKeep, 1, false},
+				{time.Second, 1.4, busy1, DutyKeep, 1, false},
+				{time.Second, 1.4, busy1, DutyKeep, 1, false},
+				{time.Second, 1.4, busy1, DutyKeep, 1, false},
+				{time.Second, 1.6, busy1, DutyKeep, 1, false},
+				{time.Second, 1.6, busy1, DutyKeep, 1, false},
+				{time.Second, 1.6, busy1, DutyKeep, 1, false},
+				{time.Second, 1.6, busy1, DutyUseless, 1, false},
+			},
+		},
+		{
 			// Its 6× storm predicts 1.06× at 1/16, held on the deep floor
-			// (1/32): off it only after MaxHold of quiet intervals.
+			// (1/128): off it only after MaxHold of quiet intervals.
 			name: "past the ceiling only after MaxHold read quiet", before: 6, ncpus: 1,
 			intervals: []dutyInterval{
 				{2 * time.Second, 1.0, busy1, DutyKeep, 1, true},
@@ -172,16 +201,16 @@ func TestDutyControllerNext(t *testing.T) {
 		{
 			name: "idle is a fraction of what the duty allows on all its CPUs", before: 6, ncpus: 4,
 			intervals: []dutyInterval{
-				{500 * time.Millisecond, 1.0, 0.04, DutyKeep, 1, true}, // 0.3 × 4/32 = 0.0375
-				{500 * time.Millisecond, 1.0, 0.035, DutyKeep, 1, true},
-				{500 * time.Millisecond, 1.0, 0.035, DutyRelease, 1, true},
+				{500 * time.Millisecond, 1.0, 0.01, DutyKeep, 1, true}, // 0.3 × 4/128 = 0.009375
+				{500 * time.Millisecond, 1.0, 0.009, DutyKeep, 1, true},
+				{500 * time.Millisecond, 1.0, 0.009, DutyRelease, 1, true},
 			},
 		},
 		{
 			name: "a tenant with no CPUs known counts as one", before: 6, ncpus: 0,
 			intervals: []dutyInterval{
-				{500 * time.Millisecond, 1.0, 0.009, DutyKeep, 1, true}, // 0.3 × 1/32 ≈ 0.0094
-				{500 * time.Millisecond, 1.0, 0.009, DutyRelease, 1, true},
+				{500 * time.Millisecond, 1.0, 0.0023, DutyKeep, 1, true}, // 0.3 × 1/128 ≈ 0.00234
+				{500 * time.Millisecond, 1.0, 0.0023, DutyRelease, 1, true},
 			},
 		},
 		{
@@ -255,8 +284,8 @@ func TestDutyControllerNext(t *testing.T) {
 		{
 			name: "after a weak conviction the verification's bar is TightenAbove", before: 1.4, ncpus: 1,
 			intervals: []dutyInterval{
-				{250 * time.Millisecond, 1.35, busy1, DutyTighten, 1, true},
-				{250 * time.Millisecond, 1.35, busy1 / 2, DutyUseless, 1, true},
+				{250 * time.Millisecond, 1.35, busy1, DutyKeep, 1, false}, // the floor holds a 1.4× storm
+				{250 * time.Millisecond, 1.35, busy1, DutyUseless, 1, false},
 			},
 		},
 		{
@@ -298,7 +327,7 @@ func TestDutyControllerCeiling(t *testing.T) {
 		want     int
 		deep     bool
 	}{
-		{nil, 7.7, 1, true},    // a split-lock storm: 1/16 already predicts 1.06×, 1/32 1.03×
+		{nil, 7.7, 1, true},    // a split-lock storm: 1/16 already predicts 1.06×, 1/128 1.01×
 		{nil, 5.5, 1, true},    // 1.05× at 1/16
 		{nil, 4.0, 1, false},   // 1.049× at 1/16, just within
 		{nil, 1.5, 2, false},   // 1.04× at 2/16, 1.07× at 3/16
@@ -375,9 +404,9 @@ func TestDutyControllerIdle(t *testing.T) {
 		{1, 1, false, 0.019, false}, // over it
 		{8, 2, false, 0.29, true},   // under 0.3 × 8/16 × 2
 		{8, 2, false, 0.31, false},
-		{1, 0, false, 0.018, true}, // no CPUs known: one
-		{1, 1, true, 0.009, true},  // under 0.3 × 1/32
-		{1, 1, true, 0.010, false}, // over it
+		{1, 0, false, 0.018, true},  // no CPUs known: one
+		{1, 1, true, 0.0023, true},  // under 0.3 × 1/128
+		{1, 1, true, 0.0024, false}, // over it
 	} {
 		thr := &DutyThrottle{Step: tc.step, Deep: tc.deep}
 		if got := c.Idle(thr, tc.usage, tc.ncpus); got != tc.want {
@@ -390,7 +419,7 @@ func TestDutyControllerIdle(t *testing.T) {
 	if d := c.Duty(4); d != 0.25 {
 		t.Errorf("Duty(4) = %v", d)
 	}
-	if d := c.Fraction(&DutyThrottle{Step: 1, Deep: true}); d != 1.0/32 {
-		t.Errorf("Fraction(deep floor) = %v, want 1/32", d)
+	if d := c.Fraction(&DutyThrottle{Step: 1, Deep: true}); d != 1.0/128 {
+		t.Errorf("Fraction(deep floor) = %v, want 1/128", d)
 	}
 }
