@@ -36,9 +36,9 @@ type StatsReader interface {
 }
 
 // RunnableReader says whether any of a tenant's threads is runnable now,
-// and how many of them it could read (sense.TaskStates).
+// and whether that says anything (sense.TaskStates).
 type RunnableReader interface {
-	Runnable(ctx context.Context, t sense.Tenant) (runnable bool, read int, err error)
+	Runnable(ctx context.Context, t sense.Tenant) (runnable, known bool, err error)
 }
 
 // QuotaActuator throttles and restores tenants' CPU quota.

@@ -215,13 +215,13 @@ func periodicUse(q cgroup.Quota, every int, at time.Time) (use, held time.Durati
 // runnable while it runs (stalled or not), the others' always.
 type worldRunnable struct{ w *world }
 
-func (r worldRunnable) Runnable(_ context.Context, t sense.Tenant) (bool, int, error) {
+func (r worldRunnable) Runnable(_ context.Context, t sense.Tenant) (bool, bool, error) {
 	r.w.mu.Lock()
 	defer r.w.mu.Unlock()
 	if r.w.gone[t.ID] {
-		return false, 0, nil
+		return false, false, nil
 	}
-	return t.Name != "polluter" || r.w.running, 1, nil
+	return t.Name != "polluter" || r.w.running, true, nil
 }
 
 // fakeProbe reads 300 ns (DRAM) quiet, 2000 ns while the polluter pollutes.

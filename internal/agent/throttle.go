@@ -331,15 +331,15 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 }
 
 // noneRunnable reports whether t's threads, read now, say it is not
-// running nor waiting to: some could be read and none is runnable. A
-// thread list that tells nothing (all its threads gone, replaced by ones
-// not yet discovered) or a failed read says no.
+// running nor waiting to: none is runnable, and the reading tells (some
+// could be read, or its cgroup holds none). A reading that tells nothing
+// or a failed read says no.
 func noneRunnable(ctx context.Context, runnable RunnableReader, t sense.Tenant) bool {
 	if runnable == nil {
 		return false
 	}
-	r, read, err := runnable.Runnable(ctx, t)
-	return err == nil && read > 0 && !r
+	r, known, err := runnable.Runnable(ctx, t)
+	return err == nil && known && !r
 }
 
 // readings are the readings its controller answers to: those of the kind

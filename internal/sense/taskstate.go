@@ -29,14 +29,19 @@ type TaskStates struct {
 }
 
 // Runnable reports whether any of t's threads is runnable now: on a CPU,
-// waiting for one, or held back by its cgroup's CPU quota. read is how
-// many of its threads it could read; threads that exited are skipped, so
-// read 0 means t's thread list tells nothing (it changed since it was
-// read, or the host has no /proc for it).
-func (s TaskStates) Runnable(_ context.Context, t Tenant) (runnable bool, read int, err error) {
+// waiting for one, or held back by its cgroup's CPU quota. known says the
+// answer tells something: some of its threads could be read, or its
+// cgroup, read afresh (Threads), holds none at all — everything in it
+// exited. Threads that exited are skipped, so a kept list whose threads
+// are all gone tells nothing (they may have been replaced by ones not yet
+// discovered), nor does a host with no /proc for them.
+func (s TaskStates) Runnable(_ context.Context, t Tenant) (runnable, known bool, err error) {
 	tids := t.Threads
 	if s.Threads != nil {
 		if fresh, err := s.Threads(t); err == nil {
+			if len(fresh) == 0 {
+				return false, true, nil
+			}
 			tids = fresh
 		}
 	}
@@ -46,18 +51,18 @@ func (s TaskStates) Runnable(_ context.Context, t Tenant) (runnable bool, read i
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 				continue // exited
 			}
-			return false, read, fmt.Errorf("tenant %s: %w", t.ID, err)
+			return false, known, fmt.Errorf("tenant %s: %w", t.ID, err)
 		}
 		state, ok := taskState(stat)
 		if !ok {
-			return false, read, fmt.Errorf("tenant %s: thread %d: unreadable /proc stat %q", t.ID, tid, stat)
+			return false, known, fmt.Errorf("tenant %s: thread %d: unreadable /proc stat %q", t.ID, tid, stat)
 		}
-		read++
+		known = true
 		if state == 'R' {
-			return true, read, nil
+			return true, true, nil
 		}
 	}
-	return false, read, nil
+	return false, known, nil
 }
 
 // taskState is the state letter of a /proc/TID/stat line.
