@@ -299,9 +299,10 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 			continue
 		}
 		prev := t.looked
+		lookWindow := th.lookWindow(t)
 		// With no threads to read, a window too short for the counters
 		// to tell grows to the next look instead.
-		if prev == nil || st.At.Sub(prev.At) < minLook || runnable == nil && st.At.Sub(prev.At) < th.lookWindow(t) {
+		if prev == nil || st.At.Sub(prev.At) < minLook || runnable == nil && st.At.Sub(prev.At) < lookWindow {
 			if prev == nil {
 				t.looked = &st
 			}
@@ -313,7 +314,7 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 		ncpus := t.tenant.CPUs.Len()
 		// Its windows begin after the throttle did, so none spans the
 		// switch from a proof's cap.
-		countersTell := now.Sub(t.since) >= proofPeriod && window >= th.lookWindow(t)
+		countersTell := now.Sub(t.since) >= proofPeriod && window >= lookWindow
 		idle := st.Throttled == prev.Throttled && !prev.At.Before(t.since) &&
 			th.duty.Idle(t.thr, used, ncpus) &&
 			(countersTell || noneRunnable(ctx, runnable, t.tenant))

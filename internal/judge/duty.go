@@ -97,13 +97,19 @@ func (c *DutyController) Fill() {
 	}
 }
 
+// nearLevel is the contention that stays near a storm that read level×:
+// at half its excess or more, and over TightenAbove (Verify, Ineffective).
+func (c DutyController) nearLevel(level float64) float64 {
+	return max(c.TightenAbove, 1+0.5*(level-1))
+}
+
 // floorHotAbove is the contention over which an interval at the floor
 // counts against t (Ineffective).
 func (c DutyController) floorHotAbove(t *DutyThrottle) float64 {
 	if c.DeepFloor(t.strength) {
 		return c.TightenAbove
 	}
-	return max(c.TightenAbove, 1+0.5*(t.strength-1))
+	return c.nearLevel(t.strength)
 }
 
 // Duty returns a step as a fraction (1 = unthrottled).
@@ -163,7 +169,10 @@ func (c DutyController) Ceiling(strength float64) int {
 }
 
 // CanTighten reports whether t can be held tighter: it is above the floor
-// step, or not yet on the deep floor.
+// step, or not yet on the deep floor. A storm the floor step holds goes
+// there only if a hotter reading shows it stronger (Next), but it counts
+// as able to: while it is held at the floor, contention on its domains is
+// its controller's, and its neighbours are not proved on it.
 func (c DutyController) CanTighten(t *DutyThrottle) bool {
 	return t.Step > c.FloorStep || !t.Deep
 }
@@ -260,7 +269,7 @@ func (c DutyController) Next(t *DutyThrottle, now time.Time, ratio, usage float6
 		t.idleCount = 0
 	}
 	t.decisions++
-	if t.decisions <= c.Verify && ratio > max(c.TightenAbove, 1+0.5*(t.before-1)) {
+	if t.decisions <= c.Verify && ratio > c.nearLevel(t.before) {
 		t.hotEarly++
 		if t.hotEarly >= 2 {
 			return DutyUseless

@@ -165,10 +165,7 @@ func (d *CgroupDiscoverer) Discover(_ context.Context) ([]Tenant, error) {
 	if d.Host == nil {
 		return nil, errors.New("cgroup discovery: no host")
 	}
-	maxDepth := d.MaxDepth
-	if maxDepth <= 0 {
-		maxDepth = DefaultMaxDepth
-	}
+	maxDepth := d.maxDepth()
 	globs, err := compileGlobs(d.Globs, maxDepth)
 	if err != nil {
 		return nil, err
@@ -300,6 +297,14 @@ func (w *cgroupWalk) walk(rel string, anc []string, names []string, live []int) 
 	}
 }
 
+// maxDepth is MaxDepth, or DefaultMaxDepth where it is not set.
+func (d *CgroupDiscoverer) maxDepth() int {
+	if d.MaxDepth <= 0 {
+		return DefaultMaxDepth
+	}
+	return d.MaxDepth
+}
+
 // threadsIn sets where the walk reads threads: the hierarchy with the cpu
 // controller.
 func (w *cgroupWalk) threadsIn(l cgroup.Layout) error {
@@ -323,10 +328,7 @@ func (d *CgroupDiscoverer) Threads(t Tenant) ([]int, error) {
 	if d.Host == nil {
 		return nil, errors.New("cgroup discovery: no host")
 	}
-	w := cgroupWalk{d: d, h: d.Host, maxDepth: d.MaxDepth}
-	if w.maxDepth <= 0 {
-		w.maxDepth = DefaultMaxDepth
-	}
+	w := cgroupWalk{d: d, h: d.Host, maxDepth: d.maxDepth()}
 	if err := w.threadsIn(d.Layout); err != nil {
 		return nil, err
 	}
