@@ -55,6 +55,13 @@ type world struct {
 	// next ones).
 	periodic bool
 	runEvery int
+	// overrun has each of those runs take overrun quotas at once (a vCPU
+	// the host stalled mid-run is charged the stall), paid off over the
+	// periods until its next run: periodic with runEvery = overrun, its
+	// group counted throttled in each of those periods, and for as long
+	// again after it stops (the last run's debt).
+	overrun int
+	stopped time.Time // when the polluter stopped running (overrun)
 	// now is the world's clock: the agent's virtual one, or time.Now
 	// for an agent on its real loop.
 	now func() time.Time
@@ -113,6 +120,9 @@ func (w *world) quota(name string) cgroup.Quota {
 func (w *world) setRunning(on bool) {
 	w.mu.Lock()
 	w.running = on
+	if !on {
+		w.stopped = w.now()
+	}
 	w.mu.Unlock()
 }
 
@@ -148,6 +158,9 @@ type fakeStats struct {
 	// world (see periodicUse).
 	throttled map[string]time.Duration
 	last      map[string]time.Time
+	// nrThrottled counts the periods each was held back in, in the
+	// overrun world.
+	nrThrottled map[string]uint64
 }
 
 func (s *fakeStats) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats) (sense.TenantStats, error) {
@@ -170,27 +183,51 @@ func (s *fakeStats) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats
 	}
 	s.w.mu.Unlock()
 	s.w.mu.Lock()
-	periodic, every := s.w.periodic, max(s.w.runEvery, 1)
+	periodic, every, overrun, stopped := s.w.periodic || s.w.overrun > 0, max(s.w.runEvery, s.w.overrun, 1), max(s.w.overrun, 1), s.w.stopped
+	running := s.w.running
 	s.w.mu.Unlock()
 	q := s.w.quota(t.Name)
 	if !q.Unlimited() {
 		rate = min(rate, q.CPUs())
 	}
+	if s.throttled == nil {
+		s.throttled, s.nrThrottled = map[string]time.Duration{}, map[string]uint64{}
+	}
 	if last, ok := s.last[t.ID]; ok {
-		if periodic && !q.Unlimited() && rate >= q.CPUs() && q.Period > 0 {
-			use, held := periodicUse(q, every, now)
-			use0, held0 := periodicUse(q, every, last)
+		held := periodic && !q.Unlimited() && q.Period > 0
+		if held && rate >= q.CPUs() {
+			q1 := q
+			q1.Quota *= time.Duration(overrun)
+			use, held := periodicUse(q1, every, now)
+			use0, held0 := periodicUse(q1, every, last)
 			s.usage[t.ID] += use - use0
-			if s.throttled == nil {
-				s.throttled = map[string]time.Duration{}
-			}
 			s.throttled[t.ID] += held - held0
 		} else {
 			s.usage[t.ID] += time.Duration(rate * float64(now.Sub(last)))
 		}
+		if held && overrun > 1 && t.Name == "polluter" {
+			// Throttled in every period but those it runs in, while it
+			// runs and while it pays its last run off.
+			end := now
+			if !running {
+				if paid := stopped.Add(time.Duration(overrun) * q.Period); paid.Before(now) {
+					end = paid
+				}
+			}
+			if end.After(last) {
+				s.nrThrottled[t.ID] += uint64(periodsThrottled(q.Period, every, end) - periodsThrottled(q.Period, every, last))
+			}
+		}
 	}
 	s.last[t.ID] = now
-	return sense.TenantStats{At: now, Usage: s.usage[t.ID], Throttled: s.throttled[t.ID]}, nil
+	return sense.TenantStats{At: now, Usage: s.usage[t.ID], Throttled: s.throttled[t.ID], NrThrottled: s.nrThrottled[t.ID]}, nil
+}
+
+// periodsThrottled is how many periods of length period that do not begin
+// a run (one in every) have begun by at.
+func periodsThrottled(period time.Duration, every int, at time.Time) int64 {
+	n := int64(time.Duration(at.UnixNano())/period) + 1
+	return n - (n+int64(every)-1)/int64(every)
 }
 
 // periodicUse is the CPU time a tenant that always wants more than its

@@ -126,7 +126,7 @@ func (p *llcPolicy) observe(o *hwObservation, st *api.HardwareState) []decision 
 // as the abuser above its share.
 func entitledCPUs(s sample, cpus int) float64 {
 	all := float64(cpus)
-	if s.thrRatio <= 0 || s.t.CPUs.Len() == 0 {
+	if !s.heldBack || s.t.CPUs.Len() == 0 {
 		return all
 	}
 	return min(all, s.usage*all/float64(s.t.CPUs.Len()))

@@ -19,10 +19,10 @@ func TestEntitledCPUs(t *testing.T) {
 	}{
 		{"free", sample{t: on4, usage: 3.5}, 4, 4},
 		{"free, idle", sample{t: on4, usage: 0}, 4, 4},
-		{"held on the deep floor", sample{t: on4, usage: 4.0 / 128, thrRatio: 0.99}, 4, 4.0 / 128},
-		{"held, half its CPUs in the domain", sample{t: on4, usage: 1, thrRatio: 0.5}, 2, 0.5},
-		{"held, using more than its CPUs there", sample{t: on4, usage: 4, thrRatio: 0.1}, 2, 2},
-		{"no CPUs known", sample{t: sense.Tenant{ID: "t"}, usage: 1, thrRatio: 0.5}, 0, 0},
+		{"held on the deep floor", sample{t: on4, usage: 4.0 / 128, thrRatio: 0.99, heldBack: true}, 4, 4.0 / 128},
+		{"held, half its CPUs in the domain", sample{t: on4, usage: 1, thrRatio: 0.5, heldBack: true}, 2, 0.5},
+		{"held, using more than its CPUs there", sample{t: on4, usage: 4, thrRatio: 0.1, heldBack: true}, 2, 2},
+		{"no CPUs known", sample{t: sense.Tenant{ID: "t"}, usage: 1, thrRatio: 0.5, heldBack: true}, 0, 0},
 	} {
 		if got := entitledCPUs(tc.s, tc.inDomain); got != tc.want {
 			t.Errorf("%s: entitledCPUs = %v, want %v", tc.name, got, tc.want)

@@ -18,6 +18,7 @@ type sample struct {
 	t        sense.Tenant
 	usage    float64
 	thrRatio float64
+	heldBack bool // its CFS quota held it back (sense.TenantRates.HeldBack)
 	psi      float64
 	delay    float64
 	counters map[string]float64
@@ -113,6 +114,7 @@ func (a *Agent) sampleTenants(ctx context.Context, tenants []sense.Tenant) []sam
 			if r, ok := sense.Rates(p, st); ok {
 				s.fresh, s.dt = true, r.Span
 				s.usage, s.thrRatio, s.delay, s.psi = r.Usage, r.Throttled, r.RunDelay, r.PSI
+				s.heldBack = r.HeldBack
 			}
 		}
 		if st.EndsWaitWindow() {

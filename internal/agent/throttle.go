@@ -201,7 +201,7 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 		// got: not idle, whatever it used; nor is one just throttled
 		// (idleGrace).
 		used := s.usage
-		if s.thrRatio > 0 || now.Sub(t.since) < th.idleGrace() {
+		if s.heldBack || now.Sub(t.since) < th.idleGrace() {
 			used = max(used, th.duty.Fraction(t.thr)*float64(ncpus))
 		}
 		d := th.duty.Next(t.thr, now, ratio, used, ncpus)
@@ -288,8 +288,11 @@ func (th *throttles) lookWindow(t *throttled) time.Duration {
 // runnable while it waits); without it such a look never reads idle. They
 // cannot tell in the first proofPeriod of a throttle — the switch from a
 // proof's cap may leave it waiting out the cap's period, running not at
-// all and never held back anew — nor over a window shorter than
-// lookWindow, which may fall between two runs of a long period.
+// all and never held back anew —, over a window shorter than
+// lookWindow, which may fall between two runs of a long period, nor while
+// its quota holds it back: a run that overran the quota leaves it
+// throttled, using nothing, until the periods pay it off (see
+// sense.TenantStats.NrThrottled).
 func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats StatsReader, runnable RunnableReader) {
 	for id, t := range th.throttled {
 		st, err := stats.Read(ctx, t.tenant, t.looked)
@@ -314,9 +317,11 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 		ncpus := t.tenant.CPUs.Len()
 		// Its windows begin after the throttle did, so none spans the
 		// switch from a proof's cap.
-		countersTell := now.Sub(t.since) >= proofPeriod && window >= lookWindow
-		idle := st.Throttled == prev.Throttled && !prev.At.Before(t.since) &&
-			th.duty.Idle(t.thr, used, ncpus) &&
+		// A tenant whose threads say none is runnable has stopped, even
+		// while its group, throttled, still pays off its last run.
+		countersTell := now.Sub(t.since) >= proofPeriod && window >= lookWindow &&
+			st.Throttled == prev.Throttled && st.NrThrottled == prev.NrThrottled
+		idle := !prev.At.Before(t.since) && th.duty.Idle(t.thr, used, ncpus) &&
 			(countersTell || noneRunnable(ctx, runnable, t.tenant))
 		if !idle {
 			t.idleLooks = 0
@@ -326,8 +331,12 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 		if t.idleLooks < stoppedLooks {
 			continue
 		}
-		th.release(ctx, now, id, t, fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed over the last %.2fs, never held back by it",
-			used, th.duty.AllowedTo(t.thr, ncpus), window.Seconds()))
+		why := "never held back by it"
+		if !countersTell {
+			why = "none of its threads runnable"
+		}
+		th.release(ctx, now, id, t, fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed over the last %.2fs, %s",
+			used, th.duty.AllowedTo(t.thr, ncpus), window.Seconds(), why))
 	}
 }
 

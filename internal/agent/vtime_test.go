@@ -351,6 +351,39 @@ func TestVirtualLoopKeepsADeepFloorPolluterThatRunsOnceAPeriod(t *testing.T) {
 	}
 }
 
+// A run that overruns its quota (a vCPU the host stalled mid-run is
+// charged the stall) leaves the tenant throttled, using no CPU, until the
+// periods' quota pays it off: on the dev VM a stress-ng --lockbus held to
+// 1 ms in 128 ms ran 13 ms at once, then nothing for 1.6 s, throttled in
+// every period, and was released as stopped while it ran. Counted
+// throttled, it is held; stopped, its threads say so while its group
+// still pays the last run off, and it is released within a second.
+func TestVirtualLoopKeepsAPolluterPayingOffAnOverrun(t *testing.T) {
+	w := newWorld(t)
+	w.overrun = 13
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = 500 * time.Millisecond
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop(t)
+	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
+	period := hs.agent.throttles.sp.Period
+	if q := w.quota("polluter"); q.Period != judge.DeepPeriods*period {
+		t.Fatalf("polluter held at %s, want the deep floor", q)
+	}
+	if gap := time.Duration(w.overrun) * judge.DeepPeriods * period; gap < 2*cfg.Interval {
+		t.Fatalf("its runs come %s apart, under two intervals: this would test nothing", gap)
+	}
+	hs.advance(t, 10*time.Second, nil)
+	if hs.has(api.KindRelease, "polluter") || w.quota("polluter").Unlimited() {
+		t.Fatalf("released while it paid off its overruns:\n%s", hs.log)
+	}
+	w.setRunning(false)
+	took := hs.until(t, "release", 5*time.Second, func() bool { return hs.has(api.KindRelease, "polluter") })
+	if took > time.Second {
+		t.Errorf("released %s after it stopped, want within a second:\n%s", took, hs.log)
+	}
+}
+
 // In the first second of its throttle, a polluter that stopped is told
 // from one waiting out the proof's CFS period by its threads: none
 // runnable, it is released at the watch's pace; runnable, it is held,

@@ -21,6 +21,11 @@ type TenantStats struct {
 	At        time.Time
 	Usage     time.Duration // CPU time consumed
 	Throttled time.Duration // time held back by its CFS quota
+	// NrThrottled is how many periods its CFS quota held it back in.
+	// While a tenant pays off a run that overran its quota it uses no CPU
+	// and its throttled time may not move (cgroup v1 adds a throttle's
+	// time when it ends), but each period it stays throttled counts here.
+	NrThrottled uint64
 	// PSISome is the cumulative time at least one of its tasks waited for a
 	// CPU (cgroup2 cpu.pressure "some total"); HasPSI is false without it.
 	PSISome time.Duration
@@ -56,6 +61,8 @@ type TenantStats struct {
 	runDelayHasPSI bool
 	// threads are each thread's run_delay at the last read, by TID.
 	threads []threadDelay
+	// ran is whether it used CPU time since the sample before.
+	ran bool
 }
 
 // threadDelay is one thread's cumulative run_delay as last read.
@@ -113,9 +120,16 @@ func (c CgroupStats) Forget(cg string) {
 // wrapping fs.ErrNotExist; threads that exit meanwhile are skipped.
 //
 // prev is the tenant's previous sample (nil for a new tenant). A tenant that
-// used no CPU since then costs one read: an idle tenant can be neither
-// throttled nor stalled, so its other counters have not moved either. prev
-// also carries the run delay between its turns (see RunDelayEvery).
+// used no CPU since then costs one read: an idle tenant cannot be stalled,
+// so its other counters have not moved either — except its throttling. A
+// run that overran its CFS quota (a vCPU the host stalled mid-run is
+// charged the stall) leaves it throttled, using nothing, until the periods'
+// quota pays the debt off: on the dev VM a stress-ng --lockbus held to
+// 1 ms in 128 ms ran 13 ms at once, then nothing for 1.6 s, throttled in
+// every period. So an idle tenant's throttling is read again too when it
+// ran in the window before or was ever throttled; one that was never
+// throttled and did not run cannot have become so. prev also carries the
+// run delay between its turns (see RunDelayEvery).
 //
 // It reads only cgroupfs and procfs, which do not block, so it does not
 // consult ctx.
@@ -141,8 +155,19 @@ func (c CgroupStats) Read(_ context.Context, t Tenant, prev *TenantStats) (Tenan
 	}
 	if prev != nil && cs.Usage == prev.Usage {
 		idle := *prev
-		idle.At = st.At
-		if err := c.runDelay(t, prev, &idle, true); err != nil {
+		idle.At, idle.ran = st.At, false
+		// cgroup2's cpu.stat, read already, has the throttling too.
+		if v2 || prev.ran || prev.NrThrottled > 0 || prev.Throttled > 0 {
+			if !v2 {
+				if err := g.ThrottlingFrom(c.reader(), &cs); err != nil {
+					return idle, fmt.Errorf("tenant %s: %w", t.ID, err)
+				}
+			}
+			idle.Throttled, idle.NrThrottled = cs.Throttled, cs.NrThrottled
+		}
+		// A tenant held back waited, so its run delay is read as usual.
+		waited := idle.NrThrottled != prev.NrThrottled || idle.Throttled != prev.Throttled
+		if err := c.runDelay(t, prev, &idle, !waited); err != nil {
 			return idle, fmt.Errorf("tenant %s: %w", t.ID, err)
 		}
 		return idle, nil
@@ -152,7 +177,8 @@ func (c CgroupStats) Read(_ context.Context, t Tenant, prev *TenantStats) (Tenan
 			return st, fmt.Errorf("tenant %s: %w", t.ID, err)
 		}
 	}
-	st.Usage, st.Throttled = cs.Usage, cs.Throttled
+	st.Usage, st.Throttled, st.NrThrottled = cs.Usage, cs.Throttled, cs.NrThrottled
+	st.ran = prev != nil
 	if c.Layout.V2 != "" {
 		if s, err := c.reader().ReadString(c.Layout.V2 + cleanCgroup(t.Cgroup) + "/cpu.pressure"); err == nil {
 			if total, ok := PSITotal(s, "some"); ok {

@@ -62,6 +62,87 @@ func TestCgroupStatsRead(t *testing.T) {
 	}
 }
 
+// A run that overran its CFS quota leaves the tenant throttled, using no
+// CPU, until the periods pay it off: its throttling is read afresh though
+// its usage did not move (on cgroup v1 the throttled time grows only when
+// a throttle ends, so only the throttled periods show it). An idle tenant
+// never throttled, and idle in the window before, costs one read.
+func TestCgroupStatsReadsAnIdleTenantsThrottling(t *testing.T) {
+	root := t.TempDir()
+	write := func(p, c string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := host.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l := cgroup.Layout{Mode: cgroup.ModeV1, V1: map[string]string{"cpu": "/cg/cpu", "cpuacct": "/cg/cpuacct"}}
+	c := CgroupStats{Host: h, Layout: l}
+	read := func(ten Tenant, prev *TenantStats) TenantStats {
+		t.Helper()
+		st, err := c.Read(t.Context(), ten, prev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	held := Tenant{ID: "/held", Cgroup: "/held"}
+	write("cg/cpuacct/held/cpuacct.usage", "10000000\n")
+	write("cg/cpu/held/cpu.stat", "nr_periods 4\nnr_throttled 0\nthrottled_time 0\n")
+	s0 := read(held, nil)
+	// It ran 13 ms at once and was throttled (no period has counted it
+	// yet).
+	write("cg/cpuacct/held/cpuacct.usage", "23000000\n")
+	write("cg/cpu/held/cpu.stat", "nr_periods 5\nnr_throttled 0\nthrottled_time 0\n")
+	s1 := read(held, &s0)
+	// It pays the overrun off: no CPU, throttled in two periods.
+	write("cg/cpu/held/cpu.stat", "nr_periods 7\nnr_throttled 2\nthrottled_time 0\n")
+	s2 := read(held, &s1)
+	if s2.Usage != s1.Usage || s2.NrThrottled != 2 {
+		t.Fatalf("paying off: usage %s (was %s), %d periods throttled, want 2", s2.Usage, s1.Usage, s2.NrThrottled)
+	}
+	if r, _ := Rates(s1, s2); !r.HeldBack || r.Usage != 0 {
+		t.Errorf("paying off: rates %+v, want held back and no CPU", r)
+	}
+	// And again, idle in the window before but throttled before.
+	write("cg/cpu/held/cpu.stat", "nr_periods 9\nnr_throttled 4\nthrottled_time 0\n")
+	if s3 := read(held, &s2); s3.NrThrottled != 4 {
+		t.Errorf("still paying off: %d periods throttled, want 4", s3.NrThrottled)
+	}
+	// Paid off, it ran again; then it stopped, and its throttle's time is
+	// added as the throttle ended.
+	write("cg/cpuacct/held/cpuacct.usage", "24000000\n")
+	write("cg/cpu/held/cpu.stat", "nr_periods 10\nnr_throttled 4\nthrottled_time 600000000\n")
+	s4 := read(held, &s2)
+	s5 := read(held, &s4)
+	if r, _ := Rates(s4, s5); r.HeldBack {
+		t.Errorf("stopped: rates %+v, want not held back", r)
+	}
+
+	// Never throttled, idle: its cpu.stat is not read (here it cannot be).
+	quiet := Tenant{ID: "/quiet", Cgroup: "/quiet"}
+	write("cg/cpuacct/quiet/cpuacct.usage", "5000000\n")
+	write("cg/cpu/quiet/cpu.stat", "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n")
+	q0 := read(quiet, nil)
+	if err := os.Remove(filepath.Join(root, "cg/cpu/quiet/cpu.stat")); err != nil {
+		t.Fatal(err)
+	}
+	q1 := read(quiet, &q0)
+	read(quiet, &q1)
+	// Once it ran, the read after is a whole one.
+	write("cg/cpuacct/quiet/cpuacct.usage", "6000000\n")
+	if _, err := c.Read(t.Context(), quiet, &q1); err == nil {
+		t.Error("a tenant that ran read without its cpu.stat")
+	}
+}
+
 // On pure cgroup2 the hot path parses cpu.stat itself; it must read what
 // cgroup.Group.CPUStatFrom reads from the same file.
 func TestCgroupStatsV2MatchesCgroupPackage(t *testing.T) {

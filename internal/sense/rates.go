@@ -8,6 +8,10 @@ type TenantRates struct {
 	Span      float64 // seconds between the two samples
 	Usage     float64 // CPU seconds used per second (cores)
 	Throttled float64 // seconds its CFS quota held it back, per second
+	// HeldBack is whether its CFS quota held it back between the samples:
+	// throttled time grew, or a period counted it throttled (one paying
+	// off an overrun may show only that, see TenantStats.NrThrottled).
+	HeldBack bool
 	// PSI is the seconds at least one of its tasks waited for a CPU, per
 	// second; 0 unless both samples had PSI.
 	PSI float64
@@ -31,6 +35,7 @@ func Rates(prev, cur TenantStats) (TenantRates, bool) {
 		Throttled: max(0, (cur.Throttled-prev.Throttled).Seconds()/dt),
 		RunDelay:  cur.RunDelayRate,
 	}
+	r.HeldBack = r.Throttled > 0 || cur.NrThrottled > prev.NrThrottled
 	if cur.HasPSI && prev.HasPSI {
 		r.PSI = max(0, (cur.PSISome-prev.PSISome).Seconds()/dt)
 	}
