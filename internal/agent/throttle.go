@@ -32,6 +32,13 @@ type throttled struct {
 	// releaseStopped).
 	looked    *sense.TenantStats
 	idleLooks int
+	// returns is how many times it came back after a release because it
+	// stopped, absence the longest it stayed away; lingerUntil, when set,
+	// is how long a stop of a tenant that came back lingerReturns times is
+	// held before it is released (see stopped).
+	returns     int
+	absence     time.Duration
+	lingerUntil time.Time
 }
 
 // throttles are the tenants the probe policy and CPU wait convicted and
@@ -113,6 +120,24 @@ type convict struct {
 	at     time.Time // released
 	reason string
 	kind   string // the probe kind its proof read
+	// returns and absence are its throttle's (throttled.returns): how many
+	// times it came back so far, and the longest it stayed away.
+	returns int
+	absence time.Duration
+}
+
+// lingerReturns is how many times a polluter must have come back after a
+// release because it stopped for its next stop to linger: one that stops
+// and starts again and again (a burst of split locks every second) would
+// otherwise run free at the start of each burst, for the reading that
+// sees the contention return, and a latency victim's tail sees every one
+// of those. A hold on a tenant that does not run costs it nothing.
+const lingerReturns = 2
+
+// lingerFor is how long the stop of such a tenant is held before its
+// release: twice the longest it stayed away, within 1 s to a minute.
+func lingerFor(absence time.Duration) time.Duration {
+	return min(max(2*absence, time.Second), time.Minute)
 }
 
 // recidivWindow is how long a released polluter's conviction stands.
@@ -150,7 +175,8 @@ func (th *throttles) rethrottle(ctx context.Context, now time.Time, v judge.Verd
 			continue
 		}
 		delete(th.convicts, id)
-		th.throttled[id] = &throttled{tenant: s.t, thr: thr, signal: signalProbe, kind: c.kind, reason: c.reason, since: now}
+		th.throttled[id] = &throttled{tenant: s.t, thr: thr, signal: signalProbe, kind: c.kind, reason: c.reason, since: now,
+			returns: c.returns + 1, absence: max(c.absence, now.Sub(c.at))}
 		th.rec.record(now, s.t, api.KindThrottle, q.CPUs(), th.duty.Fraction(thr),
 			fmt.Sprintf("convicted before and released %.1fs ago when it stopped; busy again (%.2f CPU) as the %.2f× contention returns: %s", now.Sub(c.at).Seconds(), s.usage, v.Ratio, c.reason))
 	}
@@ -209,6 +235,9 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 		// it used less than its idle share of that.
 		allowed := th.duty.Fraction(t.thr) * float64(ncpus)
 		underIdle := used < th.duty.IdleFraction*allowed
+		if !underIdle {
+			t.lingerUntil = time.Time{} // back: its next stop lingers anew
+		}
 		if d != judge.DutyRelease && d != judge.DutyUseless && underIdle {
 			idle = true
 		}
@@ -222,11 +251,11 @@ func (th *throttles) control(ctx context.Context, now time.Time, v judge.Verdict
 			delete(th.throttled, id)
 			th.ledger.backOff(backoffKey(t.signal, id), now)
 		case judge.DutyRelease:
-			why := fmt.Sprintf("contention %.2f× stayed under %.2f× at full relaxation", ratio, th.duty.RelaxBelow)
 			if underIdle {
-				why = fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed, never held back by it", s.usage, allowed)
+				th.stopped(ctx, now, id, t, fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed, never held back by it", s.usage, allowed))
+				continue
 			}
-			th.release(ctx, now, id, t, why)
+			th.release(ctx, now, id, t, fmt.Sprintf("contention %.2f× stayed under %.2f× at full relaxation", ratio, th.duty.RelaxBelow))
 		case judge.DutyTighten, judge.DutyRelax:
 			q := th.sp.QuotaAt(t.thr, ncpus)
 			if err := th.holds.apply(ctx, t.tenant, q, dutyLabel(th.sp, t.thr), now); err != nil {
@@ -247,8 +276,28 @@ func (th *throttles) release(ctx context.Context, now time.Time, id string, t *t
 	th.holds.release(ctx, t.tenant, why)
 	delete(th.throttled, id)
 	if t.signal == signalProbe {
-		th.convicts[id] = convict{at: now, reason: t.reason, kind: t.kind}
+		th.convicts[id] = convict{at: now, reason: t.reason, kind: t.kind, returns: t.returns, absence: t.absence}
 	}
+}
+
+// stopped releases a throttled tenant that stopped, why saying how that
+// was seen; one that came back lingerReturns times or more is held
+// lingerFor its longest absence first, and released only if it has not
+// come back by then.
+func (th *throttles) stopped(ctx context.Context, now time.Time, id string, t *throttled, why string) {
+	if t.returns < lingerReturns {
+		th.release(ctx, now, id, t, why)
+		return
+	}
+	if t.lingerUntil.IsZero() {
+		t.lingerUntil = now.Add(lingerFor(t.absence))
+	}
+	if now.Before(t.lingerUntil) {
+		return
+	}
+	linger := lingerFor(t.absence)
+	th.release(ctx, now, id, t, fmt.Sprintf("%s; held %.1fs more, twice the longest it stayed away (%.1fs) in the %d times it stopped and came back",
+		why, linger.Seconds(), t.absence.Seconds(), t.returns))
 }
 
 // stoppedLooks is how many looks in a row must find a throttled tenant
@@ -325,6 +374,9 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 			(countersTell || noneRunnable(ctx, runnable, t.tenant))
 		if !idle {
 			t.idleLooks = 0
+			if !th.duty.Idle(t.thr, used, ncpus) {
+				t.lingerUntil = time.Time{} // it ran: its next stop lingers anew
+			}
 			continue
 		}
 		t.idleLooks++
@@ -335,7 +387,7 @@ func (th *throttles) releaseStopped(ctx context.Context, now time.Time, stats St
 		if !countersTell {
 			why = "none of its threads runnable"
 		}
-		th.release(ctx, now, id, t, fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed over the last %.2fs, %s",
+		th.stopped(ctx, now, id, t, fmt.Sprintf("it stopped: %.2f CPU used of %.2f allowed over the last %.2fs, %s",
 			used, th.duty.AllowedTo(t.thr, ncpus), window.Seconds(), why))
 	}
 }

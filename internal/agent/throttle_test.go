@@ -50,6 +50,48 @@ func TestAgentRethrottlesAReturningPolluter(t *testing.T) {
 	}
 }
 
+// A polluter that stops and comes back again and again (bursts) is
+// released when it stops and held again when it returns, until it has come
+// back lingerReturns times; from then on its stops are held a while, so
+// no burst runs free, and it is released only once it stays away twice as
+// long as it ever did.
+func TestAgentHoldsAPolluterThatKeepsComingBack(t *testing.T) {
+	w := newWorld(t)
+	cfg := testConfig(t.TempDir())
+	cfg.Interval = 250 * time.Millisecond
+	hs := newVirtualHarness(t, w, cfg, nil)
+	defer hs.stop(t)
+	hs.until(t, "throttle", 10*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
+	const away, back = 500 * time.Millisecond, 400 * time.Millisecond
+	for burst := 1; burst <= 6; burst++ {
+		w.setRunning(false)
+		hs.advance(t, away, nil)
+		w.setRunning(true)
+		free := false
+		for range back / (25 * time.Millisecond) {
+			hs.advance(t, 25*time.Millisecond, nil)
+			free = free || w.quota("polluter").Unlimited()
+		}
+		if burst <= lingerReturns && !free {
+			t.Fatalf("burst %d: held throughout before it came back %d times: this would test nothing\n%s", burst, lingerReturns, hs.log)
+		}
+		if burst > lingerReturns && free {
+			t.Errorf("burst %d ran free after it had come back %d times:\n%s", burst, lingerReturns, hs.log)
+		}
+	}
+	w.setRunning(false)
+	took := hs.until(t, "release", 10*time.Second, func() bool { return w.quota("polluter").Unlimited() })
+	if took < lingerFor(away) || took > lingerFor(away)+time.Second {
+		t.Errorf("released %s after it stopped for good, want %s to %s (twice the longest it stayed away, at least 1 s):\n%s",
+			took, lingerFor(away), lingerFor(away)+time.Second, hs.log)
+	}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if last := hs.actions[len(hs.actions)-1]; last.Kind != api.KindRelease || !strings.Contains(last.Reason, "stayed away") {
+		t.Errorf("last action %s (%s), want a release that says how long it stayed away", last.Kind, last.Reason)
+	}
+}
+
 // A polluter convicted on the DRAM probe is held to what the DRAM probe
 // reads: the LLC walk reading ten times its quiet level from something
 // no tenant here does (the physical host's other tenants) neither makes
