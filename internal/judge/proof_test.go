@@ -470,6 +470,52 @@ func TestProofGoesOnThroughTheQuietOfABurstyPolluter(t *testing.T) {
 	}
 }
 
+// A proof continuing a chain that leaned to guilt is not acquitted on
+// trials that barely fail — a burst's tail, the gap before the next
+// burst — while its evidence stands above where the chain began: the
+// polluter's next burst convicts it. From 1, the same trials acquit.
+func TestProofDoesNotAcquitAChainThatLeansToGuilt(t *testing.T) {
+	cfg := ProofConfig{}
+	cfg.Fill()
+	slot := cfg.Slot
+	weak := func(time.Duration, bool) float64 { return 1.4 } // over quiet, no effect
+	run := func(carry float64, w world) *Proof {
+		t.Helper()
+		t0 := time.Unix(1000, 0)
+		p := NewProofCarry(cfg, 7.65, t0, 5, carry)
+		for range 10000 {
+			plan := p.Plan()
+			if p.Observe(plan.SampleAt, w(plan.SampleAt.Sub(t0), plan.Capped), true) {
+				return p
+			}
+		}
+		t.Fatal("proof never ended")
+		return nil
+	}
+	if p := run(1, weak); len(p.Trials()) != 2 {
+		v, why := p.Verdict()
+		t.Fatalf("from 1, weak failing trials: %s after %d trials (%s), want innocent after 2: this would test nothing", v, len(p.Trials()), why)
+	}
+	p := run(2.8, weak)
+	if v, _ := p.Verdict(); v != ProofInnocent || len(p.Trials()) <= 2 || p.Carry() >= 1 {
+		t.Errorf("from 2.8, weak failing trials: %s after %d trials (evidence %.2f), want innocent only once the evidence is under 1", v, len(p.Trials()), p.Carry())
+	}
+	// The gap lasts three trials, then the storm is back.
+	gapThenBurst := func(at time.Duration, capped bool) float64 {
+		switch {
+		case at < 6*slot:
+			return 1.4
+		case capped:
+			return 1
+		}
+		return 6
+	}
+	if p := run(2.8, gapThenBurst); func() string { v, _ := p.Verdict(); return v }() != ProofGuilty {
+		v, why := p.Verdict()
+		t.Errorf("a gap, then the burst: %s (%s), want guilty", v, why)
+	}
+}
+
 // Began moves a slot's plan to when its cap state took effect: later only,
 // and only before the slot's first reading.
 func TestProofBegan(t *testing.T) {
