@@ -194,8 +194,8 @@ func (s *fakeStats) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats
 		s.throttled, s.nrThrottled = map[string]time.Duration{}, map[string]uint64{}
 	}
 	if last, ok := s.last[t.ID]; ok {
-		held := periodic && !q.Unlimited() && q.Period > 0
-		if held && rate >= q.CPUs() {
+		capped := periodic && !q.Unlimited() && q.Period > 0
+		if capped && rate >= q.CPUs() {
 			q1 := q
 			q1.Quota *= time.Duration(overrun)
 			use, held := periodicUse(q1, every, now)
@@ -205,7 +205,7 @@ func (s *fakeStats) Read(_ context.Context, t sense.Tenant, _ *sense.TenantStats
 		} else {
 			s.usage[t.ID] += time.Duration(rate * float64(now.Sub(last)))
 		}
-		if held && overrun > 1 && t.Name == "polluter" {
+		if capped && overrun > 1 && t.Name == "polluter" {
 			// Throttled in every period but those it runs in, while it
 			// runs and while it pays its last run off.
 			end := now

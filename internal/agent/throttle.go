@@ -289,13 +289,13 @@ func (th *throttles) stopped(ctx context.Context, now time.Time, id string, t *t
 		th.release(ctx, now, id, t, why)
 		return
 	}
+	linger := lingerFor(t.absence)
 	if t.lingerUntil.IsZero() {
-		t.lingerUntil = now.Add(lingerFor(t.absence))
+		t.lingerUntil = now.Add(linger)
 	}
 	if now.Before(t.lingerUntil) {
 		return
 	}
-	linger := lingerFor(t.absence)
 	th.release(ctx, now, id, t, fmt.Sprintf("%s; held %.1fs more, twice the longest it stayed away (%.1fs) in the %d times it stopped and came back",
 		why, linger.Seconds(), t.absence.Seconds(), t.returns))
 }

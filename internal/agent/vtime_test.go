@@ -328,20 +328,36 @@ func TestVirtualLoopReleasesAStoppedPolluterBetweenIntervals(t *testing.T) {
 func TestVirtualLoopKeepsADeepFloorPolluterThatRunsOnceAPeriod(t *testing.T) {
 	w := newWorld(t)
 	w.periodic, w.runEvery = true, 3
+	holdsOnTheDeepFloorTillItStops(t, w, "released while it ran its quota, one period in three", func(hs *harness, _ Config, period time.Duration) string {
+		if look := hs.agent.WatchEvery(); look >= judge.DeepPeriods*period {
+			return fmt.Sprintf("a look (%s) spans a whole deep-floor period", look)
+		}
+		return ""
+	})
+}
+
+// holdsOnTheDeepFloorTillItStops runs an agent (500 ms intervals) on w
+// until it holds the polluter on the deep floor, checks that the world
+// tests something (meaningful returns why not, or ""), and that the
+// polluter stays held for 10 s while it runs (else failing with held)
+// and is released within a second of its stop.
+func holdsOnTheDeepFloorTillItStops(t *testing.T, w *world, held string, meaningful func(hs *harness, cfg Config, period time.Duration) string) {
+	t.Helper()
 	cfg := testConfig(t.TempDir())
 	cfg.Interval = 500 * time.Millisecond
 	hs := newVirtualHarness(t, w, cfg, nil)
 	defer hs.stop(t)
 	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
-	if q := w.quota("polluter"); q.Period != judge.DeepPeriods*hs.agent.throttles.sp.Period {
+	period := hs.agent.throttles.sp.Period
+	if q := w.quota("polluter"); q.Period != judge.DeepPeriods*period {
 		t.Fatalf("polluter held at %s, want the deep floor", q)
 	}
-	if look := hs.agent.WatchEvery(); look >= judge.DeepPeriods*hs.agent.throttles.sp.Period {
-		t.Fatalf("a look (%s) spans a whole deep-floor period: this would test nothing", look)
+	if why := meaningful(hs, cfg, period); why != "" {
+		t.Fatalf("%s: this would test nothing", why)
 	}
 	hs.advance(t, 10*time.Second, nil)
 	if hs.has(api.KindRelease, "polluter") || w.quota("polluter").Unlimited() {
-		t.Fatalf("released while it ran its quota, one period in three:\n%s", hs.log)
+		t.Fatalf("%s:\n%s", held, hs.log)
 	}
 	// Stopped, it is still released within a second.
 	w.setRunning(false)
@@ -361,27 +377,12 @@ func TestVirtualLoopKeepsADeepFloorPolluterThatRunsOnceAPeriod(t *testing.T) {
 func TestVirtualLoopKeepsAPolluterPayingOffAnOverrun(t *testing.T) {
 	w := newWorld(t)
 	w.overrun = 13
-	cfg := testConfig(t.TempDir())
-	cfg.Interval = 500 * time.Millisecond
-	hs := newVirtualHarness(t, w, cfg, nil)
-	defer hs.stop(t)
-	hs.until(t, "throttle", 20*time.Second, func() bool { return hs.has(api.KindThrottle, "polluter") })
-	period := hs.agent.throttles.sp.Period
-	if q := w.quota("polluter"); q.Period != judge.DeepPeriods*period {
-		t.Fatalf("polluter held at %s, want the deep floor", q)
-	}
-	if gap := time.Duration(w.overrun) * judge.DeepPeriods * period; gap < 2*cfg.Interval {
-		t.Fatalf("its runs come %s apart, under two intervals: this would test nothing", gap)
-	}
-	hs.advance(t, 10*time.Second, nil)
-	if hs.has(api.KindRelease, "polluter") || w.quota("polluter").Unlimited() {
-		t.Fatalf("released while it paid off its overruns:\n%s", hs.log)
-	}
-	w.setRunning(false)
-	took := hs.until(t, "release", 5*time.Second, func() bool { return hs.has(api.KindRelease, "polluter") })
-	if took > time.Second {
-		t.Errorf("released %s after it stopped, want within a second:\n%s", took, hs.log)
-	}
+	holdsOnTheDeepFloorTillItStops(t, w, "released while it paid off its overruns", func(_ *harness, cfg Config, period time.Duration) string {
+		if gap := time.Duration(w.overrun) * judge.DeepPeriods * period; gap < 2*cfg.Interval {
+			return fmt.Sprintf("its runs come %s apart, under two intervals", gap)
+		}
+		return ""
+	})
 }
 
 // In the first second of its throttle, a polluter that stopped is told

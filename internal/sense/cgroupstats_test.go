@@ -12,12 +12,21 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/host"
 )
 
+// writeTestFile writes content to path p under root, making its
+// directories.
+func writeTestFile(t *testing.T, root, p, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestCgroupStatsRead(t *testing.T) {
 	root := t.TempDir()
-	write := func(p, c string) {
-		os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
-		os.WriteFile(filepath.Join(root, p), []byte(c), 0o644)
-	}
+	write := func(p, c string) { t.Helper(); writeTestFile(t, root, p, c) }
 	// A hybrid host: usage and PSI from cgroup2, throttling from v1 cpu.
 	write("cg2/vm/cpu.stat", "usage_usec 2000000\nuser_usec 1\nsystem_usec 1\n")
 	write("cg2/vm/cpu.pressure", "some avg10=1.00 avg60=0.50 avg300=0.10 total=150000\nfull avg10=0 avg60=0 avg300=0 total=0\n")
@@ -69,15 +78,7 @@ func TestCgroupStatsRead(t *testing.T) {
 // never throttled, and idle in the window before, costs one read.
 func TestCgroupStatsReadsAnIdleTenantsThrottling(t *testing.T) {
 	root := t.TempDir()
-	write := func(p, c string) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, p), []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(p, c string) { t.Helper(); writeTestFile(t, root, p, c) }
 	h, err := host.Open(root)
 	if err != nil {
 		t.Fatal(err)

@@ -2,8 +2,6 @@ package sense
 
 import (
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/crosstalk-project/crosstalk/internal/host"
@@ -66,13 +64,7 @@ func TestNominalFreqTrees(t *testing.T) {
 
 func TestNominalFreqSources(t *testing.T) {
 	root := t.TempDir()
-	write := func(p, s string) {
-		t.Helper()
-		os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
-		if err := os.WriteFile(filepath.Join(root, p), []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(p, s string) { t.Helper(); writeTestFile(t, root, p, s) }
 	h, err := host.Open(root)
 	if err != nil {
 		t.Fatal(err)
