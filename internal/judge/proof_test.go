@@ -516,6 +516,70 @@ func TestProofDoesNotAcquitAChainThatLeansToGuilt(t *testing.T) {
 	}
 }
 
+// A proof whose first trial passed is not acquitted on its second failing:
+// a leaky cap (the first slot after a quota is written lets the polluter
+// run again) fails a polluter's trial now and then, and the trials after
+// it convict. A proof whose first two trials fail is acquitted there; one
+// whose trials show nothing after a pass, once it has four and its
+// evidence is back under 1.
+func TestProofNeedsFourTrialsToAcquitOnceOnePassed(t *testing.T) {
+	cfg := ProofConfig{}
+	cfg.Fill()
+	slot := cfg.Slot
+	run := func(w world) *Proof {
+		t.Helper()
+		t0 := time.Unix(1000, 0)
+		p := NewProof(cfg, 7, t0, 3)
+		for range 10000 {
+			plan := p.Plan()
+			if p.Observe(plan.SampleAt, w(plan.SampleAt.Sub(t0), plan.Capped), true) {
+				return p
+			}
+		}
+		t.Fatal("proof never ended")
+		return nil
+	}
+	polluter := func(capped bool) float64 {
+		if capped {
+			return 1.05
+		}
+		return 7
+	}
+	// The second trial's capped slot reads as freed (the cap leaked),
+	// and its freed slot catches a lull.
+	leakySecond := func(at time.Duration, capped bool) float64 {
+		if at >= 2*slot && at < 4*slot {
+			if capped {
+				return 7
+			}
+			return 1.4
+		}
+		return polluter(capped)
+	}
+	p := run(leakySecond)
+	if ts := p.Trials(); len(ts) < 2 || ts[0].Outcome != TrialPass || ts[1].Outcome != TrialFail {
+		t.Fatalf("trials %+v: want a pass, then a fail, or this tests nothing", ts)
+	}
+	if v, why := p.Verdict(); v != ProofGuilty {
+		t.Errorf("a pass, a leaky fail, then the storm: %s after %d trials (%s), want guilty", v, len(p.Trials()), why)
+	}
+	nothing := func(time.Duration, bool) float64 { return 1.4 }
+	if p := run(nothing); len(p.Trials()) != 2 || func() string { v, _ := p.Verdict(); return v }() != ProofInnocent {
+		v, why := p.Verdict()
+		t.Errorf("no effect from the first trial: %s after %d trials (%s), want innocent after 2", v, len(p.Trials()), why)
+	}
+	passThenNothing := func(at time.Duration, capped bool) float64 {
+		if at < 2*slot {
+			return polluter(capped)
+		}
+		return 1.4
+	}
+	if p := run(passThenNothing); len(p.Trials()) < 4 || func() string { v, _ := p.Verdict(); return v }() != ProofInnocent {
+		v, why := p.Verdict()
+		t.Errorf("a pass, then no effect: %s after %d trials (%s), want innocent after 4 or more", v, len(p.Trials()), why)
+	}
+}
+
 // Began moves a slot's plan to when its cap state took effect: later only,
 // and only before the slot's first reading.
 func TestProofBegan(t *testing.T) {
