@@ -517,13 +517,12 @@ func TestProofDoesNotAcquitAChainThatLeansToGuilt(t *testing.T) {
 	}
 }
 
-// A proof whose first trial passed is not acquitted on its second failing,
-// nor one with two passes on its fifth:
-// a leaky cap (the first slot after a quota is written lets the polluter
+// A leaky cap (the first slot after a quota is written lets the polluter
 // run again) fails a polluter's trial now and then, and the trials after
-// it convict. A proof whose first two trials fail is acquitted there; one
-// whose trials show nothing after a pass, once it has four and its
-// evidence is back under 1.
+// it convict: a proof whose first trial passed is not acquitted on its
+// second failing, nor one with two passes on its fifth. A proof whose
+// first two trials fail is acquitted there; one whose trials show nothing
+// after a pass, once it has four and its evidence is back under 1.
 func TestProofNeedsTwoMoreTrialsToAcquitForEachPass(t *testing.T) {
 	cfg := ProofConfig{}
 	cfg.Fill()
@@ -566,7 +565,8 @@ func TestProofNeedsTwoMoreTrialsToAcquitForEachPass(t *testing.T) {
 		t.Errorf("a pass, a leaky fail, then the storm: %s after %d trials (%s), want guilty", v, len(p.Trials()), why)
 	}
 	nothing := func(time.Duration, bool) float64 { return 1.4 }
-	if p := run(nothing); len(p.Trials()) != 2 || func() string { v, _ := p.Verdict(); return v }() != ProofInnocent {
+	verdict := func(p *Proof) string { v, _ := p.Verdict(); return v }
+	if p := run(nothing); len(p.Trials()) != 2 || verdict(p) != ProofInnocent {
 		v, why := p.Verdict()
 		t.Errorf("no effect from the first trial: %s after %d trials (%s), want innocent after 2", v, len(p.Trials()), why)
 	}
@@ -576,7 +576,7 @@ func TestProofNeedsTwoMoreTrialsToAcquitForEachPass(t *testing.T) {
 		}
 		return 1.4
 	}
-	if p := run(passThenNothing); len(p.Trials()) < 4 || func() string { v, _ := p.Verdict(); return v }() != ProofInnocent {
+	if p := run(passThenNothing); len(p.Trials()) < 4 || verdict(p) != ProofInnocent {
 		v, why := p.Verdict()
 		t.Errorf("a pass, then no effect: %s after %d trials (%s), want innocent after 4 or more", v, len(p.Trials()), why)
 	}
@@ -595,7 +595,7 @@ func TestProofNeedsTwoMoreTrialsToAcquitForEachPass(t *testing.T) {
 		}
 		return polluter(capped)
 	}
-	if p := run(twoPassesThenLeaks); func() string { v, _ := p.Verdict(); return v }() != ProofGuilty {
+	if p := run(twoPassesThenLeaks); verdict(p) != ProofGuilty {
 		v, why := p.Verdict()
 		t.Errorf("two passes, three leaky fails, then the storm: %s after %d trials (%s), want guilty", v, len(p.Trials()), why)
 	}
