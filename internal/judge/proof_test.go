@@ -408,13 +408,8 @@ func TestProofOrderIsRandomized(t *testing.T) {
 func TestProofStopsWhenQuiet(t *testing.T) {
 	cfg := ProofConfig{}
 	cfg.Fill()
-	p := NewProof(cfg, 5, time.Unix(0, 0), 1)
-	for range 10000 {
-		plan := p.Plan()
-		if p.Observe(plan.SampleAt, 1, true) {
-			break
-		}
-	}
+	t0 := time.Unix(0, 0)
+	p := driveToVerdict(t, NewProof(cfg, 5, t0, 1), t0, func(time.Duration, bool) float64 { return 1 })
 	if v, why := p.Verdict(); v != ProofInconclusive || len(p.Trials()) != 3 {
 		t.Errorf("quiet proof: %s after %d trials (%s), want inconclusive after 3", v, len(p.Trials()), why)
 	}
@@ -471,6 +466,23 @@ func TestProofGoesOnThroughTheQuietOfABurstyPolluter(t *testing.T) {
 	}
 }
 
+// driveToVerdict runs p, begun at t0, on virtual time against w until it
+// reaches a verdict, and returns it.
+func driveToVerdict(t *testing.T, p *Proof, t0 time.Time, w world) *Proof {
+	t.Helper()
+	for range 10000 {
+		plan := p.Plan()
+		if p.Observe(plan.SampleAt, w(plan.SampleAt.Sub(t0), plan.Capped), true) {
+			return p
+		}
+	}
+	t.Fatal("proof never ended")
+	return nil
+}
+
+// verdictOf is a finished proof's verdict.
+func verdictOf(p *Proof) string { v, _ := p.Verdict(); return v }
+
 // A proof continuing a chain that leaned to guilt is not acquitted on
 // trials that barely fail — a burst's tail, the gap before the next
 // burst — while its evidence stands above where the chain began: the
@@ -483,15 +495,7 @@ func TestProofDoesNotAcquitAChainThatLeansToGuilt(t *testing.T) {
 	run := func(carry float64, w world) *Proof {
 		t.Helper()
 		t0 := time.Unix(1000, 0)
-		p := NewProofCarry(cfg, 7.65, t0, 5, carry)
-		for range 10000 {
-			plan := p.Plan()
-			if p.Observe(plan.SampleAt, w(plan.SampleAt.Sub(t0), plan.Capped), true) {
-				return p
-			}
-		}
-		t.Fatal("proof never ended")
-		return nil
+		return driveToVerdict(t, NewProofCarry(cfg, 7.65, t0, 5, carry), t0, w)
 	}
 	if p := run(1, weak); len(p.Trials()) != 2 {
 		v, why := p.Verdict()
@@ -511,7 +515,7 @@ func TestProofDoesNotAcquitAChainThatLeansToGuilt(t *testing.T) {
 		}
 		return 6
 	}
-	if p := run(2.8, gapThenBurst); func() string { v, _ := p.Verdict(); return v }() != ProofGuilty {
+	if p := run(2.8, gapThenBurst); verdictOf(p) != ProofGuilty {
 		v, why := p.Verdict()
 		t.Errorf("a gap, then the burst: %s (%s), want guilty", v, why)
 	}
@@ -530,15 +534,7 @@ func TestProofNeedsTwoMoreTrialsToAcquitForEachPass(t *testing.T) {
 	run := func(w world) *Proof {
 		t.Helper()
 		t0 := time.Unix(1000, 0)
-		p := NewProof(cfg, 7, t0, 3)
-		for range 10000 {
-			plan := p.Plan()
-			if p.Observe(plan.SampleAt, w(plan.SampleAt.Sub(t0), plan.Capped), true) {
-				return p
-			}
-		}
-		t.Fatal("proof never ended")
-		return nil
+		return driveToVerdict(t, NewProof(cfg, 7, t0, 3), t0, w)
 	}
 	polluter := func(capped bool) float64 {
 		if capped {
@@ -565,8 +561,7 @@ func TestProofNeedsTwoMoreTrialsToAcquitForEachPass(t *testing.T) {
 		t.Errorf("a pass, a leaky fail, then the storm: %s after %d trials (%s), want guilty", v, len(p.Trials()), why)
 	}
 	nothing := func(time.Duration, bool) float64 { return 1.4 }
-	verdict := func(p *Proof) string { v, _ := p.Verdict(); return v }
-	if p := run(nothing); len(p.Trials()) != 2 || verdict(p) != ProofInnocent {
+	if p := run(nothing); len(p.Trials()) != 2 || verdictOf(p) != ProofInnocent {
 		v, why := p.Verdict()
 		t.Errorf("no effect from the first trial: %s after %d trials (%s), want innocent after 2", v, len(p.Trials()), why)
 	}
@@ -576,7 +571,7 @@ func TestProofNeedsTwoMoreTrialsToAcquitForEachPass(t *testing.T) {
 		}
 		return 1.4
 	}
-	if p := run(passThenNothing); len(p.Trials()) < 4 || verdict(p) != ProofInnocent {
+	if p := run(passThenNothing); len(p.Trials()) < 4 || verdictOf(p) != ProofInnocent {
 		v, why := p.Verdict()
 		t.Errorf("a pass, then no effect: %s after %d trials (%s), want innocent after 4 or more", v, len(p.Trials()), why)
 	}
@@ -595,7 +590,7 @@ func TestProofNeedsTwoMoreTrialsToAcquitForEachPass(t *testing.T) {
 		}
 		return polluter(capped)
 	}
-	if p := run(twoPassesThenLeaks); verdict(p) != ProofGuilty {
+	if p := run(twoPassesThenLeaks); verdictOf(p) != ProofGuilty {
 		v, why := p.Verdict()
 		t.Errorf("two passes, three leaky fails, then the storm: %s after %d trials (%s), want guilty", v, len(p.Trials()), why)
 	}
