@@ -325,7 +325,7 @@ func TestLivePausedInSetupKeepsItsEnd(t *testing.T) {
 phase: 1500ms
 tenants:
   - {name: victim, role: victim, load: chase, args: ["--size", "256KiB"], cpus: "%s"}
-  - {name: big, role: bystander, load: chase, args: ["--size", "256MiB"], cpus: "%s", pause: 20ms, resume: 1000ms}
+  - {name: big, role: bystander, load: chase, args: ["--size", "64MiB"], cpus: "%s", pause: 20ms, resume: 1000ms}
 `, vc, oc)), "setup-pause")
 	if err != nil {
 		t.Fatal(err)
@@ -347,9 +347,11 @@ tenants:
 			}
 		}
 	}
-	// Its 256 MiB cycle takes far longer than 20 ms to build, so the pause
-	// lands in its setup; run in full after the resume at 1 s, it would
-	// stop at 2.5 s or later.
+	// Its 64 MiB cycle takes far longer than 20 ms to build (0.13 s on the
+	// dev VM), so the pause lands in its setup; run in full after the
+	// resume at 1 s, it would stop at 2.5 s or later. (A 256 MiB cycle took
+	// 0.55 s to build, and beside another package's tests it built past
+	// 2 s.)
 	if paused == 0 || paused > 0.3 || stopped < 1.0 || stopped > 2.0 {
 		t.Errorf("big paused at %.2fs and stopped at %.2fs, want a pause in its setup and a stop at about 1.5s", paused, stopped)
 	}

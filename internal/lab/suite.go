@@ -149,8 +149,9 @@ func RunSuite(ctx context.Context, cases []SuiteCase, repetitions int, opt Optio
 }
 
 // describe copies what was drawn into the score; for a scenario given by
-// name or file, the victim's and the first polluter's programs, so that its
-// runs count in the breakdown by polluter too.
+// name or file, the victim's program and the polluters' (joined by "+"
+// where there are several), so that its runs count in the breakdown by
+// polluter too.
 func (c SuiteCase) describe(sc *RunScore) {
 	if c.Gen == nil {
 		if c.Scenario == nil {
@@ -162,6 +163,8 @@ func (c SuiteCase) describe(sc *RunScore) {
 				sc.Victim = t.Program()
 			case t.Role == RolePolluter && sc.Polluter == "":
 				sc.Polluter = t.Program()
+			case t.Role == RolePolluter:
+				sc.Polluter += "+" + t.Program()
 			}
 		}
 		return
@@ -202,6 +205,9 @@ func suiteRunLine(r RunScore) string {
 		early := ""
 		if r.AlreadyRunning {
 			early = " (already running)"
+		}
+		if r.Polluters > 1 {
+			line += fmt.Sprintf(" %d of %d polluters convicted,", r.PollutersConvicted, r.Polluters)
 		}
 		line += fmt.Sprintf(" cap %s convict %s release %s%s", fmtOptSecs(r.FirstCapSeconds), fmtOptSecs(r.ConvictionSeconds), fmtOptSecs(r.ReleaseSeconds), early)
 		if r.Harm != nil {

@@ -50,6 +50,7 @@ type suiteCell struct {
 
 type suiteRunRow struct {
 	Name, Class, Victim, Polluter, Timing, Placement, Bystanders, Verdict string
+	Caught                                                                string // "1 of 2" with several polluters
 	Cap, Convict, Release, Proof, Convicted, Error, Harm                  string
 	Slowdowns                                                             []suiteCell
 }
@@ -83,6 +84,9 @@ func newSuitePage(r *SuiteResult) suitePage {
 			Bystanders: strings.Join(s.Bystanders, ", "), Verdict: s.Verdict(), Error: s.Error}
 		if s.Error == "" {
 			if s.Class == ClassPolluter {
+				if s.Polluters > 1 {
+					row.Caught = fmt.Sprintf("%d of %d", s.PollutersConvicted, s.Polluters)
+				}
 				row.Cap, row.Convict, row.Release = fmtOptSecs(s.FirstCapSeconds), fmtOptSecs(s.ConvictionSeconds), fmtOptSecs(s.ReleaseSeconds)
 				if s.AlreadyRunning {
 					row.Cap += " ⁱ"
@@ -145,7 +149,7 @@ var suiteTmpl = template.Must(template.New("suite").Funcs(template.FuncMap{
 <table class="runs">
 <thead><tr><th>run</th><th>class</th><th>victim</th><th>polluter</th><th>timing</th><th>placement</th><th>bystanders</th><th>verdict</th><th class="num">harm</th><th class="num">first cap</th><th class="num">conviction</th><th class="num">release</th><th class="num">innocents proved</th><th class="num">innocents convicted</th>{{range .PolicyHeadings}}<th class="num">{{.}}</th>{{end}}</tr></thead>
 <tbody>{{range .Rows}}
-<tr><td>{{.Name}}</td><td>{{.Class}}</td><td>{{.Victim}}</td><td class="role-polluter">{{.Polluter}}</td><td>{{.Timing}}</td><td>{{.Placement}}</td><td class="role-bystander">{{.Bystanders}}</td>{{if .Error}}<td class="verdict-error" colspan="7">error: {{.Error}}</td>{{else}}<td class="verdict-{{.Verdict}}">{{.Verdict}}</td><td class="num">{{.Harm}}</td><td class="num">{{.Cap}}</td><td class="num">{{.Convict}}</td><td class="num">{{.Release}}</td><td class="num">{{.Proof}}</td><td class="num">{{.Convicted}}</td>{{end}}{{range .Slowdowns}}<td class="num" style="background:{{.Heat.Bg}};color:{{.Heat.Fg}}">{{.Text}}</td>{{end}}</tr>{{end}}
+<tr><td>{{.Name}}</td><td>{{.Class}}</td><td>{{.Victim}}</td><td class="role-polluter">{{.Polluter}}</td><td>{{.Timing}}</td><td>{{.Placement}}</td><td class="role-bystander">{{.Bystanders}}</td>{{if .Error}}<td class="verdict-error" colspan="7">error: {{.Error}}</td>{{else}}<td class="verdict-{{.Verdict}}">{{.Verdict}}{{with .Caught}} ({{.}}){{end}}</td><td class="num">{{.Harm}}</td><td class="num">{{.Cap}}</td><td class="num">{{.Convict}}</td><td class="num">{{.Release}}</td><td class="num">{{.Proof}}</td><td class="num">{{.Convicted}}</td>{{end}}{{range .Slowdowns}}<td class="num" style="background:{{.Heat.Bg}};color:{{.Heat.Fg}}">{{.Text}}</td>{{end}}</tr>{{end}}
 </tbody></table>
 <p class="meta">Per policy: the victim's slowdown over the whole phase / after the first action. ⁱ: the polluter was already running when the agent started. Harm: the victim's slowdown under no policy over its slowdown with the polluter left out, and where it shares the victim's CPUs, / over its slowdown with a cpu load in its place; ʰ: at least {{.HarmThreshold}}×, a harmful run.</p>
 

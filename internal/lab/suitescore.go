@@ -35,12 +35,19 @@ type RunScore struct {
 	// AlreadyRunning: the polluter ran before the agent started, and its
 	// reaction times count from the agent's start.
 	AlreadyRunning bool `json:"already_running,omitempty"`
-	// Convicted: a "throttle" of the polluter while it ran.
+	// Convicted: a "throttle" of the polluter while it ran (of every
+	// polluter that ran, in a scenario with several).
 	Convicted bool `json:"convicted"`
+	// Polluters and PollutersConvicted, in a scenario with more than one
+	// polluter: how many of them ran, and how many of those were convicted.
+	Polluters          int `json:"polluters,omitempty"`
+	PollutersConvicted int `json:"polluters_convicted,omitempty"`
 	// FirstCapSeconds and ConvictionSeconds run from the polluter's start
 	// (or the agent's, if later) to its first cap (proof or throttle) and
 	// to its conviction; ReleaseSeconds from its early stop or pause to its
-	// quota back, when it was convicted before.
+	// quota back, when it was convicted before. With several polluters each
+	// is the slowest one's, and the first two are nil unless every polluter
+	// that ran got one: the time until all of them were acted on.
 	FirstCapSeconds   *float64 `json:"first_cap_seconds"`
 	ConvictionSeconds *float64 `json:"conviction_seconds"`
 	ReleaseSeconds    *float64 `json:"release_seconds"`
@@ -176,9 +183,9 @@ func capSpans(actions []Action, tenant string, phase float64) []capSpan {
 type Attribution struct {
 	Phase       float64
 	PolicyStart float64
-	// Guilty is the polluter's name ("" in a control run); Innocents the
-	// tenants whose conviction is a false one.
-	Guilty    string
+	// Guilty are the polluters' names (none in a control run); Innocents
+	// the tenants whose conviction is a false one.
+	Guilty    []string
 	Innocents []string
 	Events    []TenantEvent
 	Actions   []Action
@@ -186,10 +193,10 @@ type Attribution struct {
 
 // ScoreAttribution fills sc's attribution scores (class, conviction,
 // reaction and release times, innocents capped and convicted) and returns
-// the time of the first cap of the guilty tenant (nil: none).
+// the time of the first cap of a guilty tenant (nil: none).
 func ScoreAttribution(sc *RunScore, in Attribution) *float64 {
 	sc.Class = ClassControl
-	if in.Guilty != "" {
+	if len(in.Guilty) > 0 {
 		sc.Class = ClassPolluter
 	}
 	for _, name := range in.Innocents {
@@ -210,16 +217,44 @@ func ScoreAttribution(sc *RunScore, in Attribution) *float64 {
 			sc.InnocentsConvicted++
 		}
 	}
-	if in.Guilty == "" {
-		return nil
+	var firstAction *float64
+	ran, convicted := 0, 0
+	firstCap, conviction := true, true // every polluter that ran got one
+	for _, name := range in.Guilty {
+		ps, ok := scorePolluter(in, name)
+		if !ok {
+			continue // it never started: nothing to react to
+		}
+		ran++
+		if ps.convicted {
+			convicted++
+		}
+		sc.AlreadyRunning = sc.AlreadyRunning || ps.alreadyRunning
+		if ps.firstAction != nil && (firstAction == nil || *ps.firstAction < *firstAction) {
+			firstAction = ps.firstAction
+		}
+		firstCap = firstCap && ps.firstCap != nil
+		conviction = conviction && ps.conviction != nil
+		sc.FirstCapSeconds = slowest(sc.FirstCapSeconds, ps.firstCap)
+		sc.ConvictionSeconds = slowest(sc.ConvictionSeconds, ps.conviction)
+		sc.ReleaseSeconds = slowest(sc.ReleaseSeconds, ps.release)
 	}
-	return scorePolluter(sc, in)
+	if !firstCap {
+		sc.FirstCapSeconds = nil
+	}
+	if !conviction {
+		sc.ConvictionSeconds = nil
+	}
+	sc.Convicted = ran > 0 && convicted == ran
+	if len(in.Guilty) > 1 {
+		sc.Polluters, sc.PollutersConvicted = ran, convicted
+	}
+	return firstAction
 }
 
 // ScoreRun scores one run of scenario s from its result: the crosstalk
 // policy's actions and timeline for attribution, every policy's victim
-// slowdown. The first polluter of s is the guilty one; other polluters are
-// neither guilty nor innocent; every other tenant is innocent.
+// slowdown. Every polluter of s is guilty, every other tenant innocent.
 func ScoreRun(s *Scenario, res *Result) RunScore {
 	sc := RunScore{Name: s.Name, Class: ClassControl,
 		VictimSlowdown: map[string]*float64{}, VictimSlowdownAfter: map[string]*float64{}}
@@ -233,15 +268,14 @@ func ScoreRun(s *Scenario, res *Result) RunScore {
 	}
 	in := Attribution{Phase: s.Phase.Seconds()}
 	for _, t := range s.Tenants {
-		switch {
-		case t.Role != RolePolluter:
+		if t.Role == RolePolluter {
+			in.Guilty = append(in.Guilty, t.Name)
+		} else {
 			in.Innocents = append(in.Innocents, t.Name)
-		case in.Guilty == "":
-			in.Guilty = t.Name
 		}
 	}
 	if ct == nil {
-		if in.Guilty != "" {
+		if len(in.Guilty) > 0 {
 			sc.Class = ClassPolluter
 		}
 		sc.Error = "no " + AttributionPolicy + " policy result to score"
@@ -250,7 +284,7 @@ func ScoreRun(s *Scenario, res *Result) RunScore {
 	in.PolicyStart, in.Events, in.Actions = ct.PolicyStartSeconds, ct.Timeline.Events, ct.Actions
 	sc.Journal = ct.Journal
 	firstAction := ScoreAttribution(&sc, in)
-	if in.Guilty != "" {
+	if len(in.Guilty) > 0 {
 		none := sc.VictimSlowdown["none"]
 		if without := res.VictimSlowdownWithoutPolluter; none != nil && without != nil && *without > 0 {
 			sc.Harm = ptr(*none / *without)
@@ -282,36 +316,51 @@ func ScoreRun(s *Scenario, res *Result) RunScore {
 	return sc
 }
 
-// scorePolluter fills the guilty tenant's scores and returns the time of
-// the agent's first action against it (nil: none).
-func scorePolluter(sc *RunScore, in Attribution) *float64 {
-	runs := runWindows(in.Events, in.Guilty, in.Phase)
+// slowest is the later of two times, either of which may be missing.
+func slowest(a, b *float64) *float64 {
+	if a == nil || (b != nil && *b > *a) {
+		return b
+	}
+	return a
+}
+
+// polluterScore is how the agent did against one polluter.
+type polluterScore struct {
+	alreadyRunning, convicted     bool
+	firstCap, conviction, release *float64 // as RunScore's
+	firstAction                   *float64 // phase time of its first cap
+}
+
+// scorePolluter scores the agent against the polluter name; false if it
+// never ran.
+func scorePolluter(in Attribution, name string) (polluterScore, bool) {
+	var ps polluterScore
+	runs := runWindows(in.Events, name, in.Phase)
 	if len(runs) == 0 {
-		return nil // it never started: nothing to react to
+		return ps, false
 	}
 	ref := runs[0].from
 	if in.PolicyStart > ref {
 		ref = in.PolicyStart
-		sc.AlreadyRunning = true
+		ps.alreadyRunning = true
 	}
-	var firstAction *float64
 	var convictedAt *float64
 	for _, a := range in.Actions {
-		if a.Tenant != in.Guilty || a.T < runs[0].from {
+		if a.Tenant != name || a.T < runs[0].from {
 			continue
 		}
-		if a.Quota > 0 && firstAction == nil {
-			firstAction = ptr(a.T)
-			sc.FirstCapSeconds = ptr(max(0, a.T-ref))
+		if a.Quota > 0 && ps.firstAction == nil {
+			ps.firstAction = ptr(a.T)
+			ps.firstCap = ptr(max(0, a.T-ref))
 		}
 		if a.Kind == "throttle" && convictedAt == nil && within(runs, a.T, convictionSlack) {
 			convictedAt = ptr(a.T)
-			sc.Convicted = true
-			sc.ConvictionSeconds = ptr(max(0, a.T-ref))
+			ps.convicted = true
+			ps.conviction = ptr(max(0, a.T-ref))
 		}
 	}
 	if convictedAt == nil {
-		return firstAction
+		return ps, true
 	}
 	// Release: from the first time it went quiet after its conviction (an
 	// early stop or a pause; not the phase end) to its quota back.
@@ -321,14 +370,14 @@ func scorePolluter(sc *RunScore, in Attribution) *float64 {
 			continue
 		}
 		for _, a := range in.Actions {
-			if a.Tenant == in.Guilty && a.Quota == 0 && a.T >= quiet {
-				sc.ReleaseSeconds = ptr(a.T - quiet)
+			if a.Tenant == name && a.Quota == 0 && a.T >= quiet {
+				ps.release = ptr(a.T - quiet)
 				break
 			}
 		}
 		break
 	}
-	return firstAction
+	return ps, true
 }
 
 // within says whether t falls in one of the windows, or up to slack after

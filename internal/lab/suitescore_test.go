@@ -138,6 +138,82 @@ func deref(p *float64) any {
 
 // The victim's slowdown after the agent's first action against the
 // polluter is read from each policy's timeline from that moment on.
+// In a scenario with several polluters every one of them is guilty: the run
+// counts as caught only when each that ran was convicted, its reaction
+// times are the slowest polluter's, and the victim's slowdown after the
+// first action counts from the first action against any of them.
+func TestScoreRunWithSeveralPolluters(t *testing.T) {
+	s, err := Parse([]byte("name: two\nphase: 8s\ntenants:\n"+
+		"  - {name: v, role: victim, load: chase, cpus: \"1\"}\n"+
+		"  - {name: p, role: polluter, load: splitlock, cpus: \"0\", start: 1s}\n"+
+		"  - {name: q, role: polluter, load: splitlock, cpus: \"1\", start: 3s, stop: 6s}\n"+
+		"  - {name: b, role: bystander, load: cpu, cpus: \"0\"}\n"), "two")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := []TenantEvent{ev(0, "v", "start"), ev(0, "b", "start"), ev(1, "p", "start"), ev(8, "p", "stop"),
+		ev(3, "q", "start"), ev(6, "q", "stop")}
+	tests := []struct {
+		name                  string
+		actions               []Action
+		convicted             bool
+		caught                int
+		firstCap, convict, rl *float64
+		after                 float64 // phase time the slowdown after the first action counts from
+		line                  string
+	}{
+		{name: "both convicted",
+			actions: []Action{act(1.2, "p", "proof", 0.5), act(1.6, "p", "throttle", 0.1),
+				act(3.5, "q", "proof", 0.5), act(4.5, "q", "throttle", 0.1), act(6.25, "q", "release", 0)},
+			convicted: true, caught: 2, firstCap: fp(0.5), convict: fp(1.5), rl: fp(0.25), after: 1.2,
+			line: "caught           2 of 2 polluters convicted, cap 0.50s convict 1.50s release 0.25s"},
+		{name: "one missed",
+			actions:   []Action{act(1.2, "p", "proof", 0.5), act(1.6, "p", "throttle", 0.1), act(3.5, "q", "proof", 0.5), act(3.8, "q", "release", 0)},
+			convicted: false, caught: 1, firstCap: fp(0.5), after: 1.2,
+			line: "missed           1 of 2 polluters convicted, cap 0.50s convict – release –"},
+		{name: "one never acted on",
+			actions:   []Action{act(3.2, "q", "throttle", 0.1)},
+			convicted: false, caught: 1, after: 3.2,
+			line: "missed           1 of 2 polluters convicted, cap – convict – release –"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			samples := []Sample{{T: 0.5, Value: 10}, {T: 2, Value: 20}, {T: 3.5, Value: 40}}
+			res := &Result{Victim: "v", Solo: map[string]Solo{"v": {Value: fp(10), Direction: "lower"}},
+				Results: []PolicyResult{{Policy: "crosstalk", Actions: tc.actions,
+					Timeline: Timeline{Events: events, Victim: samples}}}}
+			got := ScoreRun(s, res)
+			got.Repetition = 1
+			SuiteCase{Scenario: s}.describe(&got)
+			if got.Convicted != tc.convicted || got.Polluters != 2 || got.PollutersConvicted != tc.caught {
+				t.Errorf("convicted %v, %d of %d polluters, want %v, %d of 2", got.Convicted, got.PollutersConvicted, got.Polluters, tc.convicted, tc.caught)
+			}
+			for _, c := range []struct {
+				what      string
+				got, want *float64
+			}{{"first cap", got.FirstCapSeconds, tc.firstCap}, {"conviction", got.ConvictionSeconds, tc.convict}, {"release", got.ReleaseSeconds, tc.rl}} {
+				if (c.got == nil) != (c.want == nil) || c.got != nil && math.Abs(*c.got-*c.want) > 1e-9 {
+					t.Errorf("%s = %v, want %v", c.what, deref(c.got), deref(c.want))
+				}
+			}
+			var want float64 // the mean slowdown of the samples from tc.after on
+			var n int
+			for _, x := range samples {
+				if x.T >= tc.after {
+					want += x.Value / 10
+					n++
+				}
+			}
+			if a := got.VictimSlowdownAfter["crosstalk"]; a == nil || math.Abs(*a-want/float64(n)) > 1e-9 {
+				t.Errorf("slowdown after the first action = %v, want %v", deref(a), want/float64(n))
+			}
+			if line := suiteRunLine(got); !strings.HasPrefix(line, "two        splitlock+splitlock vs chase ") || !strings.Contains(line, tc.line) {
+				t.Errorf("line %q, want it to name both polluters and hold %q", line, tc.line)
+			}
+		})
+	}
+}
+
 func TestScoreVictimSlowdownAfterFirstAction(t *testing.T) {
 	s := scoreScenario(t, "", ", start: 1s")
 	timeline := func(before, after float64) []Sample {
@@ -439,6 +515,8 @@ func TestSuiteReportHTML(t *testing.T) {
 			Harm: fp(2.4), HarmBeyondCPU: fp(1.3), Harmful: true,
 			VictimSlowdown: map[string]*float64{"none": fp(2), "crosstalk": fp(1.25)}, VictimSlowdownAfter: map[string]*float64{"none": fp(2.5), "crosstalk": fp(1.05)}},
 		{Name: "my-<file>", Repetition: 2, Class: ClassControl, Error: "tenant <x> failed"},
+		{Name: "two", Repetition: 1, Class: ClassPolluter, Victim: "chase", Polluter: "splitlock+stress-ng", Polluters: 2, PollutersConvicted: 1,
+			VictimSlowdown: map[string]*float64{"none": fp(3), "crosstalk": fp(2)}},
 	}}
 	sr.Summarize()
 	var b bytes.Buffer
@@ -446,8 +524,8 @@ func TestSuiteReportHTML(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := b.String()
-	wantAll(t, page, "<title>crosstalk lab suite</title>", "host <b>&lt;host&gt;</b>", "2 run(s)",
-		"100% of 1", "0.90s / 0.90s", "0.30s / 0.30s",
+	wantAll(t, page, "<title>crosstalk lab suite</title>", "host <b>&lt;host&gt;</b>", "3 run(s)",
+		"50% of 2", ">splitlock&#43;stress-ng<", `class="verdict-missed">missed (1 of 2)<`, "0.90s / 0.90s", "0.30s / 0.30s",
 		">chase-1MiB<", ">stream<", ">pause<", ">with-victim<", "steady, redis", `class="verdict-caught">caught<`, "0.50s ⁱ",
 		"2.00× / 2.50×", "1.25× / 1.05×", "2.40× / 1.30× ʰ", "my-&lt;file&gt; #2", "error: tenant &lt;x&gt; failed")
 	if strings.Contains(page, "<host>") || strings.Contains(page, "<x>") {
@@ -488,7 +566,7 @@ func TestWilson(t *testing.T) {
 }
 
 // A scenario given by name or file is described by its programs: the
-// victim's and the first polluter's, built-in loads or commands. Its runs
+// victim's and the polluters', built-in loads or commands. Its runs
 // then count in the breakdown by polluter, and its line says what ran.
 func TestSuiteDescribesGivenScenarios(t *testing.T) {
 	buslock, err := Load("buslock")
@@ -506,7 +584,7 @@ func TestSuiteDescribesGivenScenarios(t *testing.T) {
 		victim, polluter, line string
 	}{
 		{buslock, "chase", "splitlock", "buslock    splitlock vs chase "},
-		{file, "redis-benchmark", "stress-ng", "mine       stress-ng vs redis-benchmark "},
+		{file, "redis-benchmark", "stress-ng+stream", "mine       stress-ng+stream vs redis-benchmark "},
 		{control, "chase", "", "quiet      control vs chase "},
 	} {
 		sc := RunScore{Name: c.sc.Name, Repetition: 1, Class: ClassControl}

@@ -171,7 +171,7 @@ func ScoreSuiteRun(c *SuiteCase, res, without *Result) SuiteScore {
 	in := lab.Attribution{Phase: c.Scenario.Duration.Seconds(), Events: c.Events}
 	for _, t := range c.Scenario.Resolved() {
 		if t.Role == RolePolluter {
-			in.Guilty = t.Name
+			in.Guilty = append(in.Guilty, t.Name)
 		} else {
 			in.Innocents = append(in.Innocents, t.Name)
 		}
