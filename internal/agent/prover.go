@@ -92,6 +92,11 @@ func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before flo
 		// than waitSlot.
 		cfg.Samples = min(cfg.Samples, 4)
 		cfg.Slot = max(cfg.Slot, waitSlot)
+		if cfg.Settle == 0 {
+			// Their first window only starts the count: they settle
+			// 30% of the slot, and read its rest.
+			cfg.Settle = cfg.Slot * 3 / 10
+		}
 	}
 	key := backoffKey(p.signal, p.tenant.ID)
 	carry := pr.ledger.takeCarry(key, now)

@@ -22,35 +22,49 @@ const (
 // weighed as a bet against "capping the suspect does nothing".
 type ProofConfig struct {
 	// Slot is how long the suspect stays capped, or free, in one half of a
-	// trial (default 15ms). A CFS cap bites within a scheduler tick or two,
-	// and a bus-lock or cache polluter's effect on the probe comes and goes
-	// within a few milliseconds of it running or not. A conviction takes at
-	// least 8 trials (see Bet), so the slot sets how soon a polluter is
-	// throttled and how long an innocent is capped: measured on the dev VM
-	// against a split-lock storm, 25 ms slots convicted in 0.6 s where
-	// 50 ms slots took 1.0-1.1 s, with as many trials, and 15 ms slots
-	// (12 readings each) in 0.39-0.41 s where 25 ms took 0.67-0.75 s; a
-	// storm in bursts (buslock-burst) was convicted in 0.43-0.47 s, against
-	// 0.59-0.72 s. With 8 readings a slot, 15 ms slots had acquitted that
-	// burst polluter once: the readings a slot takes, not its length, are
-	// what sees a burst.
+	// trial (default 20ms). A bus-lock or cache polluter's effect on the
+	// probe comes and goes within a few milliseconds of it running or not,
+	// but a CFS cap leaks: each capped slot writes the quota anew, which
+	// refills the group's runtime, and a group that shares its CPUs spends
+	// that millisecond over the slot's first several (see Settle). A
+	// conviction takes at least 8 trials (see Bet), so the slot sets how
+	// soon a polluter is throttled and how long an innocent is capped:
+	// measured on the dev VM against a split-lock storm, 25 ms slots
+	// convicted in 0.6 s where 50 ms slots took 1.0-1.1 s, with as many
+	// trials, and 15 ms slots (12 readings each, from 4.5 ms in) in
+	// 0.39-0.41 s where 25 ms took 0.67-0.75 s; a storm in bursts
+	// (buslock-burst) was convicted in 0.43-0.47 s, against 0.59-0.72 s.
+	// With 8 readings a slot, 15 ms slots had acquitted that burst
+	// polluter once: the readings a slot takes, not its length, are what
+	// sees a burst.
 	Slot time.Duration `yaml:"slot" json:"slot"`
 	// Samples is how many probe readings each slot takes (default 12,
-	// about 0.9 ms apart in a 15 ms slot's last 70%; a DRAM reading takes
-	// 0.15 ms of its CPU on the dev VM, more under a storm, and a reading
-	// that runs late delays the slot's next ones); the slot's level is the
-	// mean of their log-ratios (each clipped to [0, log(before)+log 2]),
-	// so that a polluter that shows in a quarter of the readings moves a
-	// slot by a quarter of its contention and a stray reading by a
-	// twelfth. A split-lock
-	// polluter in a VM pollutes in bursts: measured on the dev VM, a
-	// polluter sharing its CPU with a paced service showed in one DRAM
-	// reading of four (the host stalls a vCPU that split-locks after it
-	// slept), one alone on its CPU in every reading; a capped one read
-	// 1.0-1.1× but in the first few milliseconds after the cap was set.
-	// The readings start 30% into a slot. The same statistic on both slots
-	// keeps the proof's guarantee.
+	// about 0.8 ms apart in a 20 ms slot's second half; a DRAM reading
+	// takes 0.15 ms of its CPU on the dev VM, more under a storm, and a
+	// reading that runs late delays the slot's next ones); the slot's
+	// level is the mean of their log-ratios (each clipped to [0,
+	// log(before)+log 2]), so that a polluter that shows in a quarter of
+	// the readings moves a slot by a quarter of its contention and a stray
+	// reading by a twelfth. A split-lock polluter in a VM pollutes in
+	// bursts: measured on the dev VM, a polluter sharing its CPU with a
+	// paced service showed in one DRAM reading of four (the host stalls a
+	// vCPU that split-locks after it slept), one alone on its CPU in every
+	// reading. The same statistic on both slots keeps the proof's
+	// guarantee.
 	Samples int `yaml:"samples" json:"samples"`
+	// Settle is how long into each slot its readings start (default half
+	// the slot), so that the cap bites, or the freed suspect gets going
+	// again, before the slot is read. Every slot, capped or freed, settles
+	// the same, so the bound is unchanged. A capped polluter shows in the
+	// first readings of its slot: in the proofs of the sixteen split-lock
+	// polluters of examples/lab (416 trials of 15 ms slots read from
+	// 4.5 ms in, 0.875 ms apart), the capped slots' readings that showed
+	// the storm fell 58, 36, 13, 21, 21, 13, 7, 2, 2, 1, 0 and 0 on the
+	// twelve readings in turn, the freed slots' 93-150 on each alike;
+	// their sixth reading on (from 9.75 ms) alone left 11 trials failed
+	// against 45 with all twelve. On a CPU the group shares, its
+	// refilled millisecond runs in pieces over the slot's first 10 ms.
+	Settle time.Duration `yaml:"settle" json:"settle,omitempty"`
 	// Trials is the most trials a proof runs (default 24). A suspect whose
 	// cap makes no consistent difference is acquitted long before: see
 	// futile.
@@ -82,7 +96,7 @@ type ProofConfig struct {
 // Fill sets defaults.
 func (c *ProofConfig) Fill() {
 	if c.Slot == 0 {
-		c.Slot = 15 * time.Millisecond
+		c.Slot = 20 * time.Millisecond
 	}
 	if c.Samples == 0 {
 		c.Samples = 12
@@ -101,11 +115,22 @@ func (c *ProofConfig) Fill() {
 	}
 }
 
+// SettleTime is how long into a slot its readings start: Settle, or half
+// the slot where it is not set.
+func (c ProofConfig) SettleTime() time.Duration {
+	if c.Settle > 0 {
+		return c.Settle
+	}
+	return c.Slot / 2
+}
+
 // Validate checks a filled configuration.
 func (c ProofConfig) Validate() error {
 	switch {
 	case c.Slot < 5*time.Millisecond || c.Slot > 2*time.Second:
 		return fmt.Errorf("proof.slot %s: want 5ms to 2s", c.Slot)
+	case c.Settle < 0 || c.Settle >= c.Slot:
+		return fmt.Errorf("proof.settle %s: want 0 to under proof.slot (%s)", c.Settle, c.Slot)
 	case c.Samples < 1 || c.Samples > 64:
 		return fmt.Errorf("proof.samples %d: want 1 to 64", c.Samples)
 	case c.Trials < 1 || c.Trials > 64:
@@ -263,9 +288,9 @@ func (p *Proof) Plan() ProofPlan {
 	t := p.trials[len(p.trials)-1]
 	capped := t.CappedFirst == (p.half == 0)
 	n := p.cfg.Samples
-	// Readings spread over the slot's last 70%: the first part lets the
-	// cap bite (or the freed suspect get going again).
-	settle := p.cfg.Slot * 3 / 10
+	// Readings spread over the slot after its settle: the first part lets
+	// the cap bite (or the freed suspect get going again).
+	settle := p.cfg.SettleTime()
 	step := (p.cfg.Slot - settle) / time.Duration(n)
 	i := len(p.got) + p.misses
 	return ProofPlan{Capped: capped, SampleAt: p.from.Add(settle + time.Duration(i)*step)}

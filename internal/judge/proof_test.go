@@ -415,6 +415,31 @@ func TestProofStopsWhenQuiet(t *testing.T) {
 	}
 }
 
+// A slot's readings start after its settle (half the slot unless set)
+// and spread evenly over the rest, in capped and freed slots alike.
+func TestProofSettle(t *testing.T) {
+	for _, tc := range []struct {
+		settle, first, step time.Duration
+	}{
+		{0, 10 * time.Millisecond, 2500 * time.Microsecond},
+		{6 * time.Millisecond, 6 * time.Millisecond, 3500 * time.Microsecond},
+	} {
+		cfg := ProofConfig{Slot: 20 * time.Millisecond, Samples: 4, Settle: tc.settle}
+		t0 := time.Unix(0, 0)
+		p := NewProof(cfg, 5, t0, 1)
+		for slot := range 4 {
+			from := t0.Add(time.Duration(slot) * cfg.Slot)
+			for i := range cfg.Samples {
+				plan := p.Plan()
+				if want := from.Add(tc.first + time.Duration(i)*tc.step); !plan.SampleAt.Equal(want) {
+					t.Fatalf("settle %s: slot %d reading %d at %s, want %s", tc.settle, slot, i, plan.SampleAt.Sub(t0), want.Sub(t0))
+				}
+				p.Observe(from.Add(time.Duration(i+1)*cfg.Slot/time.Duration(cfg.Samples)), 1, true)
+			}
+		}
+	}
+}
+
 func TestProofConfigValidate(t *testing.T) {
 	good := ProofConfig{}
 	good.Fill()
@@ -427,6 +452,8 @@ func TestProofConfigValidate(t *testing.T) {
 		{Slot: 40 * time.Millisecond, Samples: 2, Trials: 10, Alpha: 0.01, Effect: math.NaN(), Bet: 0.8},
 		{Slot: 40 * time.Millisecond, Samples: 0, Trials: 10, Alpha: 0.01, Effect: 0.5, Bet: 0.8},
 		{Slot: 40 * time.Millisecond, Samples: 2, Trials: 10, Alpha: 0.01, Effect: 0.5, Bet: 1},
+		{Slot: 40 * time.Millisecond, Settle: 40 * time.Millisecond, Samples: 2, Trials: 10, Alpha: 0.01, Effect: 0.5, Bet: 0.8},
+		{Slot: 40 * time.Millisecond, Settle: -time.Millisecond, Samples: 2, Trials: 10, Alpha: 0.01, Effect: 0.5, Bet: 0.8},
 	} {
 		if bad.Validate() == nil {
 			t.Errorf("%+v accepted", bad)
@@ -603,7 +630,7 @@ func TestProofBegan(t *testing.T) {
 	cfg.Fill()
 	t0 := time.Unix(100, 0)
 	p := NewProof(cfg, 4, t0, 1)
-	settle := cfg.Slot * 3 / 10
+	settle := cfg.Slot / 2
 	if got := p.Plan().SampleAt; !got.Equal(t0.Add(settle)) {
 		t.Fatalf("first reading at %s, want %s", got.Sub(t0), settle)
 	}
