@@ -221,7 +221,14 @@ const maxProveTries = 3
 // — it answers a cap within milliseconds, while the LLC probe shares the
 // cache with whatever runs beside it and wanders (measured on the dev
 // machines: a capped split-lock polluter left the DRAM probe at 1.0× and
-// the LLC probe anywhere in 1-18×) — else the kind that reads worst.
+// the LLC probe anywhere in 1-18×) — else the kind that reads worst, but
+// never the locked add: a bus lock that makes it wait stalls the DRAM
+// chase too, and in a VM it reads its sibling's work and the physical
+// host's other guests. On the dev VM it read a split-lock storm on the
+// other vCPU at 1.0× while the DRAM probe read 6×, and stress-ng --matrix
+// on the other vCPU at 2.7×; the one proof read on it in a targets' set
+// and the example files convicted that matrix, an innocent, whose cap
+// did lift it. Contention that only it reads proves nobody.
 //
 // The CPU: the most contended in that kind of a contended domain that the
 // tenant does not run on. Never one it runs on, where a domain has others:
@@ -240,7 +247,7 @@ func (p *probePolicy) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) 
 	th := p.cont.Thresholds()
 	kind, worst := "", 0.0
 	for _, r := range v.Readings {
-		if slices.Contains(v.Domains, r.Domain) {
+		if slices.Contains(v.Domains, r.Domain) && r.Kind != sense.ProbeLock {
 			if x := p.cont.Worst([]judge.RatedReading{r}, nil); x > worst {
 				kind, worst = r.Kind, x
 			}
@@ -253,6 +260,9 @@ func (p *probePolicy) proofCPU(now time.Time, v judge.Verdict, cpus cpuset.Set) 
 	// probe, quiet since the conviction, and cap it for quiet trials.
 	if at, ok := p.hotKind[sense.ProbeDRAM]; ok && now.Sub(at) <= hotWindow*p.interval && at.After(p.proofs.heldSince(v.Domains, sense.ProbeDRAM)) {
 		kind = sense.ProbeDRAM
+	}
+	if kind == "" {
+		return CPUDomain{}, "", 0, false
 	}
 	held := p.proofs.heldSince(v.Domains, kind)
 	awayExists := false

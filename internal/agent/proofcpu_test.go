@@ -97,6 +97,29 @@ func TestProofCPUIgnoresTheHeldPollutersReadings(t *testing.T) {
 	}
 }
 
+// A proof never reads the locked add: contention only it reads proves
+// nobody, and beside a contended DRAM probe the proof reads that.
+func TestProofCPUNeverReadsTheLockProbe(t *testing.T) {
+	now := time.Unix(1000, 0)
+	suspect := cpuset.MustParse("1")
+	p := newProbePolicy(Config{Interval: 500 * time.Millisecond}, judge.NewContention(judge.Thresholds{}),
+		map[int]cpuset.Set{0: cpuset.MustParse("0-1")}, nil, nil, nil, &fakeProbeProofs{}, nil)
+	lockOnly := judge.Verdict{Contended: true, Domains: []int{0}, Ratio: 2.7, Readings: []judge.RatedReading{
+		rated(0, sense.ProbeLock, 2.7), rated(0, sense.ProbeDRAM, 1.0), rated(1, sense.ProbeDRAM, 1.0), rated(1, sense.ProbeLLC, 1.1)}}
+	if got, kind, _, ok := p.proofCPU(now, lockOnly, suspect); ok {
+		t.Errorf("provable on %s on CPU %d with only the lock probe contended", kind, got.CPU)
+	}
+	p.hotCPU[cpuKind{0, sense.ProbeLock}] = hotReading{at: now, domain: 0, ratio: 9}
+	if got, kind, _, ok := p.proofCPU(now, lockOnly, suspect); ok {
+		t.Errorf("provable on %s on CPU %d from a recent lock reading", kind, got.CPU)
+	}
+	both := judge.Verdict{Contended: true, Domains: []int{0}, Ratio: 9, Readings: []judge.RatedReading{
+		rated(0, sense.ProbeLock, 9), rated(0, sense.ProbeDRAM, 2.5), rated(1, sense.ProbeDRAM, 2.0)}}
+	if got, kind, _, ok := p.proofCPU(now, both, suspect); !ok || kind != sense.ProbeDRAM || got.CPU != 0 {
+		t.Errorf("proof reads %s on CPU %d (ok %v), want the DRAM probe on CPU 0", kind, got.CPU, ok)
+	}
+}
+
 func TestRetryAfterAnInconclusiveProof(t *testing.T) {
 	a := &prover{cfg: Config{Interval: 250 * time.Millisecond}}
 	for _, tc := range []struct {
