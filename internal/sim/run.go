@@ -173,6 +173,10 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 		// scenario shapes the proof itself.
 		if sc.Agent.Proof.Slot == 0 {
 			cfg.Proof.Slot = 2 * sc.Step
+			if sc.Agent.Proof.Settle == 0 {
+				// Read 30% and 65% in: once after each step.
+				cfg.Proof.Settle = cfg.Proof.Slot * 3 / 10
+			}
 		}
 		if sc.Agent.Proof.Samples == 0 {
 			cfg.Proof.Samples = 2
