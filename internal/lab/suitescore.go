@@ -226,7 +226,7 @@ func ScoreAttribution(sc *RunScore, in Attribution) *float64 {
 			continue // it never started: nothing to react to
 		}
 		ran++
-		if ps.convicted {
+		if ps.conviction != nil {
 			convicted++
 		}
 		sc.AlreadyRunning = sc.AlreadyRunning || ps.alreadyRunning
@@ -326,8 +326,8 @@ func slowest(a, b *float64) *float64 {
 
 // polluterScore is how the agent did against one polluter.
 type polluterScore struct {
-	alreadyRunning, convicted     bool
-	firstCap, conviction, release *float64 // as RunScore's
+	alreadyRunning                bool
+	firstCap, conviction, release *float64 // as RunScore's; conviction nil: not convicted
 	firstAction                   *float64 // phase time of its first cap
 }
 
@@ -355,7 +355,6 @@ func scorePolluter(in Attribution, name string) (polluterScore, bool) {
 		}
 		if a.Kind == "throttle" && convictedAt == nil && within(runs, a.T, convictionSlack) {
 			convictedAt = ptr(a.T)
-			ps.convicted = true
 			ps.conviction = ptr(max(0, a.T-ref))
 		}
 	}
