@@ -93,10 +93,8 @@ func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before flo
 		cfg.Samples = min(cfg.Samples, 4)
 		cfg.Slot = max(cfg.Slot, waitSlot)
 		if cfg.Settle == 0 {
-			// Read over windows, not at instants: their first window
-			// already waits for the switch, and they read the slot's
-			// last 70%, as they were measured.
-			cfg.Settle = cfg.Slot * 3 / 10
+			// Read over windows, not at instants, as they were measured.
+			cfg.Settle = cfg.WindowSettle()
 		}
 	}
 	key := backoffKey(p.signal, p.tenant.ID)

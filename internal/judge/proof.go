@@ -124,6 +124,13 @@ func (c ProofConfig) SettleTime() time.Duration {
 	return c.Slot / 2
 }
 
+// WindowSettle is the settle of a proof whose readings span windows of
+// time rather than instants (a count between two readings, a model's
+// step): the slot's first 30%, after which its readings cover the last
+// 70%. The first window already waits for the switch, so the cap need not
+// bite before it starts.
+func (c ProofConfig) WindowSettle() time.Duration { return c.Slot * 3 / 10 }
+
 // Validate checks a filled configuration.
 func (c ProofConfig) Validate() error {
 	switch {

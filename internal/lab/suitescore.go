@@ -219,7 +219,9 @@ func ScoreAttribution(sc *RunScore, in Attribution) *float64 {
 	}
 	var firstAction *float64
 	ran, convicted := 0, 0
-	firstCap, conviction := true, true // every polluter that ran got one
+	// A run's first cap and conviction are its slowest polluter's, and
+	// only where every polluter that ran had one.
+	var firstCaps, convictions []*float64
 	for _, name := range in.Guilty {
 		ps, ok := scorePolluter(in, name)
 		if !ok {
@@ -233,18 +235,10 @@ func ScoreAttribution(sc *RunScore, in Attribution) *float64 {
 		if ps.firstAction != nil && (firstAction == nil || *ps.firstAction < *firstAction) {
 			firstAction = ps.firstAction
 		}
-		firstCap = firstCap && ps.firstCap != nil
-		conviction = conviction && ps.conviction != nil
-		sc.FirstCapSeconds = slowest(sc.FirstCapSeconds, ps.firstCap)
-		sc.ConvictionSeconds = slowest(sc.ConvictionSeconds, ps.conviction)
+		firstCaps, convictions = append(firstCaps, ps.firstCap), append(convictions, ps.conviction)
 		sc.ReleaseSeconds = slowest(sc.ReleaseSeconds, ps.release)
 	}
-	if !firstCap {
-		sc.FirstCapSeconds = nil
-	}
-	if !conviction {
-		sc.ConvictionSeconds = nil
-	}
+	sc.FirstCapSeconds, sc.ConvictionSeconds = slowestOfAll(firstCaps), slowestOfAll(convictions)
 	sc.Convicted = ran > 0 && convicted == ran
 	if len(in.Guilty) > 1 {
 		sc.Polluters, sc.PollutersConvicted = ran, convicted
@@ -322,6 +316,19 @@ func slowest(a, b *float64) *float64 {
 		return b
 	}
 	return a
+}
+
+// slowestOfAll is the latest of times that must all be there: nil if any
+// is missing, or if there are none.
+func slowestOfAll(ts []*float64) *float64 {
+	var out *float64
+	for _, t := range ts {
+		if t == nil {
+			return nil
+		}
+		out = slowest(out, t)
+	}
+	return out
 }
 
 // polluterScore is how the agent did against one polluter.

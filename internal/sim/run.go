@@ -175,7 +175,7 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 			cfg.Proof.Slot = 2 * sc.Step
 			if sc.Agent.Proof.Settle == 0 {
 				// Read 30% and 65% in: once after each step.
-				cfg.Proof.Settle = cfg.Proof.Slot * 3 / 10
+				cfg.Proof.Settle = cfg.Proof.WindowSettle()
 			}
 		}
 		if sc.Agent.Proof.Samples == 0 {
