@@ -209,6 +209,14 @@ type CPIConfig struct {
 	// contention (default 1.3); Strong counts at once (default 2).
 	Ratio  float64 `yaml:"ratio"`
 	Strong float64 `yaml:"strong"`
+	// Survey caps each tenant that misses the LLC as a polluter does for
+	// a moment at start, and starts the CPI baselines of the neighbours
+	// its cap relieved by Strong or more from their CPI with it capped: a
+	// polluter already running when the agent starts would otherwise be
+	// every victim's usual. Default false: it also finds a heavy innocent
+	// that slows its neighbours as much (in the simulator, a memory-bound
+	// tenant beside a light cache user), which the proof then convicts.
+	Survey *bool `yaml:"survey"`
 }
 
 // TenantsConfig says which cgroups are tenants.
@@ -398,6 +406,9 @@ func (c *Config) fill() {
 	}
 	if c.CPI.Prove == nil {
 		c.CPI.Prove = ptrTo(true)
+	}
+	if c.CPI.Survey == nil {
+		c.CPI.Survey = ptrTo(false)
 	}
 	if c.CPI.Ratio == 0 {
 		c.CPI.Ratio = 1.3

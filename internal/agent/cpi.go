@@ -38,6 +38,11 @@ type cpiPolicy struct {
 	domain map[int]cpuset.Set
 	cpus   map[string]cpuset.Set
 	last   judge.CPIVerdict
+	// surveying: the start-up survey is yet to run or under way (see
+	// maybeSurvey); queue is the tenants it has yet to cap (nil: not
+	// chosen yet).
+	surveying bool
+	queue     []string
 }
 
 func newCPIPolicy(cfg Config, pmu bool, snaps counterSnapshots, domain map[int]cpuset.Set, proofs waitProofs) *cpiPolicy {
@@ -45,6 +50,7 @@ func newCPIPolicy(cfg Config, pmu bool, snaps counterSnapshots, domain map[int]c
 		enabled: *cfg.CPI.Enabled && pmu, prove: *cfg.CPI.Prove && snaps != nil, snaps: snaps, proofs: proofs,
 		cpi: judge.NewCPI(cfg.CPIThresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
 		domain: domain, cpus: map[string]cpuset.Set{}, last: judge.CPIVerdict{Ratio: 1},
+		surveying: *cfg.CPI.Enabled && pmu && *cfg.CPI.Prove && *cfg.CPI.Survey && snaps != nil && !cfg.DryRun,
 	}
 }
 
@@ -79,6 +85,10 @@ func (c *cpiPolicy) restore(saved map[string]judge.Baseline) {
 		}
 	}
 	c.cpi.Restore(mine)
+	if len(mine) > 0 {
+		// Baselines from before a restart: the usual is known.
+		c.surveying = false
+	}
 }
 
 // verdict is this interval's CPI verdict.
@@ -161,6 +171,9 @@ const minSuspectMisses = 1e7
 // a randomized proof of the top one, read on the victims' CPI. It returns
 // the ranking for the state.
 func (c *cpiPolicy) maybeProve(ctx context.Context, now time.Time, views []judge.TenantView, present map[string]sample) []judge.Suspect {
+	if c.enabled && c.maybeSurvey(ctx, now, views, present) {
+		return nil
+	}
 	v := c.last
 	if !c.enabled || !v.Contended {
 		return nil

@@ -32,7 +32,16 @@ type proof struct {
 	victims  []sense.Tenant
 	waitFrom map[string]sense.TenantStats
 	cpiFrom  map[string]sense.PerfSnapshot
+	// survey marks the CPI policy's start-up survey of this suspect (one
+	// trial, read on its neighbours' CPI, see cpiPolicy.maybeSurvey);
+	// counted is what each neighbour counted in it, freed [0] and
+	// capped [1].
+	survey  bool
+	counted map[string]*[2]cpiWindow
 }
+
+// cpiWindow is cycles and instructions counted over seconds.
+type cpiWindow struct{ cycles, instructions, seconds float64 }
 
 // proofPeriod is the CFS period of a proof's hard cap (act.ProofPeriod).
 const proofPeriod = act.ProofPeriod

@@ -98,7 +98,13 @@ func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before flo
 		}
 	}
 	key := backoffKey(p.signal, p.tenant.ID)
-	carry := pr.ledger.takeCarry(key, now)
+	carry := 1.0
+	if p.survey {
+		// One capped slot and one freed: a measurement, not a proof.
+		cfg.Trials = 1
+	} else {
+		carry = pr.ledger.takeCarry(key, now)
+	}
 	p.p = judge.NewProofCarry(cfg, before, now, uint64(now.UnixNano()), carry)
 	switch p.signal {
 	case signalWait:
@@ -107,6 +113,11 @@ func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before flo
 		p.p.ReadsOn("the victims' CPI")
 	}
 	pr.proof = p
+	if p.survey {
+		pr.rec.record(now, p.tenant, api.KindProof, 0, 1, "start-up CPI survey: capped for a moment to read its neighbours' CPI without it: "+p.reason)
+		pr.followPlan(ctx, now, p)
+		return
+	}
 	pr.rec.record(now, p.tenant, api.KindProof, 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", pr.cfg.Proof.Trials, p.reason))
 	pr.followPlan(ctx, now, p)
 }
@@ -238,6 +249,9 @@ func (pr *prover) sample(ctx context.Context, now time.Time) {
 		ratio = pr.wait.proofRatio(p, waitNow)
 		ok = ratio > 0 && !p.switched
 	case signalCPI:
+		if p.survey && !p.switched {
+			p.count(cpiNow)
+		}
 		ratio = pr.cpi.proofRatio(p, cpiNow)
 		ok = ratio > 0 && !p.switched
 	}
@@ -255,6 +269,10 @@ func (pr *prover) sample(ctx context.Context, now time.Time) {
 // left free and not tested again for a while.
 func (pr *prover) endProof(ctx context.Context, now time.Time, p *proof) {
 	pr.proof = nil
+	if p.survey {
+		pr.endSurvey(ctx, now, p)
+		return
+	}
 	verdict, why := p.p.Verdict()
 	pr.verdicts[verdict]++
 	pr.rec.journal(act.Event{Kind: "proof", Tenant: p.tenant.ID, Name: p.tenant.Name, Detail: verdict + ": " + why,

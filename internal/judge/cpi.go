@@ -124,6 +124,24 @@ func (c *CPI) Restore(saved map[string]Baseline) {
 	}
 }
 
+// Seed starts a tenant's CPI baseline at cpi, warmed up, so that it is
+// judged from its next interval: the CPI it ran at with a suspect capped
+// at start, where its usual would otherwise be learned under that
+// suspect. A baseline already warmed up (restored, or learned) is kept,
+// unless cpi is lower; the seeded level then learns as any other.
+func (c *CPI) Seed(id string, cpi float64) {
+	if !(cpi > 0) {
+		return
+	}
+	if b := c.levels.base[id]; b != nil && b.N >= cpiWarmup && b.Level <= cpi {
+		return
+	}
+	c.levels.base[id] = &Baseline{Level: cpi, N: cpiWarmup}
+	// What every tenant missed so far was missed under the contention the
+	// seed reveals: none of it is from before the episode (see Onset).
+	clear(c.misses)
+}
+
 // SetThresholds replaces the thresholds (a configuration reload); the
 // baselines carry on.
 func (c *CPI) SetThresholds(th Thresholds) {

@@ -157,3 +157,46 @@ func TestCPIOnset(t *testing.T) {
 		t.Error("misses during the episode were learned as usual")
 	}
 }
+
+// A seeded baseline is judged from the next interval: a victim whose usual
+// was learned under a polluter already running reads contended once seeded
+// with its CPI without it. A warmed-up baseline under the seed stays; one
+// over it is replaced. The misses learned before the seed were under the
+// contention it reveals, so every heavy misser has changed with it.
+func TestCPISeed(t *testing.T) {
+	c := NewCPI(Thresholds{Ratio: 1.3, Strong: 2})
+	polluted := []CPISample{cpiSample("victim", 1.6, 1), cpiSample("streamer", 2.5, 1)}
+	polluted[1].LLCMisses, polluted[1].MissesCounted = 2e8, true
+	for i := range 6 {
+		if v := c.Update(polluted); v.Contended {
+			t.Fatalf("interval %d under the polluter from the start: %+v (its usual is that)", i, v)
+		}
+	}
+	if c.Onset("streamer", 2e8) {
+		t.Fatal("the streamer changed with an episode before any: the test is wrong")
+	}
+	c.Seed("victim", 0.8)
+	if !c.Onset("streamer", 2e8) {
+		t.Error("after the seed, the streamer's misses still count as from before the episode")
+	}
+	var v CPIVerdict
+	for range 2 {
+		v = c.Update(polluted)
+	}
+	if !v.Contended || !v.Persistent || len(v.Victims) != 1 || v.Victims[0].ID != "victim" || math.Abs(v.Ratio-2) > 1e-6 {
+		t.Errorf("seeded at 0.8 and running at 1.6: %+v, want the victim contended at 2×", v)
+	}
+	// Seeding higher than a warmed-up baseline keeps it; lower replaces it.
+	c.Seed("victim", 1.2)
+	if b := c.Baselines()["victim"]; math.Abs(b.Level-0.8) > 1e-6 {
+		t.Errorf("a seed over the baseline moved it to %v", b.Level)
+	}
+	c.Seed("victim", 0.7)
+	if b := c.Baselines()["victim"]; math.Abs(b.Level-0.7) > 1e-6 || b.N < cpiWarmup {
+		t.Errorf("a seed under the baseline left %+v, want 0.7 warmed up", b)
+	}
+	c.Seed("nobody", 0)
+	if _, ok := c.Baselines()["nobody"]; ok {
+		t.Error("a seed of 0 made a baseline")
+	}
+}

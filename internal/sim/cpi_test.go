@@ -71,3 +71,65 @@ func TestCPICatchesAPolluterTheProbesMiss(t *testing.T) {
 		}
 	})
 }
+
+// The same streamer already running when the agent starts: every CPI
+// baseline would be learned under it. The start-up survey caps it for a
+// moment, starts the victim's baseline from its CPI without it, and the
+// usual proof convicts it; with the survey off, nothing does.
+func TestCPISurveyFindsAPolluterAlreadyRunning(t *testing.T) {
+	run := func(t *testing.T, survey bool) (*PolicyResult, *PolicyResult) {
+		sc, err := Load("testdata/cpi-membw-running.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Agent.CPI.Survey = &survey
+		res, err := Run(t.Context(), sc, Options{Policies: []string{PolicyNone, PolicyCrosstalk}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		none, _ := res.Policy(PolicyNone)
+		ct, _ := res.Policy(PolicyCrosstalk)
+		return none, ct
+	}
+	tenant := func(r *PolicyResult, name string) TenantResult {
+		for _, tr := range r.Tenants {
+			if tr.Name == name {
+				return tr
+			}
+		}
+		t.Fatalf("no tenant %s", name)
+		return TenantResult{}
+	}
+	t.Run("on", func(t *testing.T) {
+		none, ct := run(t, true)
+		if !tenant(ct, "streamer").NamedPolluter || tenant(ct, "victim").NamedPolluter || tenant(ct, "busy").NamedPolluter {
+			t.Errorf("named: streamer %v, victim %v, busy %v; want the streamer only",
+				tenant(ct, "streamer").NamedPolluter, tenant(ct, "victim").NamedPolluter, tenant(ct, "busy").NamedPolluter)
+		}
+		surveyed := false
+		for _, a := range ct.Actions {
+			if a.Tenant == "streamer" && strings.HasPrefix(a.Reason, "start-up CPI survey") {
+				surveyed = true
+			}
+			if a.Tenant == "busy" && a.Quota > 0 {
+				t.Errorf("the cache-friendly bystander was capped: %+v", a)
+			}
+		}
+		if !surveyed {
+			t.Errorf("no start-up survey of the streamer: %+v", ct.Actions)
+		}
+		n, c := *tenant(none, "victim").Slowdown, *tenant(ct, "victim").Slowdown
+		if n < 1.2 || c > 1+(n-1)/2 {
+			t.Errorf("victim %.2f× under no policy, %.2f× under crosstalk; want at least 1.2× and half of it gone", n, c)
+		}
+		if len(ct.LeftThrottled) > 0 {
+			t.Errorf("left throttled: %v", ct.LeftThrottled)
+		}
+	})
+	t.Run("off", func(t *testing.T) {
+		_, ct := run(t, false)
+		if tenant(ct, "streamer").NamedPolluter {
+			t.Errorf("the streamer was named with the survey off: something else caught it, so this scenario does not test the survey")
+		}
+	})
+}
