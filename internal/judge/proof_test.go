@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -700,5 +701,39 @@ func TestProofSparseStorm(t *testing.T) {
 			}
 			t.Logf("false convictions %d of %d", convicted, runs)
 		})
+	}
+}
+
+// A contention that comes and goes, whose trials that see it lean against
+// the suspect, pauses the proof at the third quiet trial, not only at three
+// in a row; a chain whose evidence stands at 1 or more goes on through the
+// same quiet.
+func TestProofPausesWhenContentionComesAndGoes(t *testing.T) {
+	cfg := ProofConfig{}
+	cfg.Fill()
+	t0 := time.Unix(1000, 0)
+	// trials is a world that reads each trial as its outcome says: quiet,
+	// "pass" (1.5× freed, 1× capped) or "fail" (the other way round).
+	trials := func(outcomes ...string) world {
+		reads := 0
+		return func(_ time.Duration, capped bool) float64 {
+			k := min(reads/(2*cfg.Samples), len(outcomes)-1)
+			reads++
+			switch {
+			case outcomes[k] == "pass" && !capped, outcomes[k] == "fail" && capped:
+				return 1.5
+			}
+			return 1
+		}
+	}
+	p := driveToVerdict(t, NewProof(cfg, 1.5, t0, 5), t0, trials("quiet", "pass", "quiet", "fail", "quiet", "fail", "pass", "pass"))
+	v, why := p.Verdict()
+	if v != ProofInconclusive || len(p.Trials()) != 5 || p.Carry() >= 1 || !strings.Contains(why, "came and went") {
+		t.Errorf("%s after %d trials, evidence %.2f (%s); want inconclusive at the fifth, the third quiet, under 1", v, len(p.Trials()), p.Carry(), why)
+	}
+	// Leaning to guilt, the same quiet trials do not pause it.
+	p = driveToVerdict(t, NewProof(cfg, 1.5, t0, 5), t0, trials("quiet", "pass", "quiet", "pass", "quiet", "pass", "pass", "pass", "pass", "pass", "pass", "pass"))
+	if v, why := p.Verdict(); v != ProofGuilty {
+		t.Errorf("passes between quiet trials: %s after %d trials (%s), want guilty", v, len(p.Trials()), why)
 	}
 }
