@@ -105,7 +105,7 @@ const (
 
 // kinds are the journal kinds explain tells in words of their own.
 var kinds = []string{"start", "stop", "reload", "restore", "unowned", "error", "detection", "proof", "proof-free",
-	"throttle", "tighten", "relax", "release", "isolate"}
+	"throttle", "tighten", "relax", "release", "isolate", "survey"}
 
 // Knows says whether explain has words for a journal kind (others are told
 // as "kind tenant: detail").

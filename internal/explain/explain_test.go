@@ -466,6 +466,24 @@ func TestReload(t *testing.T) {
 	}
 }
 
+// The CPI start-up survey's finding is told as such, for the tenant capped.
+func TestCPISurvey(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "journal.jsonl")
+	writeJournal(t, p, []act.Event{{Time: at(0), Kind: "survey", Tenant: "/lab/streamer", Name: "streamer",
+		Detail: "start-up CPI survey: its cap lowered its neighbours' CPI, whose usual starts there: victim 2.10× (0.80 cycles an instruction with it capped, 1.68 free)"}})
+	r, err := Explain(p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := Render(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "streamer surveyed at start: its cap lowered its neighbours' CPI, whose usual starts there: victim 2.10×") {
+		t.Errorf("survey told as:\n%s", b.String())
+	}
+}
+
 // A proof read on the victims' CPI says so, as one read on their CPU wait
 // or on a probe does.
 func TestCPIProofSaysWhatItRead(t *testing.T) {

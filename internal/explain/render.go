@@ -85,6 +85,8 @@ func sentence(e *Entry) string {
 			}
 			s += " [suspects by score: " + strings.Join(ranked, ", ") + "]"
 		}
+	case e.Kind == "survey":
+		s = fmt.Sprintf("%s surveyed at start: %s", who, strings.TrimPrefix(e.Reason, "start-up CPI survey: "))
 	case e.Step == StepStart && e.DryRun:
 		s = who + ": would prove it now, but nothing is capped in a dry run"
 	case e.Step == StepStart:
