@@ -46,11 +46,12 @@ type cpiPolicy struct {
 }
 
 func newCPIPolicy(cfg Config, pmu bool, snaps counterSnapshots, domain map[int]cpuset.Set, proofs waitProofs) *cpiPolicy {
+	enabled, prove := *cfg.CPI.Enabled && pmu, *cfg.CPI.Prove && snaps != nil
 	return &cpiPolicy{
-		enabled: *cfg.CPI.Enabled && pmu, prove: *cfg.CPI.Prove && snaps != nil, snaps: snaps, proofs: proofs,
+		enabled: enabled, prove: prove, snaps: snaps, proofs: proofs,
 		cpi: judge.NewCPI(cfg.CPIThresholds()), susp: judge.NewSuspects(cfg.Judge.Window),
 		domain: domain, cpus: map[string]cpuset.Set{}, last: judge.CPIVerdict{Ratio: 1},
-		surveying: *cfg.CPI.Enabled && pmu && *cfg.CPI.Prove && *cfg.CPI.Survey && snaps != nil && !cfg.DryRun,
+		surveying: enabled && prove && *cfg.CPI.Survey && !cfg.DryRun,
 	}
 }
 
@@ -171,7 +172,7 @@ const minSuspectMisses = 1e7
 // a randomized proof of the top one, read on the victims' CPI. It returns
 // the ranking for the state.
 func (c *cpiPolicy) maybeProve(ctx context.Context, now time.Time, views []judge.TenantView, present map[string]sample) []judge.Suspect {
-	if c.enabled && c.maybeSurvey(ctx, now, views, present) {
+	if c.maybeSurvey(ctx, now, views, present) {
 		return nil
 	}
 	v := c.last

@@ -113,12 +113,11 @@ func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before flo
 		p.p.ReadsOn("the victims' CPI")
 	}
 	pr.proof = p
+	what := fmt.Sprintf("proving it, %d randomized capped/freed trials at most: ", pr.cfg.Proof.Trials)
 	if p.survey {
-		pr.rec.record(now, p.tenant, api.KindProof, 0, 1, "start-up CPI survey: capped for a moment to read its neighbours' CPI without it: "+p.reason)
-		pr.followPlan(ctx, now, p)
-		return
+		what = "start-up CPI survey: capped for a moment to read its neighbours' CPI without it: "
 	}
-	pr.rec.record(now, p.tenant, api.KindProof, 0, 1, fmt.Sprintf("proving it, %d randomized capped/freed trials at most: %s", pr.cfg.Proof.Trials, p.reason))
+	pr.rec.record(now, p.tenant, api.KindProof, 0, 1, what+p.reason)
 	pr.followPlan(ctx, now, p)
 }
 

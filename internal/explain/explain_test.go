@@ -449,11 +449,12 @@ func TestLongLines(t *testing.T) {
 	}
 }
 
-// A configuration reload is told with what it changed.
-func TestReload(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "journal.jsonl")
-	writeJournal(t, p, []act.Event{{Time: at(0), Kind: "reload", Detail: "applied: interval; need a restart: none; released: none"}})
-	r, err := Explain(p, Options{})
+// told writes evs as a journal and returns how explain tells it, for opt.
+func told(t *testing.T, evs []act.Event, opt Options) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	writeJournal(t, path, evs)
+	r, err := Explain(path, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,26 +462,23 @@ func TestReload(t *testing.T) {
 	if err := Render(&b, r); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "configuration reloaded: applied: interval") {
-		t.Errorf("reload told as:\n%s", b.String())
+	return b.String()
+}
+
+// A configuration reload is told with what it changed.
+func TestReload(t *testing.T) {
+	got := told(t, []act.Event{{Time: at(0), Kind: "reload", Detail: "applied: interval; need a restart: none; released: none"}}, Options{})
+	if !strings.Contains(got, "configuration reloaded: applied: interval") {
+		t.Errorf("reload told as:\n%s", got)
 	}
 }
 
 // The CPI start-up survey's finding is told as such, for the tenant capped.
 func TestCPISurvey(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "journal.jsonl")
-	writeJournal(t, p, []act.Event{{Time: at(0), Kind: "survey", Tenant: "/lab/streamer", Name: "streamer",
-		Detail: "start-up CPI survey: its cap lowered its neighbours' CPI, whose usual starts there: victim 2.10× (0.80 cycles an instruction with it capped, 1.68 free)"}})
-	r, err := Explain(p, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	if err := Render(&b, r); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(b.String(), "streamer surveyed at start: its cap lowered its neighbours' CPI, whose usual starts there: victim 2.10×") {
-		t.Errorf("survey told as:\n%s", b.String())
+	got := told(t, []act.Event{{Time: at(0), Kind: "survey", Tenant: "/lab/streamer", Name: "streamer",
+		Detail: "start-up CPI survey: its cap lowered its neighbours' CPI, whose usual starts there: victim 2.10× (0.80 cycles an instruction with it capped, 1.68 free)"}}, Options{})
+	if !strings.Contains(got, "streamer surveyed at start: its cap lowered its neighbours' CPI, whose usual starts there: victim 2.10×") {
+		t.Errorf("survey told as:\n%s", got)
 	}
 }
 
@@ -498,22 +496,13 @@ func TestCPIProofSaysWhatItRead(t *testing.T) {
 			Evidence: agent.ProofEvidence{Before: 1.5, Signal: agent.SignalCPI, FalseConvictionBound: 100,
 				Trials: []judge.Trial{trial(true, []float64{1.01, 1.02}, []float64{1.49, 1.48}, judge.TrialPass, 1.8)}}},
 	}
-	path := filepath.Join(t.TempDir(), "journal.jsonl")
-	writeJournal(t, path, evs)
-	r, err := Explain(path, Options{Tenant: "shop/web"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	if err := Render(&b, r); err != nil {
-		t.Fatal(err)
-	}
+	got := told(t, evs, Options{Tenant: "shop/web"})
 	for _, want := range []string{"read the victims' CPI, 1.50× before", "CPI: shop/db runs at 1.43 cycles an instruction"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("explain does not say %q:\n%s", want, b.String())
+		if !strings.Contains(got, want) {
+			t.Errorf("explain does not say %q:\n%s", want, got)
 		}
 	}
-	if strings.Contains(b.String(), "probe on CPU") {
-		t.Errorf("a CPI proof told as a probe's:\n%s", b.String())
+	if strings.Contains(got, "probe on CPU") {
+		t.Errorf("a CPI proof told as a probe's:\n%s", got)
 	}
 }

@@ -5,39 +5,51 @@ import (
 	"testing"
 )
 
+// runNoneAndCrosstalk runs a scenario file, edited, under no policy and
+// under crosstalk.
+func runNoneAndCrosstalk(t *testing.T, file string, edit func(*Scenario)) (none, ct *PolicyResult) {
+	t.Helper()
+	sc, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(sc)
+	res, err := Run(t.Context(), sc, Options{Policies: []string{PolicyNone, PolicyCrosstalk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, _ = res.Policy(PolicyNone)
+	ct, _ = res.Policy(PolicyCrosstalk)
+	return none, ct
+}
+
+// named is whom a policy named a polluter, by tenant name.
+func named(r *PolicyResult) map[string]bool {
+	out := map[string]bool{}
+	for _, tr := range r.Tenants {
+		out[tr.Name] = tr.NamedPolluter
+	}
+	return out
+}
+
+// slowdown is a tenant's slowdown under a policy.
+func slowdown(t *testing.T, r *PolicyResult, name string) float64 {
+	t.Helper()
+	for _, tr := range r.Tenants {
+		if tr.Name == name && tr.Slowdown != nil {
+			return *tr.Slowdown
+		}
+	}
+	t.Fatalf("no slowdown for %s", name)
+	return 0
+}
+
 // A memory-bandwidth polluter that the canary's DRAM probe barely moves for
 // is caught from its victim's cycles per instruction where a PMU counts
 // them, and only it; with the CPI signal off, nothing catches it.
 func TestCPICatchesAPolluterTheProbesMiss(t *testing.T) {
 	run := func(t *testing.T, cpi bool) (*PolicyResult, *PolicyResult) {
-		sc, err := Load("testdata/cpi-membw.yaml")
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc.Agent.CPI.Enabled = &cpi
-		res, err := Run(t.Context(), sc, Options{Policies: []string{PolicyNone, PolicyCrosstalk}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		none, _ := res.Policy(PolicyNone)
-		ct, _ := res.Policy(PolicyCrosstalk)
-		return none, ct
-	}
-	named := func(r *PolicyResult) map[string]bool {
-		out := map[string]bool{}
-		for _, tr := range r.Tenants {
-			out[tr.Name] = tr.NamedPolluter
-		}
-		return out
-	}
-	slowdown := func(r *PolicyResult, name string) float64 {
-		for _, tr := range r.Tenants {
-			if tr.Name == name && tr.Slowdown != nil {
-				return *tr.Slowdown
-			}
-		}
-		t.Fatalf("no slowdown for %s", name)
-		return 0
+		return runNoneAndCrosstalk(t, "testdata/cpi-membw.yaml", func(sc *Scenario) { sc.Agent.CPI.Enabled = &cpi })
 	}
 
 	t.Run("on", func(t *testing.T) {
@@ -57,7 +69,7 @@ func TestCPICatchesAPolluterTheProbesMiss(t *testing.T) {
 		if !provedOnCPI {
 			t.Errorf("the streamer was not proved on the victim's CPI: %+v", ct.Actions)
 		}
-		if n, c := slowdown(none, "victim"), slowdown(ct, "victim"); n < 1.2 || c > 1.12 {
+		if n, c := slowdown(t, none, "victim"), slowdown(t, ct, "victim"); n < 1.2 || c > 1.12 {
 			t.Errorf("victim %.2f× under no policy, %.2f× under crosstalk; want at least 1.2× and at most 1.12×", n, c)
 		}
 		if len(ct.LeftThrottled) > 0 {
@@ -78,33 +90,12 @@ func TestCPICatchesAPolluterTheProbesMiss(t *testing.T) {
 // usual proof convicts it; with the survey off, nothing does.
 func TestCPISurveyFindsAPolluterAlreadyRunning(t *testing.T) {
 	run := func(t *testing.T, survey bool) (*PolicyResult, *PolicyResult) {
-		sc, err := Load("testdata/cpi-membw-running.yaml")
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc.Agent.CPI.Survey = &survey
-		res, err := Run(t.Context(), sc, Options{Policies: []string{PolicyNone, PolicyCrosstalk}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		none, _ := res.Policy(PolicyNone)
-		ct, _ := res.Policy(PolicyCrosstalk)
-		return none, ct
-	}
-	tenant := func(r *PolicyResult, name string) TenantResult {
-		for _, tr := range r.Tenants {
-			if tr.Name == name {
-				return tr
-			}
-		}
-		t.Fatalf("no tenant %s", name)
-		return TenantResult{}
+		return runNoneAndCrosstalk(t, "testdata/cpi-membw-running.yaml", func(sc *Scenario) { sc.Agent.CPI.Survey = &survey })
 	}
 	t.Run("on", func(t *testing.T) {
 		none, ct := run(t, true)
-		if !tenant(ct, "streamer").NamedPolluter || tenant(ct, "victim").NamedPolluter || tenant(ct, "busy").NamedPolluter {
-			t.Errorf("named: streamer %v, victim %v, busy %v; want the streamer only",
-				tenant(ct, "streamer").NamedPolluter, tenant(ct, "victim").NamedPolluter, tenant(ct, "busy").NamedPolluter)
+		if n := named(ct); !n["streamer"] || n["victim"] || n["busy"] {
+			t.Errorf("named polluters %v, want the streamer only", n)
 		}
 		surveyed := false
 		for _, a := range ct.Actions {
@@ -118,7 +109,7 @@ func TestCPISurveyFindsAPolluterAlreadyRunning(t *testing.T) {
 		if !surveyed {
 			t.Errorf("no start-up survey of the streamer: %+v", ct.Actions)
 		}
-		n, c := *tenant(none, "victim").Slowdown, *tenant(ct, "victim").Slowdown
+		n, c := slowdown(t, none, "victim"), slowdown(t, ct, "victim")
 		if n < 1.2 || c > 1+(n-1)/2 {
 			t.Errorf("victim %.2f× under no policy, %.2f× under crosstalk; want at least 1.2× and half of it gone", n, c)
 		}
@@ -128,7 +119,7 @@ func TestCPISurveyFindsAPolluterAlreadyRunning(t *testing.T) {
 	})
 	t.Run("off", func(t *testing.T) {
 		_, ct := run(t, false)
-		if tenant(ct, "streamer").NamedPolluter {
+		if named(ct)["streamer"] {
 			t.Errorf("the streamer was named with the survey off: something else caught it, so this scenario does not test the survey")
 		}
 	})
