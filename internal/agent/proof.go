@@ -23,7 +23,11 @@ type proof struct {
 	// CPU-wait reading's window then spans both states.
 	switched bool
 	since    time.Time // when the cap was last applied
-	next     time.Time // the next reading
+	next     time.Time // the next reading, or the end of a hold (held)
+	// held says the cap is kept through a freed slot's settle
+	// (judge.ProofPlan.HoldUntil): next is when it is lifted, not a
+	// reading.
+	held bool
 	// signal is the contention being proven: signalProbe (the canary
 	// probes on cpu), signalWait (the victims' CPU wait, waitFrom their
 	// counters at the previous reading) or signalCPI (the victims' CPI,

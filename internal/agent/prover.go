@@ -96,6 +96,9 @@ func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before flo
 			// Read over windows, not at instants, as they were measured.
 			cfg.Settle = cfg.WindowSettle()
 		}
+		// A window counts from the reading before it: a freed slot is
+		// free throughout, as it was measured.
+		cfg.FreeLead = cfg.Slot
 	}
 	key := backoffKey(p.signal, p.tenant.ID)
 	carry := 1.0
@@ -169,18 +172,41 @@ func (pr *prover) readable(p *proof, before float64) bool {
 }
 
 // followPlan applies the cap state the proof wants now and sets the
-// time of its next reading. A failed write ends the proof.
+// time of its next reading, or of the end of a freed slot's hold. A
+// failed write ends the proof.
 func (pr *prover) followPlan(ctx context.Context, now time.Time, p *proof) {
-	plan := p.p.Plan()
-	p.next = plan.SampleAt
-	if plan.Capped != p.capped && !pr.switchCap(ctx, now, p, plan.Capped) {
+	capped, next, held := planNow(p.p.Plan(), now)
+	// The end of a hold frees the suspect within a slot that began at the
+	// hold: the slot's readings stay planned from then.
+	freeing := p.held && !held
+	p.next, p.held = next, held
+	if capped != p.capped && !pr.switchCap(ctx, now, p, capped) {
 		return
 	}
 	if pr.clock != nil {
-		// The slot begins when its cap state is in force.
-		p.p.Began(pr.clock())
-		p.next = p.p.Plan().SampleAt
+		if freeing {
+			// Its readings start a lead after the release lands.
+			p.p.Freed(pr.clock())
+		} else {
+			// The slot begins when its cap state is in force.
+			p.p.Began(pr.clock())
+		}
+		plan := p.p.Plan()
+		p.next = plan.SampleAt
+		if p.held {
+			p.next = plan.HoldUntil
+		}
 	}
+}
+
+// planNow is the cap state a proof's plan wants at now, when the prover
+// next has to act, and whether the suspect is held through a freed slot's
+// settle (next is then the hold's end, not a reading).
+func planNow(plan judge.ProofPlan, now time.Time) (capped bool, next time.Time, held bool) {
+	if !plan.Capped && now.Before(plan.HoldUntil) {
+		return true, plan.HoldUntil, true
+	}
+	return plan.Capped, plan.SampleAt, false
 }
 
 // switchCap caps or frees the suspect for the slot that begins; false
@@ -220,6 +246,11 @@ func (pr *prover) uncap(ctx context.Context, now time.Time, p *proof, why string
 func (pr *prover) sample(ctx context.Context, now time.Time) {
 	p := pr.proof
 	if p == nil {
+		return
+	}
+	if p.held {
+		// Not a reading: the freed slot's hold ends.
+		pr.followPlan(ctx, now, p)
 		return
 	}
 	ratio, ok := -1.0, false

@@ -188,31 +188,36 @@ type slowCaps struct {
 	clock   *clock
 	write   time.Duration
 	changed time.Time
+	freed   bool            // the last change freed the suspect
 	since   []time.Duration // at each reading: time since the cap state changed
+	free    []bool          // and whether the suspect was free
 }
 
 func (s *slowCaps) apply(ctx context.Context, t sense.Tenant, q cgroup.Quota, r string, now time.Time) error {
 	s.clock.Sleep(s.write)
-	s.changed = s.clock.Now()
+	s.changed, s.freed = s.clock.Now(), false
 	return s.fakeActs.apply(ctx, t, q, r, now)
 }
 
 func (s *slowCaps) dropProbeHold(ctx context.Context, t sense.Tenant) {
 	s.clock.Sleep(s.write)
-	s.changed = s.clock.Now()
+	s.changed, s.freed = s.clock.Now(), true
 	s.fakeActs.dropProbeHold(ctx, t)
 }
 
 func (s *slowCaps) measureOnce(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error) {
 	s.since = append(s.since, s.clock.Now().Sub(s.changed))
+	s.free = append(s.free, s.freed)
 	return s.fakeActs.measureOnce(domain, cpu, kinds...)
 }
 
 // A slot is planned from when its cap state is in force, not from the time
 // the proof was asked for: a proof starts at its interval's time, after
 // that interval's readings, and its first cap waits on a saved intent.
-// Every reading comes at least the slot's settling time after the cap or
-// release landed.
+// Every reading of a capped slot comes at least the slot's settling time
+// after the cap landed, and every reading of a freed slot at least the
+// free lead after the release landed: a freed slot keeps the cap through
+// its settle, and a slow release moves its readings, not the lead.
 func TestProverPlansSlotsFromTheWrite(t *testing.T) {
 	suspect := sense.Tenant{ID: "/lab/suspect", Name: "suspect", CPUs: cpuset.Of(0)}
 	cfg := Config{}
@@ -235,10 +240,89 @@ func TestProverPlansSlotsFromTheWrite(t *testing.T) {
 	if len(acts.convicts) != 1 {
 		t.Fatalf("not convicted: %v", pr.verdicts)
 	}
-	settle := cfg.Proof.Slot * 3 / 10
+	settle, lead := cfg.Proof.Slot/2, cfg.Proof.FreeLead
+	freed := 0
 	for i, d := range acts.since {
-		if d < settle {
-			t.Fatalf("reading %d came %s after the cap state changed, before the slot's settling (%s); all: %v", i, d, settle, acts.since)
+		want := settle
+		if acts.free[i] {
+			want, freed = lead, freed+1
+		}
+		if d < want {
+			t.Fatalf("reading %d (free %v) came %s after the cap state changed, before %s; all: %v", i, acts.free[i], d, want, acts.since)
+		}
+	}
+	if freed == 0 || freed == len(acts.since) {
+		t.Fatalf("%d of %d readings free: want some of each", freed, len(acts.since))
+	}
+}
+
+// capClock is fakeActs that books, on the clock, how long the suspect was
+// capped and free between its first cap and the verdict.
+type capClock struct {
+	fakeActs
+	clock         *clock
+	last          time.Time
+	capped, freed time.Duration
+}
+
+func (c *capClock) book() {
+	now := c.clock.Now()
+	if !c.last.IsZero() {
+		if c.fakeActs.capped {
+			c.capped += now.Sub(c.last)
+		} else {
+			c.freed += now.Sub(c.last)
+		}
+	}
+	c.last = now
+}
+
+func (c *capClock) apply(ctx context.Context, t sense.Tenant, q cgroup.Quota, r string, now time.Time) error {
+	c.book()
+	return c.fakeActs.apply(ctx, t, q, r, now)
+}
+
+func (c *capClock) dropProbeHold(ctx context.Context, t sense.Tenant) {
+	c.book()
+	c.fakeActs.dropProbeHold(ctx, t)
+}
+
+// A probe proof holds the cap through each freed slot's settle, so a
+// polluter runs free for about a third of its proof, not half; with the
+// lead at the settle or more, half. It convicts all the same.
+func TestProverHoldsTheCapThroughFreedSlotsSettle(t *testing.T) {
+	suspect := sense.Tenant{ID: "/lab/suspect", Name: "suspect", CPUs: cpuset.Of(0)}
+	for _, tc := range []struct {
+		lead     time.Duration
+		min, max float64 // the share of the proof it ran free
+	}{
+		{0, 0.28, 0.36}, // the default, 3 ms
+		{time.Second, 0.45, 0.55},
+	} {
+		cfg := Config{}
+		cfg.Proof.FreeLead = tc.lead
+		cfg.fill()
+		cont := judge.NewContention(cfg.Thresholds())
+		cont.Calibrate([]sense.ProbeReading{{Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: 100}})
+		c := newClock()
+		acts := &capClock{fakeActs: fakeActs{guilty: true}, clock: c}
+		pr := newProver(cfg, newProofLedger(cfg.Proof), cont, nil, nil, acts, acts, acts, acts, slog.New(slog.DiscardHandler))
+		pr.convict = func(ctx context.Context, now time.Time, p *proof, why string) {
+			acts.book()
+			acts.convicted(ctx, now, p, why)
+		}
+		pr.clock = c.Now
+		pr.start(context.Background(), c.Now(), &proof{tenant: suspect, cpu: CPUDomain{0, 1}, kind: sense.ProbeDRAM, signal: signalProbe}, 6)
+		for i := 0; i < 1000 && pr.proof != nil; i++ {
+			c.set(pr.proof.next)
+			pr.sample(context.Background(), c.Now())
+		}
+		if len(acts.convicts) != 1 {
+			t.Fatalf("lead %s: not convicted: %v", tc.lead, pr.verdicts)
+		}
+		free := float64(acts.freed) / float64(acts.freed+acts.capped)
+		if free < tc.min || free > tc.max {
+			t.Errorf("lead %s: free %.2f of the proof (%s free, %s capped), want %.2f to %.2f", tc.lead, free, acts.freed, acts.capped, tc.min, tc.max)
 		}
 	}
 }

@@ -653,6 +653,114 @@ func TestProofBegan(t *testing.T) {
 	}
 }
 
+// A freed slot keeps its suspect capped until FreeLead before its first
+// reading, a capped slot has no hold, and readings come at the same times
+// into either; a late release moves the freed slot's readings, keeping the
+// lead. At FreeLead of the settle or more, the freed slot is free from its
+// start.
+func TestProofHoldsThroughAFreedSlotsSettle(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	for _, tc := range []struct {
+		lead, wantHold time.Duration // wantHold 0: none
+	}{
+		{0, 7 * time.Millisecond}, // the default, 3 ms
+		{time.Millisecond, 9 * time.Millisecond},
+		{10 * time.Millisecond, 0},
+		{time.Second, 0},
+	} {
+		cfg := ProofConfig{FreeLead: tc.lead}
+		cfg.Fill()
+		settle := cfg.SettleTime()
+		sawFreed, sawCapped := false, false
+		for seed := uint64(1); seed < 40 && !(sawFreed && sawCapped); seed++ {
+			p := NewProof(cfg, 4, t0, seed)
+			plan := p.Plan()
+			if !plan.SampleAt.Equal(t0.Add(settle)) {
+				t.Fatalf("lead %s: first reading at %s, want %s", tc.lead, plan.SampleAt.Sub(t0), settle)
+			}
+			if plan.Capped {
+				sawCapped = true
+				if !plan.HoldUntil.IsZero() {
+					t.Errorf("lead %s: a capped slot holds until %s", tc.lead, plan.HoldUntil.Sub(t0))
+				}
+				continue
+			}
+			sawFreed = true
+			if tc.wantHold == 0 {
+				if !plan.HoldUntil.IsZero() {
+					t.Errorf("lead %s: held until %s, want free throughout", tc.lead, plan.HoldUntil.Sub(t0))
+				}
+				continue
+			}
+			if got := plan.HoldUntil.Sub(t0); got != tc.wantHold {
+				t.Errorf("lead %s: held until %s, want %s", tc.lead, got, tc.wantHold)
+			}
+			// The release lands 2 ms late: the readings follow it.
+			landed := plan.HoldUntil.Add(2 * time.Millisecond)
+			p.Freed(landed)
+			if got := p.Plan().SampleAt; !got.Equal(landed.Add(cfg.FreeLead)) {
+				t.Errorf("lead %s: after a late release, first reading %s after it, want %s", tc.lead, got.Sub(landed), cfg.FreeLead)
+			}
+			p.Observe(p.Plan().SampleAt, 2, true)
+			if h := p.Plan().HoldUntil; !h.IsZero() {
+				t.Errorf("lead %s: held again after the slot's first reading, until %s", tc.lead, h.Sub(t0))
+			}
+		}
+		if !sawFreed || !sawCapped {
+			t.Fatalf("lead %s: the coin gave freed %v, capped %v", tc.lead, sawFreed, sawCapped)
+		}
+	}
+}
+
+// After a trial that read no contention in either slot, the next freed
+// slot is free from its start (a polluter that went quiet pollutes
+// nothing free, and the hold would spend the proof budget); after one that
+// read contention, the hold is back.
+func TestProofHoldsNotAfterAQuietTrial(t *testing.T) {
+	cfg := ProofConfig{}
+	cfg.Fill()
+	t0 := time.Unix(100, 0)
+	p := NewProof(cfg, 4, t0, 7)
+	// runTrial feeds one whole trial: ratio while free, quiet while
+	// capped, and reports whether its freed slot was held before its
+	// first reading.
+	runTrial := func(ratio float64) (held bool) {
+		for range 2 {
+			for i := range cfg.Samples {
+				plan := p.Plan()
+				r := ratio
+				if plan.Capped {
+					r = 1
+				} else if i == 0 {
+					held = !plan.HoldUntil.IsZero()
+				}
+				if p.Observe(plan.SampleAt, r, true) {
+					t.Fatalf("the proof ended: %v", p.Trials())
+				}
+			}
+		}
+		return held
+	}
+	if !runTrial(4) {
+		t.Errorf("the first trial's freed slot was not held")
+	}
+	if !runTrial(1) {
+		t.Errorf("the freed slot after a contended trial was not held")
+	}
+	if got := p.Trials()[1].Outcome; got != TrialQuiet {
+		t.Fatalf("trial 2: %s, want quiet", got)
+	}
+	if runTrial(1) {
+		t.Errorf("the freed slot after a quiet trial was held")
+	}
+	if runTrial(4) {
+		t.Errorf("the freed slot after a quiet trial was held")
+	}
+	if !runTrial(4) {
+		t.Errorf("the freed slot after a contended trial was not held")
+	}
+}
+
 // A split-lock storm the host breaks into bursts (measured on the dev VM:
 // a stress-ng --lockbus beside a bystander, 7.5× before its proof) shows
 // in one or two of a freed slot's twelve readings and in none of a capped

@@ -177,6 +177,11 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 				// Read 30% and 65% in: once after each step.
 				cfg.Proof.Settle = cfg.Proof.WindowSettle()
 			}
+			if sc.Agent.Proof.FreeLead == 0 {
+				// A step is read as a whole: a freed slot is free
+				// from its start.
+				cfg.Proof.FreeLead = cfg.Proof.Slot
+			}
 		}
 		if sc.Agent.Proof.Samples == 0 {
 			cfg.Proof.Samples = 2
