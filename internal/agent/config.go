@@ -265,7 +265,10 @@ type ProofConfig struct {
 	MaxBackoff time.Duration `yaml:"max_backoff"`
 	// Budget is the most time a tenant may spend capped for proofs in any
 	// minute (default 1s): a tenant that used it is not proved again until
-	// the minute has passed, so suspicion costs an innocent at most this.
+	// the minute has passed. While its last proof left evidence leaning to
+	// guilt, that evidence multiplies it, up to four times (see
+	// proofLedger.allowance): an innocent gets k times the budget with
+	// probability at most 1/k.
 	Budget time.Duration `yaml:"budget"`
 }
 

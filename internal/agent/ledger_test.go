@@ -77,3 +77,38 @@ func TestProofLedgerCarryAndBudget(t *testing.T) {
 		t.Error("cap time over a minute old still counts")
 	}
 }
+
+// A suspect whose last proof left evidence leaning to guilt may spend
+// that many times the budget, up to budgetBoost times; one whose evidence
+// does not lean, the budget.
+func TestProofBudgetGrowsWithTheEvidence(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		evidence float64 // 0: no carry
+		spent    time.Duration
+		rests    bool
+	}{
+		{0, 1900 * time.Millisecond, false},
+		{0, 2 * time.Second, true},
+		{0.5, 2 * time.Second, true},
+		{1.2, 2 * time.Second, true}, // under leanEvidence
+		{3, 5900 * time.Millisecond, false},
+		{3, 6 * time.Second, true},
+		{70, 7900 * time.Millisecond, false},
+		{70, 8 * time.Second, true}, // budgetBoost
+	} {
+		l := newProofLedger(ProofConfig{Budget: 2 * time.Second})
+		key := backoffKey(signalProbe, "/t")
+		if tc.evidence > 0 {
+			l.keepCarry(key, tc.evidence, now)
+		}
+		l.capSpent("/t", now, tc.spent)
+		if got := l.resting(signalProbe, "/t", now.Add(time.Second)); got != tc.rests {
+			t.Errorf("evidence %v, %s spent: rests %v, want %v", tc.evidence, tc.spent, got, tc.rests)
+		}
+		// Another signal's evidence does not raise this one's allowance.
+		if tc.evidence > 0 && tc.spent >= 2*time.Second && !l.resting(signalWait, "/t", now.Add(time.Second)) {
+			t.Errorf("evidence %v on the probe raised CPU wait's allowance", tc.evidence)
+		}
+	}
+}
