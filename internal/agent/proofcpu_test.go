@@ -129,12 +129,15 @@ func TestRetryAfterAnInconclusiveProof(t *testing.T) {
 		{0.4, inconclusiveRetry},
 		{1, inconclusiveRetry},
 		{1.49, inconclusiveRetry},
-		{1.64, 250 * time.Millisecond},
-		{28, 250 * time.Millisecond},
+		{1.64, quickInterval},
+		{28, quickInterval},
 	} {
 		if got := a.retryAfter(tc.evidence); got != tc.want {
 			t.Errorf("evidence %.2f: retry after %s, want %s", tc.evidence, got, tc.want)
 		}
+	}
+	if got := (&prover{cfg: Config{Interval: time.Second}}).retryAfter(3); got != 250*time.Millisecond {
+		t.Errorf("1 s interval: retry after %s, want a watch (250ms)", got)
 	}
 	slow := &prover{cfg: Config{Interval: 5 * time.Second}}
 	if got := slow.retryAfter(3); got != inconclusiveRetry {
