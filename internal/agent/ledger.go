@@ -132,7 +132,7 @@ const budgetBoost = 4
 // evidence its last proof left leaning to guilt, up to budgetBoost times.
 // A polluter in bursts is proved burst after burst, each proof continuing
 // the last one's evidence (on the dev VM a stress-ng --lockbus in 0.3 s
-// bursts ran out of a 1 s budget at evidence 70 and at 99.6, one burst
+// bursts ran out of a 1 s budget at evidence 70, 86 and 99.6, one burst
 // short of its conviction). For a tenant whose cap moves nothing the
 // evidence is a nonnegative supermartingale from 1, so it reaches k with
 // probability at most 1/k: an innocent gets k times the budget or more
