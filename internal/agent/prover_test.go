@@ -287,17 +287,21 @@ func (c *capClock) dropProbeHold(ctx context.Context, t sense.Tenant) {
 	c.fakeActs.dropProbeHold(ctx, t)
 }
 
-// A probe proof holds the cap through each freed slot's settle, so a
-// polluter runs free for about a third of its proof, not half; with the
-// lead at the settle or more, half. It convicts all the same.
+// A probe proof holds the cap through each freed slot's settle once the
+// cap has lowered the contention, so a polluter runs free for about a
+// third of its proof, not half; with the lead at the settle or more,
+// half. It convicts all the same. An innocent, whose trials fail, is
+// capped half its proof, as without the hold.
 func TestProverHoldsTheCapThroughFreedSlotsSettle(t *testing.T) {
 	suspect := sense.Tenant{ID: "/lab/suspect", Name: "suspect", CPUs: cpuset.Of(0)}
 	for _, tc := range []struct {
 		lead     time.Duration
+		guilty   bool
 		min, max float64 // the share of the proof it ran free
 	}{
-		{0, 0.28, 0.36}, // the default, 3 ms
-		{time.Second, 0.45, 0.55},
+		{0, true, 0.30, 0.38}, // the default, 3 ms
+		{time.Second, true, 0.45, 0.55},
+		{0, false, 0.45, 0.55},
 	} {
 		cfg := Config{}
 		cfg.Proof.FreeLead = tc.lead
@@ -305,7 +309,7 @@ func TestProverHoldsTheCapThroughFreedSlotsSettle(t *testing.T) {
 		cont := judge.NewContention(cfg.Thresholds())
 		cont.Calibrate([]sense.ProbeReading{{Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: 100}})
 		c := newClock()
-		acts := &capClock{fakeActs: fakeActs{guilty: true}, clock: c}
+		acts := &capClock{fakeActs: fakeActs{guilty: tc.guilty}, clock: c}
 		pr := newProver(cfg, newProofLedger(cfg.Proof), cont, nil, nil, acts, acts, acts, acts, slog.New(slog.DiscardHandler))
 		pr.convict = func(ctx context.Context, now time.Time, p *proof, why string) {
 			acts.book()
@@ -317,12 +321,13 @@ func TestProverHoldsTheCapThroughFreedSlotsSettle(t *testing.T) {
 			c.set(pr.proof.next)
 			pr.sample(context.Background(), c.Now())
 		}
-		if len(acts.convicts) != 1 {
-			t.Fatalf("lead %s: not convicted: %v", tc.lead, pr.verdicts)
+		acts.book()
+		if got := len(acts.convicts) == 1; got != tc.guilty {
+			t.Fatalf("lead %s, guilty %v: convicted %v: %v", tc.lead, tc.guilty, got, pr.verdicts)
 		}
 		free := float64(acts.freed) / float64(acts.freed+acts.capped)
 		if free < tc.min || free > tc.max {
-			t.Errorf("lead %s: free %.2f of the proof (%s free, %s capped), want %.2f to %.2f", tc.lead, free, acts.freed, acts.capped, tc.min, tc.max)
+			t.Errorf("lead %s, guilty %v: free %.2f of the proof (%s free, %s capped), want %.2f to %.2f", tc.lead, tc.guilty, free, acts.freed, acts.capped, tc.min, tc.max)
 		}
 	}
 }

@@ -77,7 +77,8 @@ type ProofConfig struct {
 	// release than of the later ones); the settle is there for the
 	// capped slot, whose refilled quota runs over its first
 	// milliseconds. At Settle or more the freed slot is free throughout,
-	// as it is after a quiet trial (see afterQuiet).
+	// as it is while the evidence is 1 or less (a proof's first trial, an
+	// innocent's failed ones) and after a quiet trial (see afterQuiet).
 	FreeLead time.Duration `yaml:"free_lead" json:"free_lead,omitempty"`
 	// Trials is the most trials a proof runs (default 24). A suspect whose
 	// cap makes no consistent difference is acquitted long before: see
@@ -324,12 +325,17 @@ func (p *Proof) Plan() ProofPlan {
 	step := (p.cfg.Slot - settle) / time.Duration(n)
 	i := len(p.got) + p.misses
 	plan := ProofPlan{Capped: capped, SampleAt: p.from.Add(settle + time.Duration(i)*step)}
-	if !capped && i == 0 && p.cfg.FreeLead < settle && !p.afterQuiet() {
+	if !capped && i == 0 && p.cfg.FreeLead < settle && p.evidence > 1 && !p.afterQuiet() {
 		plan.HoldUntil = p.from.Add(settle - p.cfg.FreeLead)
 	}
 	return plan
 }
 
+// The hold is for a suspect whose cap has lowered the contention so far
+// (evidence over 1, this proof's or the chain's it continues): an innocent,
+// whose trials fail, is not capped longer for it, and a polluter's first
+// trial runs as before.
+//
 // afterQuiet says the last complete trial read no contention in either
 // slot: a polluter that went quiet pollutes nothing while free, and
 // holding its cap through the freed slots of a proof that waits out its

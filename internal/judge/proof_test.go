@@ -653,11 +653,12 @@ func TestProofBegan(t *testing.T) {
 	}
 }
 
-// A freed slot keeps its suspect capped until FreeLead before its first
-// reading, a capped slot has no hold, and readings come at the same times
-// into either; a late release moves the freed slot's readings, keeping the
-// lead. At FreeLead of the settle or more, the freed slot is free from its
-// start.
+// A freed slot of a suspect whose evidence leans to guilt keeps it capped
+// until FreeLead before its first reading, a capped slot has no hold, and
+// readings come at the same times into either; a late release moves the
+// freed slot's readings, keeping the lead. At FreeLead of the settle or
+// more, or at evidence 1 (a new chain's first trial), the freed slot is
+// free from its start.
 func TestProofHoldsThroughAFreedSlotsSettle(t *testing.T) {
 	t0 := time.Unix(100, 0)
 	for _, tc := range []struct {
@@ -673,7 +674,10 @@ func TestProofHoldsThroughAFreedSlotsSettle(t *testing.T) {
 		settle := cfg.SettleTime()
 		sawFreed, sawCapped := false, false
 		for seed := uint64(1); seed < 40 && !(sawFreed && sawCapped); seed++ {
-			p := NewProof(cfg, 4, t0, seed)
+			if fresh := NewProof(cfg, 4, t0, seed).Plan(); !fresh.Capped && !fresh.HoldUntil.IsZero() {
+				t.Errorf("lead %s: a new chain's first freed slot is held", tc.lead)
+			}
+			p := NewProofCarry(cfg, 4, t0, seed, 3)
 			plan := p.Plan()
 			if !plan.SampleAt.Equal(t0.Add(settle)) {
 				t.Fatalf("lead %s: first reading at %s, want %s", tc.lead, plan.SampleAt.Sub(t0), settle)
@@ -712,10 +716,11 @@ func TestProofHoldsThroughAFreedSlotsSettle(t *testing.T) {
 	}
 }
 
-// After a trial that read no contention in either slot, the next freed
-// slot is free from its start (a polluter that went quiet pollutes
-// nothing free, and the hold would spend the proof budget); after one that
-// read contention, the hold is back.
+// The first trial of a new chain, a chain whose evidence is under 1 and a
+// trial after one that read no contention in
+// either slot (a polluter that went quiet pollutes nothing free, and the
+// hold would spend the proof budget) have their freed slot free from its
+// start; after a passing trial, the hold is back.
 func TestProofHoldsNotAfterAQuietTrial(t *testing.T) {
 	cfg := ProofConfig{}
 	cfg.Fill()
@@ -741,8 +746,8 @@ func TestProofHoldsNotAfterAQuietTrial(t *testing.T) {
 		}
 		return held
 	}
-	if !runTrial(4) {
-		t.Errorf("the first trial's freed slot was not held")
+	if runTrial(4) {
+		t.Errorf("the first trial's freed slot was held")
 	}
 	if !runTrial(1) {
 		t.Errorf("the freed slot after a contended trial was not held")
@@ -758,6 +763,16 @@ func TestProofHoldsNotAfterAQuietTrial(t *testing.T) {
 	}
 	if !runTrial(4) {
 		t.Errorf("the freed slot after a contended trial was not held")
+	}
+	// A chain whose evidence leans against guilt holds nothing.
+	for seed := uint64(1); seed < 40; seed++ {
+		q := NewProofCarry(cfg, 4, t0, seed, 0.5)
+		if plan := q.Plan(); !plan.Capped {
+			if !plan.HoldUntil.IsZero() {
+				t.Errorf("held at evidence 0.5")
+			}
+			break
+		}
 	}
 }
 
