@@ -142,17 +142,18 @@ func (l *proofLedger) allowance(key string, now time.Time) time.Duration {
 	return time.Duration(float64(l.cfg.Budget) * boost)
 }
 
-// overBudget says a tenant was capped for proofs as much as the budget
-// allows in the last minute: it is not proved again until that passes.
-func (l *proofLedger) overBudget(id string, now time.Time) bool {
-	return l.capSpent(id, now, 0) >= l.cfg.Budget
+// overBudget says a tenant was capped for proofs in the last minute as
+// much as its allowance for the signal of key: it is not proved for it
+// again until that passes.
+func (l *proofLedger) overBudget(key, id string, now time.Time) bool {
+	return l.capSpent(id, now, 0) >= l.allowance(key, now)
 }
 
 // resting reports whether a tenant may not be proved for signal now: it
 // was acquitted of it lately, or is over its proof allowance.
 func (l *proofLedger) resting(signal, id string, now time.Time) bool {
 	key := backoffKey(signal, id)
-	return l.backedOff(key, now) || l.capSpent(id, now, 0) >= l.allowance(key, now)
+	return l.backedOff(key, now) || l.overBudget(key, id, now)
 }
 
 // carried is the evidence an inconclusive proof ended with.

@@ -67,13 +67,13 @@ func TestProofLedgerCarryAndBudget(t *testing.T) {
 	// The budget counts the last minute's cap time only.
 	l.capSpent("/t", now, 1500*time.Millisecond)
 	l.capSpent("/t", now.Add(30*time.Second), time.Second)
-	if !l.overBudget("/t", now.Add(40*time.Second)) {
+	if !l.overBudget(backoffKey(signalWait, "/t"), "/t", now.Add(40*time.Second)) {
 		t.Error("2.5 s capped in the last minute is within a 2 s budget")
 	}
 	if !l.resting(signalWait, "/t", now.Add(40*time.Second)) {
 		t.Error("a tenant over its budget does not rest")
 	}
-	if l.overBudget("/t", now.Add(61*time.Second)) {
+	if l.overBudget(backoffKey(signalWait, "/t"), "/t", now.Add(61*time.Second)) {
 		t.Error("cap time over a minute old still counts")
 	}
 }

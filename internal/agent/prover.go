@@ -338,10 +338,9 @@ func (pr *prover) endProof(ctx context.Context, now time.Time, p *proof) {
 const inconclusiveRetry = time.Second
 
 // retryAfter is how soon a suspect whose proof ended inconclusive with
-// this evidence may be proved again: a watch (a quarter of an interval, at
-// least quickInterval) when the evidence leans towards guilt (leanEvidence:
-// its cap lowered the contention more often than not), inconclusiveRetry
-// otherwise. A polluter that shows in few readings (a split-lock storm the
+// this evidence may be proved again: a watch (watchEvery) when the
+// evidence leans towards guilt (leanEvidence: its cap lowered the
+// contention more often than not), inconclusiveRetry otherwise. A polluter that shows in few readings (a split-lock storm the
 // host itself slows in bursts) often ends a proof by going quiet; its next
 // proof continues the same evidence, so looking again soon costs its
 // victims less and changes no bound: when the next proof starts is decided
@@ -353,7 +352,7 @@ const inconclusiveRetry = time.Second
 // had passed.
 func (pr *prover) retryAfter(evidence float64) time.Duration {
 	if evidence >= leanEvidence {
-		return min(max(pr.cfg.Interval/4, quickInterval), inconclusiveRetry)
+		return min(watchEvery(pr.cfg.Interval), inconclusiveRetry)
 	}
 	return inconclusiveRetry
 }

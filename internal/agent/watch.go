@@ -15,7 +15,10 @@ import (
 // at least quickInterval. (Each look reads a DRAM spread on two CPUs,
 // about 1.3 ms of CPU on the dev VM: eight looks a second at the default
 // 500 ms interval, while some tenant is busy.)
-func (a *Agent) WatchEvery() time.Duration { return max(a.cfg.Interval/4, quickInterval) }
+func (a *Agent) WatchEvery() time.Duration { return watchEvery(a.cfg.Interval) }
+
+// watchEvery is the watch of an agent running at interval.
+func watchEvery(interval time.Duration) time.Duration { return max(interval/4, quickInterval) }
 
 // minBusy is the CPU use (cores) of a busy tenant, for the watch.
 const minBusy = 0.05
