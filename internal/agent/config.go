@@ -232,6 +232,10 @@ type ProbeConfig struct {
 	LLCBytes      int64 `yaml:"llc_bytes"`
 	CPUsPerDomain int   `yaml:"cpus_per_domain"`
 	Chunks        int   `yaml:"chunks"`
+	// ProofChunks is how many timed chunks a proof's DRAM reading runs
+	// (default 3, at most chunks): a proof reads a dozen times a slot,
+	// often on a victim's CPU.
+	ProofChunks int `yaml:"proof_chunks"`
 	// Spread is how many readings, 400 µs apart, make one DRAM reading
 	// of an interval or a watch: their median counts, and their worst
 	// where it is strong (1 = one reading).
@@ -529,7 +533,7 @@ func (c *Config) CPIThresholds() judge.Thresholds {
 
 // ProbeSettings is the probe configuration for the sensor.
 func (c *Config) ProbeSettings() sense.ProbeConfig {
-	return sense.ProbeConfig{LLCBytes: c.Probe.LLCBytes, CPUsPerDomain: c.Probe.CPUsPerDomain, Chunks: c.Probe.Chunks, Spread: c.Probe.Spread}
+	return sense.ProbeConfig{LLCBytes: c.Probe.LLCBytes, CPUsPerDomain: c.Probe.CPUsPerDomain, Chunks: c.Probe.Chunks, ProofChunks: c.Probe.ProofChunks, Spread: c.Probe.Spread}
 }
 
 // protects reports whether the configuration protects a tenant: an ID, a

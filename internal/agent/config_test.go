@@ -68,8 +68,8 @@ func TestExampleConfigIsTheDefaults(t *testing.T) {
 		}
 	}
 	probe := c.ProbeSettings()
-	if probe.CPUsPerDomain != 2 || probe.Chunks != 7 {
-		t.Errorf("example probe settings %+v; the probe defaults are 2 CPUs per domain and 7 chunks", probe)
+	if probe.CPUsPerDomain != 2 || probe.Chunks != 7 || probe.ProofChunks != 3 {
+		t.Errorf("example probe settings %+v; the probe defaults are 2 CPUs per domain, 7 chunks and 3 a proof's DRAM reading", probe)
 	}
 }
 

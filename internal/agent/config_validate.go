@@ -98,6 +98,9 @@ func (c *Config) Validate() error {
 	if c.Probe.Chunks != 0 {
 		intIn("probe.chunks", int64(c.Probe.Chunks), 1, 64)
 	}
+	if c.Probe.ProofChunks != 0 {
+		intIn("probe.proof_chunks", int64(c.Probe.ProofChunks), 1, 64)
+	}
 	if c.Probe.CPUsPerDomain != 0 {
 		intIn("probe.cpus_per_domain", int64(c.Probe.CPUsPerDomain), 1, 256)
 	}

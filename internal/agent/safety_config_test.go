@@ -26,6 +26,7 @@ func TestConfigRefusesHostileValues(t *testing.T) {
 		{"cpu_wait:\n  ratio: .inf\n", []string{"cpu_wait.ratio", "+Inf"}},
 		{"probe:\n  llc_bytes: 900000000000000\n", []string{"probe.llc_bytes", "900000000000000", "65536-268435456"}},
 		{"probe:\n  chunks: 2000000000\n", []string{"probe.chunks", "2000000000", "1-64"}},
+		{"probe:\n  proof_chunks: 65\n", []string{"probe.proof_chunks", "65", "1-64"}},
 		{"probe:\n  cpus_per_domain: -1\n", []string{"probe.cpus_per_domain", "-1", "1-256"}},
 		{"probe:\n  spread: 17\n", []string{"probe.spread", "17", "1-16"}},
 		{"judge:\n  window: -4\n", []string{"judge.window", "-4", "2-1024"}},

@@ -36,6 +36,18 @@ type ProbeConfig struct {
 	// busy with a tenant) does not count, while bursts of contention that hit
 	// most chunks do.
 	Chunks int
+	// ProofChunks is how many timed chunks a proof's DRAM reading
+	// (MeasureOnce) runs (default 3, at most Chunks). A proof reads a dozen
+	// times a slot on a CPU that is often a victim's, and under a storm a
+	// chunk of the DRAM chase takes about 0.1 ms of that CPU: with 7 chunks
+	// a freed slot's readings took most of its 10 ms reading window on the
+	// dev VM beside the latency server. The median of 3 still drops a chunk
+	// cut by preemption, and each DRAM load costs the same however many
+	// there are (it is flushed first), so the reading's level does not
+	// move, only its noise (a capped slot's readings spread 0.05-0.11 in
+	// log against 0.02-0.04). The LLC walk keeps Chunks: how far into its
+	// cycle it walks sets what it reads.
+	ProofChunks int
 	// LockOps and DRAMOps are the operations per chunk (the LLC chase splits
 	// its buffer into Chunks chunks).
 	LockOps, DRAMOps int
@@ -68,6 +80,9 @@ func (c *ProbeConfig) fill(l2 int64) {
 	}
 	if c.Chunks == 0 {
 		c.Chunks = 7
+	}
+	if c.ProofChunks == 0 {
+		c.ProofChunks = min(3, c.Chunks)
 	}
 	if c.LockOps == 0 {
 		c.LockOps = 256
@@ -259,7 +274,7 @@ func (p *Probe) Measure() ([]ProbeReading, error) {
 // thread's affinity. Its DRAM reading is a spread (see
 // ProbeConfig.Spread). It is safe for concurrent use on different CPUs.
 func (p *Probe) MeasureCPU(domain, cpu int, kinds ...string) ([]ProbeReading, error) {
-	return p.measureOn(domain, cpu, p.cfg.Chunks, p.cfg.Spread, kinds)
+	return p.measureOn(domain, cpu, p.cfg.Chunks, p.cfg.Chunks, p.cfg.Spread, kinds)
 }
 
 // MeasureOnce is MeasureCPU with one reading of each kind, no spread: a
@@ -267,7 +282,7 @@ func (p *Probe) MeasureCPU(domain, cpu int, kinds ...string) ([]ProbeReading, er
 // so a storm that comes and goes shows in the share of its readings that
 // see it.
 func (p *Probe) MeasureOnce(domain, cpu int, kinds ...string) ([]ProbeReading, error) {
-	return p.measureOn(domain, cpu, p.cfg.Chunks, 1, kinds)
+	return p.measureOn(domain, cpu, p.cfg.Chunks, p.cfg.ProofChunks, 1, kinds)
 }
 
 // watchChunks is how many chunks a quick reading times.
@@ -290,12 +305,12 @@ func (p *Probe) MeasureQuick(domain, cpu int, kind string) ([]ProbeReading, erro
 	if kind == ProbeDRAM && p.cfg.Spread > 1 {
 		chunks = p.cfg.Chunks
 	}
-	return p.measureOn(domain, cpu, chunks, p.cfg.Spread, []string{kind})
+	return p.measureOn(domain, cpu, chunks, chunks, p.cfg.Spread, []string{kind})
 }
 
 // measureOn takes the readings of kinds (all of them when none are given)
-// on cpu.
-func (p *Probe) measureOn(domain, cpu, chunks, spread int, kinds []string) ([]ProbeReading, error) {
+// on cpu, each of chunks chunks, the DRAM kind's of dramChunks.
+func (p *Probe) measureOn(domain, cpu, chunks, dramChunks, spread int, kinds []string) ([]ProbeReading, error) {
 	if len(kinds) == 0 {
 		kinds = p.Kinds()
 	}
@@ -314,6 +329,10 @@ func (p *Probe) measureOn(domain, cpu, chunks, spread int, kinds []string) ([]Pr
 	runtime.Gosched() // let the scheduler move us before timing
 	var out []ProbeReading
 	for _, kind := range kinds {
+		chunks := chunks
+		if kind == ProbeDRAM {
+			chunks = dramChunks
+		}
 		r := ProbeReading{Domain: domain, CPU: cpu, Kind: kind, Ns: p.read(kind, chunks)}
 		if kind == ProbeDRAM && spread > 1 {
 			all := []float64{r.Ns}

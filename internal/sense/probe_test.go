@@ -37,42 +37,47 @@ func TestProbeSpreadOfDRAMReadings(t *testing.T) {
 	tests := []struct {
 		name    string
 		spread  int
+		proofCh int // ProofChunks
 		measure func(p *Probe) ([]ProbeReading, error)
 		want    map[string][2]float64 // Ns, Peak
 		calls   []string
 	}{
-		{"interval reading: four DRAM readings, their median and their worst; one of each other kind", 0,
+		{"interval reading: four DRAM readings, their median and their worst; one of each other kind", 0, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureCPU(0, 0) },
 			map[string][2]float64{ProbeLock: {5, 0}, ProbeLLC: {12, 0}, ProbeDRAM: {337.5, 2500}},
 			[]string{"lock/7", "llc/7", "dram/7", "dram/7", "dram/7", "dram/7"}},
-		{"watch reading: the same spread of whole readings", 0,
+		{"watch reading: the same spread of whole readings", 0, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureQuick(0, 0, ProbeDRAM) },
 			map[string][2]float64{ProbeDRAM: {337.5, 2500}},
 			[]string{"dram/7", "dram/7", "dram/7", "dram/7"}},
-		{"watch reading of another kind: two chunks, once", 0,
+		{"watch reading of another kind: two chunks, once", 0, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureQuick(0, 0, ProbeLLC) },
 			map[string][2]float64{ProbeLLC: {12, 0}},
 			[]string{"llc/2"}},
-		{"watch reading without a spread: two chunks", 1,
+		{"watch reading without a spread: two chunks", 1, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureQuick(0, 0, ProbeDRAM) },
 			map[string][2]float64{ProbeDRAM: {330, 0}},
 			[]string{"dram/2"}},
-		{"proof reading: one of each kind", 0,
+		{"proof reading: one of each kind, the DRAM chase's of three chunks", 0, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureOnce(0, 0, ProbeDRAM, ProbeLLC) },
 			map[string][2]float64{ProbeDRAM: {330, 0}, ProbeLLC: {12, 0}},
-			[]string{"dram/7", "llc/7"}},
-		{"spread 1: one reading", 1,
+			[]string{"dram/3", "llc/7"}},
+		{"proof reading with proof_chunks 5", 0, 5,
+			func(p *Probe) ([]ProbeReading, error) { return p.MeasureOnce(0, 0, ProbeDRAM, ProbeLLC) },
+			map[string][2]float64{ProbeDRAM: {330, 0}, ProbeLLC: {12, 0}},
+			[]string{"dram/5", "llc/7"}},
+		{"spread 1: one reading", 1, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureCPU(0, 0, ProbeDRAM) },
 			map[string][2]float64{ProbeDRAM: {330, 0}},
 			[]string{"dram/7"}},
-		{"spread 2: the mean of two and the worst", 2,
+		{"spread 2: the mean of two and the worst", 2, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureCPU(0, 0, ProbeDRAM) },
 			map[string][2]float64{ProbeDRAM: {1415, 2500}},
 			[]string{"dram/7", "dram/7"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, calls := scriptedProbe(t, ProbeConfig{Spread: tc.spread, SpreadGap: time.Microsecond},
+			p, calls := scriptedProbe(t, ProbeConfig{Spread: tc.spread, ProofChunks: tc.proofCh, SpreadGap: time.Microsecond},
 				map[string][]float64{ProbeLock: {5}, ProbeLLC: {12}, ProbeDRAM: slices.Clone(dram)})
 			if p.dram == nil {
 				t.Skip("no flush chase on this architecture: no DRAM probe")
@@ -103,13 +108,16 @@ func TestProbeSpreadOfDRAMReadings(t *testing.T) {
 func TestProbeConfigDefaults(t *testing.T) {
 	var c ProbeConfig
 	c.fill(1 << 20)
-	if c.Spread != 4 || c.SpreadGap != 400*time.Microsecond || c.Chunks != 7 || c.LLCBytes != 1088<<10 {
+	if c.Spread != 4 || c.SpreadGap != 400*time.Microsecond || c.Chunks != 7 || c.ProofChunks != 3 || c.LLCBytes != 1088<<10 {
 		t.Errorf("defaults = %+v", c)
 	}
-	c = ProbeConfig{Spread: 1}
+	c = ProbeConfig{Spread: 1, Chunks: 2}
 	c.fill(1 << 20)
 	if c.Spread != 1 {
 		t.Errorf("an explicit spread of 1 became %d", c.Spread)
+	}
+	if c.ProofChunks != 2 {
+		t.Errorf("with 2 chunks a proof's reading takes %d, want no more than the interval's", c.ProofChunks)
 	}
 }
 
