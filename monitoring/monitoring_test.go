@@ -48,6 +48,7 @@ func (fullState) Latest() (api.State, bool) {
 				Pollution: 58000, Watts: 20, LLCOccupancy: 14 << 20, MemBandwidth: 8.5e9, CPIRatio: 1.6},
 		},
 		Probes:       []api.ProbeState{{Domain: 0, CPU: 1, Kind: "dram", LatencyNs: 250, BaselineNs: 100, Ratio: 2.5}},
+		ProbeCPU:     []api.ProbeCPUState{{CPU: 1, Reading: "proof", Seconds: 0.04}},
 		Proof:        &api.ProofState{Tenant: "/vm/a", Name: "a", Started: time.Now()},
 		ActionsTotal: map[string]uint64{"throttle": 1}, ProofsTotal: map[string]uint64{"polluter": 1},
 		IntervalCPU: 0.001, PerfFDs: 6,

@@ -49,7 +49,7 @@ type stateCollector struct {
 	tenantScore, tenantPerfEvents, tenantKernelBusLocks       *prometheus.Desc
 	tenantCPIRatio                                            *prometheus.Desc
 
-	probeLatency, probeBaseline, probeRatio *prometheus.Desc
+	probeLatency, probeBaseline, probeRatio, probeCPU *prometheus.Desc
 
 	contention, contentionRatio, tenants, actionsTotal, proofsTotal *prometheus.Desc
 	proofInProgress, perfFDs, interval, lastUpdate                  *prometheus.Desc
@@ -102,6 +102,8 @@ func newStateCollector(src StateSource, version, commit string) *stateCollector 
 			"Quiet baseline latency of the canary probe, in seconds per operation.", pl...),
 		probeRatio: d("probe_ratio",
 			"Canary probe latency divided by its quiet baseline (1 = quiet; higher = contended).", pl...),
+		probeCPU: d("probe_cpu_seconds_total",
+			"CPU time the canary probe took on the CPU since the agent started, by reading: interval, watch (a look between intervals) and proof (a proof's readings, its check and the start-up survey); time taken from the tenants that run there.", "cpu", "reading"),
 
 		contention: d("contention",
 			"1 if the judge found contention on shared hardware in the last interval, else 0."),
@@ -149,7 +151,7 @@ func (c *stateCollector) descs() []*prometheus.Desc {
 		c.tenantCPU, c.tenantThrottledTime, c.tenantRunDelay, c.tenantPSI,
 		c.tenantQuota, c.tenantDuty, c.tenantThrottled, c.tenantProtected,
 		c.tenantScore, c.tenantPerfEvents, c.tenantKernelBusLocks, c.tenantCPIRatio,
-		c.probeLatency, c.probeBaseline, c.probeRatio,
+		c.probeLatency, c.probeBaseline, c.probeRatio, c.probeCPU,
 		c.contention, c.contentionRatio, c.tenants, c.actionsTotal, c.proofsTotal,
 		c.proofInProgress, c.perfFDs, c.interval, c.lastUpdate,
 		c.dryRun, c.pmu, c.cpuWait, c.cpuWaitRatio, c.cpi, c.cpiRatio,
@@ -229,6 +231,16 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.probeLatency, p.LatencyNs/1e9, l...)
 		gauge(c.probeBaseline, p.BaselineNs/1e9, l...)
 		gauge(c.probeRatio, p.Ratio, l...)
+	}
+
+	seenCPU := make(map[[2]string]bool, len(s.ProbeCPU))
+	for _, p := range s.ProbeCPU {
+		k := [2]string{strconv.Itoa(p.CPU), label(p.Reading)}
+		if seenCPU[k] {
+			continue
+		}
+		seenCPU[k] = true
+		counter(c.probeCPU, p.Seconds, k[0], k[1])
 	}
 
 	gauge(c.contention, b2f(s.Contention))

@@ -74,6 +74,11 @@ func sampleState() api.State {
 			{Domain: 0, CPU: 2, Kind: "lock", LatencyNs: 500, BaselineNs: 200, Ratio: 2.5},
 			{Domain: 0, CPU: 2, Kind: "llc", LatencyNs: 12, BaselineNs: 10, Ratio: 1.2},
 		},
+		ProbeCPU: []api.ProbeCPUState{
+			{CPU: 2, Reading: "interval", Seconds: 0.25},
+			{CPU: 2, Reading: "proof", Seconds: 0.0625},
+			{CPU: 2, Reading: "proof", Seconds: 9}, // a duplicate: exported once
+		},
 		Suspects: []api.Suspect{{Tenant: "vm:noisy", Name: "noisy", Score: 0.92, Reasons: []string{"bus locks 250k/s"}}},
 		Proof:    &api.ProofState{Tenant: "vm:noisy", Name: "noisy", Started: t0.Add(-3 * time.Second), Before: 2.4},
 		Actions: []api.ActionRecord{
@@ -139,6 +144,10 @@ crosstalk_pmu 1
 # TYPE crosstalk_probe_baseline_seconds gauge
 crosstalk_probe_baseline_seconds{domain="0",probe="llc"} 1e-08
 crosstalk_probe_baseline_seconds{domain="0",probe="lock"} 2e-07
+# HELP crosstalk_probe_cpu_seconds_total CPU time the canary probe took on the CPU since the agent started, by reading: interval, watch (a look between intervals) and proof (a proof's readings, its check and the start-up survey); time taken from the tenants that run there.
+# TYPE crosstalk_probe_cpu_seconds_total counter
+crosstalk_probe_cpu_seconds_total{cpu="2",reading="interval"} 0.25
+crosstalk_probe_cpu_seconds_total{cpu="2",reading="proof"} 0.0625
 # HELP crosstalk_probe_latency_seconds Latest latency of a canary probe on an L3 domain, in seconds per operation.
 # TYPE crosstalk_probe_latency_seconds gauge
 crosstalk_probe_latency_seconds{domain="0",probe="llc"} 1.2e-08

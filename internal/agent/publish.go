@@ -3,6 +3,7 @@ package agent
 import (
 	"maps"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -82,6 +83,7 @@ func (a *Agent) publish(now time.Time, v judge.Verdict, samples []sample, ranked
 	for _, r := range a.cont.Rate(readings) {
 		st.Probes = append(st.Probes, api.ProbeState{Domain: r.Domain, CPU: r.CPU, Kind: r.Kind, LatencyNs: r.Latency, BaselineNs: r.Baseline, Ratio: r.Ratio})
 	}
+	st.ProbeCPU = probeCPU(a.d.Probe)
 	if a.prover.proof != nil {
 		st.Proof = &api.ProofState{Tenant: a.prover.proof.tenant.ID, Name: a.prover.proof.tenant.Name, Started: a.prover.proof.p.Started(), Before: a.prover.proof.p.Before(), Trials: a.prover.proof.p.Trials()}
 	}
@@ -130,4 +132,30 @@ func (a *Agent) countPerfEvents(s sample) map[string]float64 {
 		return nil
 	}
 	return maps.Clone(tot)
+}
+
+// spentProber is a probe that books its CPU time (sense.Probe.Spent).
+type spentProber interface {
+	Spent() map[sense.ProbeSpent]time.Duration
+}
+
+// probeCPU is the probe's CPU time by CPU and reading, in order; nil for
+// a probe that does not book it.
+func probeCPU(p Prober) []api.ProbeCPUState {
+	sp, ok := p.(spentProber)
+	if !ok {
+		return nil
+	}
+	spent := sp.Spent()
+	out := make([]api.ProbeCPUState, 0, len(spent))
+	for k, d := range spent {
+		out = append(out, api.ProbeCPUState{CPU: k.CPU, Reading: k.Reading, Seconds: d.Seconds()})
+	}
+	slices.SortFunc(out, func(a, b api.ProbeCPUState) int {
+		if a.CPU != b.CPU {
+			return a.CPU - b.CPU
+		}
+		return strings.Compare(a.Reading, b.Reading)
+	})
+	return out
 }

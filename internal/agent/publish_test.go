@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -79,4 +80,32 @@ func TestStateCumulativeCounters(t *testing.T) {
 		_, ok := hs.agent.perfTotals["/lab/victim"]
 		return !ok && victim().Name == ""
 	})
+}
+
+// spendingProbe is a probe that books its CPU time.
+type spendingProbe struct {
+	nopProbe
+	spent map[sense.ProbeSpent]time.Duration
+}
+
+func (p spendingProbe) Spent() map[sense.ProbeSpent]time.Duration { return p.spent }
+
+func TestStateProbeCPUByCPUAndReading(t *testing.T) {
+	p := spendingProbe{spent: map[sense.ProbeSpent]time.Duration{
+		{CPU: 3, Reading: sense.ReadingProof}:    40 * time.Millisecond,
+		{CPU: 1, Reading: sense.ReadingWatch}:    2 * time.Millisecond,
+		{CPU: 1, Reading: sense.ReadingInterval}: 250 * time.Millisecond,
+	}}
+	got := probeCPU(p)
+	want := []api.ProbeCPUState{
+		{CPU: 1, Reading: "interval", Seconds: 0.25},
+		{CPU: 1, Reading: "watch", Seconds: 0.002},
+		{CPU: 3, Reading: "proof", Seconds: 0.04},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("probe CPU = %+v, want %+v", got, want)
+	}
+	if got := probeCPU(nopProbe{}); got != nil {
+		t.Errorf("a probe that books nothing gave %+v, want none", got)
+	}
 }

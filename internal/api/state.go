@@ -34,10 +34,14 @@ type State struct {
 	CPI      bool    `json:"cpi_contention"`
 	CPIRatio float64 `json:"cpi_ratio"`
 
-	Tenants  []TenantState `json:"tenants"`
-	Probes   []ProbeState  `json:"probes"`
-	Suspects []Suspect     `json:"suspects"`
-	Proof    *ProofState   `json:"proof"`
+	Tenants []TenantState `json:"tenants"`
+	Probes  []ProbeState  `json:"probes"`
+	// ProbeCPU is the CPU time the canary probe has taken on each CPU
+	// since the agent started, by the reading that took it (interval,
+	// watch, proof): what the probe costs the tenants it reads beside.
+	ProbeCPU []ProbeCPUState `json:"probe_cpu,omitempty"`
+	Suspects []Suspect       `json:"suspects"`
+	Proof    *ProofState     `json:"proof"`
 	// Actions are the most recent actions, newest last.
 	Actions []ActionRecord `json:"actions"`
 
@@ -145,6 +149,14 @@ type ProbeState struct {
 	LatencyNs  float64 `json:"latency_ns"`
 	BaselineNs float64 `json:"baseline_ns"`
 	Ratio      float64 `json:"ratio"` // latency / baseline
+}
+
+// ProbeCPUState is the CPU time the probe took on one CPU for one kind of
+// reading.
+type ProbeCPUState struct {
+	CPU     int     `json:"cpu"`
+	Reading string  `json:"reading"` // interval, watch, proof (a proof's readings, its check and the start-up survey)
+	Seconds float64 `json:"seconds"`
 }
 
 // Suspect is a tenant the judge suspects, with why.

@@ -2,6 +2,7 @@ package sense
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -139,6 +140,24 @@ type Probe struct {
 	sink     atomic.Uint64
 	// read times one reading of a kind (measure; tests replace it).
 	read func(kind string, chunks int) float64
+	// spentMu guards spent: the probe's CPU time by CPU and reading
+	// (see Spent).
+	spentMu sync.Mutex
+	spent   map[ProbeSpent]time.Duration
+}
+
+// Probe readings by what takes them, for ProbeSpent.Reading.
+const (
+	ReadingInterval = "interval" // MeasureCPU and Measure: an interval's readings
+	ReadingWatch    = "watch"    // MeasureQuick: a look between intervals
+	ReadingProof    = "proof"    // MeasureOnce: a proof's, its check and the start-up survey
+)
+
+// ProbeSpent keys the CPU time the probe took: on which CPU, for which
+// reading.
+type ProbeSpent struct {
+	CPU     int
+	Reading string
 }
 
 // NewProbe prepares the probe for the L3 domains of topo, restricted to the
@@ -162,7 +181,7 @@ func NewProbe(topo *topology.Topology, allowed cpuset.Set, cfg ProbeConfig) (*Pr
 		return nil, fmt.Errorf("probe: no CPU to run on (allowed %s, online %s)", allowed, topo.Online)
 	}
 	cfg.fill(l2)
-	p := &Probe{cfg: cfg, domains: domains, next: map[int]int{}, llcNext: map[int]int{}}
+	p := &Probe{cfg: cfg, domains: domains, next: map[int]int{}, llcNext: map[int]int{}, spent: map[ProbeSpent]time.Duration{}}
 	p.read = p.measure
 	p.llc = cycle(int(cfg.LLCBytes / 64))
 	p.llcOrder = cycleOrder(p.llc)
@@ -274,7 +293,7 @@ func (p *Probe) Measure() ([]ProbeReading, error) {
 // thread's affinity. Its DRAM reading is a spread (see
 // ProbeConfig.Spread). It is safe for concurrent use on different CPUs.
 func (p *Probe) MeasureCPU(domain, cpu int, kinds ...string) ([]ProbeReading, error) {
-	return p.measureOn(domain, cpu, p.cfg.Chunks, p.cfg.Chunks, p.cfg.Spread, kinds)
+	return p.measureOn(ReadingInterval, domain, cpu, p.cfg.Chunks, p.cfg.Chunks, p.cfg.Spread, kinds)
 }
 
 // MeasureOnce is MeasureCPU with one reading of each kind, no spread: a
@@ -282,7 +301,7 @@ func (p *Probe) MeasureCPU(domain, cpu int, kinds ...string) ([]ProbeReading, er
 // so a storm that comes and goes shows in the share of its readings that
 // see it.
 func (p *Probe) MeasureOnce(domain, cpu int, kinds ...string) ([]ProbeReading, error) {
-	return p.measureOn(domain, cpu, p.cfg.Chunks, p.cfg.ProofChunks, 1, kinds)
+	return p.measureOn(ReadingProof, domain, cpu, p.cfg.Chunks, p.cfg.ProofChunks, 1, kinds)
 }
 
 // watchChunks is how many chunks a quick reading times.
@@ -305,17 +324,29 @@ func (p *Probe) MeasureQuick(domain, cpu int, kind string) ([]ProbeReading, erro
 	if kind == ProbeDRAM && p.cfg.Spread > 1 {
 		chunks = p.cfg.Chunks
 	}
-	return p.measureOn(domain, cpu, chunks, chunks, p.cfg.Spread, []string{kind})
+	return p.measureOn(ReadingWatch, domain, cpu, chunks, chunks, p.cfg.Spread, []string{kind})
 }
 
 // measureOn takes the readings of kinds (all of them when none are given)
-// on cpu, each of chunks chunks, the DRAM kind's of dramChunks.
-func (p *Probe) measureOn(domain, cpu, chunks, dramChunks, spread int, kinds []string) ([]ProbeReading, error) {
+// on cpu, each of chunks chunks, the DRAM kind's of dramChunks, and books
+// the thread's CPU time for them as reading's (see Spent).
+func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, spread int, kinds []string) ([]ProbeReading, error) {
 	if len(kinds) == 0 {
 		kinds = p.Kinds()
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	// The thread's own CPU time, not the wall clock: a spread sleeps
+	// between its readings, and a reading cut by preemption took the CPU
+	// only for the part it ran. Read after pinning, so it is all on cpu.
+	var t0 unix.Timespec
+	timed := false
+	defer func() {
+		var t1 unix.Timespec
+		if timed && unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t1) == nil {
+			p.spend(ProbeSpent{CPU: cpu, Reading: reading}, time.Duration(t1.Nano()-t0.Nano()))
+		}
+	}()
 	var orig unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &orig); err != nil {
 		return nil, fmt.Errorf("probe: %w", err)
@@ -327,6 +358,7 @@ func (p *Probe) measureOn(domain, cpu, chunks, dramChunks, spread int, kinds []s
 		return nil, fmt.Errorf("probe cpu %d: %w", cpu, err)
 	}
 	runtime.Gosched() // let the scheduler move us before timing
+	timed = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t0) == nil
 	var out []ProbeReading
 	for _, kind := range kinds {
 		chunks := chunks
@@ -345,6 +377,25 @@ func (p *Probe) measureOn(domain, cpu, chunks, dramChunks, spread int, kinds []s
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// spend books d of CPU time to k.
+func (p *Probe) spend(k ProbeSpent, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	p.spentMu.Lock()
+	p.spent[k] += d
+	p.spentMu.Unlock()
+}
+
+// Spent is the CPU time the probe has taken so far on each CPU, by the
+// reading that took it: what the probe costs the tenants whose CPUs it
+// reads on (a proof reads a dozen times a slot, often on a victim's CPU).
+func (p *Probe) Spent() map[ProbeSpent]time.Duration {
+	p.spentMu.Lock()
+	defer p.spentMu.Unlock()
+	return maps.Clone(p.spent)
 }
 
 // measure times Chunks chunks of one kind and returns the median of their

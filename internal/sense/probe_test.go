@@ -216,3 +216,37 @@ func BenchmarkProbeLLCReading(b *testing.B) {
 	}
 	p.sink.Add(sink)
 }
+
+func TestProbeBooksItsCPUTimeByReading(t *testing.T) {
+	topo := &topology.Topology{Online: cpuset.MustParse("0")}
+	p, err := NewProbe(topo, cpuset.MustParse("0"), ProbeConfig{SpreadGap: time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind := ProbeLLC
+	if p.dram != nil {
+		kind = ProbeDRAM
+	}
+	if _, err := p.MeasureOnce(0, 0, kind); err != nil {
+		t.Skipf("cannot pin to CPU 0 here: %v", err)
+	}
+	if _, err := p.MeasureQuick(0, 0, kind); err != nil {
+		t.Fatal(err)
+	}
+	got := p.Spent()
+	for _, k := range []ProbeSpent{{0, ReadingProof}, {0, ReadingWatch}} {
+		if got[k] <= 0 {
+			t.Errorf("%+v spent %v, want the reading's CPU time (all: %v)", k, got[k], got)
+		}
+	}
+	if d, ok := got[ProbeSpent{0, ReadingInterval}]; ok {
+		t.Errorf("no interval reading was taken, but %v was booked to one", d)
+	}
+	before := got[ProbeSpent{0, ReadingProof}]
+	if _, err := p.MeasureOnce(0, 0, kind); err != nil {
+		t.Fatal(err)
+	}
+	if after := p.Spent()[ProbeSpent{0, ReadingProof}]; after <= before {
+		t.Errorf("a second proof reading left the proofs' time at %v (was %v): it must add up", after, before)
+	}
+}
