@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -39,6 +40,10 @@ type agentPolicy struct {
 	// stopWait bounds how long End waits for the agent to stop besides
 	// its context (default 10s).
 	stopWait time.Duration
+	// latest is the phase's agent's last state (Agent.Latest) and log its
+	// logger: End logs what the agent's probe cost the tenants' CPUs.
+	latest func() (api.State, bool)
+	log    *slog.Logger
 }
 
 func (*agentPolicy) Name() string { return "crosstalk" }
@@ -67,6 +72,7 @@ func (p *agentPolicy) Begin(ctx context.Context, env *PolicyEnv) error {
 		return fmt.Errorf("crosstalk agent: %w", err)
 	}
 	p.close = closeFn
+	p.latest, p.log = a.Latest, env.Log
 	// Before the tenants start, what the probes read is a quiet host: a
 	// baseline worth calibrating on. Among tenants already running (a
 	// polluter among them, perhaps) it is not; the agent then starts as it
@@ -156,6 +162,7 @@ func (p *agentPolicy) End(ctx context.Context) error {
 	var late error
 	select {
 	case err := <-done:
+		p.logProbeCPU()
 		release()
 		return errors.Join(err, kept)
 	case <-ctx.Done():
@@ -168,6 +175,21 @@ func (p *agentPolicy) End(ctx context.Context) error {
 		release()
 	}()
 	return late
+}
+
+// logProbeCPU logs the CPU time the agent's probe took on each CPU over the
+// phase, by reading (interval, watch, proof), from its last state.
+func (p *agentPolicy) logProbeCPU() {
+	if p.latest == nil || p.log == nil {
+		return
+	}
+	st, ok := p.latest()
+	if !ok {
+		return
+	}
+	for _, c := range st.ProbeCPU {
+		p.log.Info("the agent's probe took CPU time beside the tenants", "cpu", c.CPU, "reading", c.Reading, "seconds", c.Seconds)
+	}
 }
 
 // keepJournal copies the agent's journal at src (after the part rotated to

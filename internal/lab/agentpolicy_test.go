@@ -1,8 +1,10 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/host"
 	"github.com/crosstalk-project/crosstalk/internal/testenv"
 )
@@ -173,5 +176,23 @@ func TestAgentPolicyEndNeverReleasesUnderARunningAgent(t *testing.T) {
 				t.Fatal("dependencies never released after the agent stopped")
 			}
 		})
+	}
+}
+
+// End logs what the agent's probe cost each CPU, by reading, from the
+// agent's last state.
+func TestAgentPolicyEndLogsTheProbesCPU(t *testing.T) {
+	var buf bytes.Buffer
+	p := &agentPolicy{dir: t.TempDir(), close: func() {}, stopWait: time.Second,
+		log: slog.New(slog.NewTextHandler(&buf, nil)),
+		latest: func() (api.State, bool) {
+			return api.State{ProbeCPU: []api.ProbeCPUState{{CPU: 1, Reading: "proof", Seconds: 0.125}}}, true
+		}}
+	p.start(t.Context(), func(ctx context.Context) error { <-ctx.Done(); return nil })
+	if err := p.End(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := buf.String(); !strings.Contains(got, "cpu=1 reading=proof seconds=0.125") {
+		t.Errorf("End logged %q, want the probe's CPU time on CPU 1 for proofs", got)
 	}
 }
