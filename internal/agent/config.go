@@ -233,7 +233,7 @@ type ProbeConfig struct {
 	CPUsPerDomain int   `yaml:"cpus_per_domain"`
 	Chunks        int   `yaml:"chunks"`
 	// ProofChunks is how many timed chunks a proof's DRAM reading runs
-	// (default 3, at most chunks): a proof reads a dozen times a slot,
+	// (default 3, or chunks if fewer): a proof reads a dozen times a slot,
 	// often on a victim's CPU.
 	ProofChunks int `yaml:"proof_chunks"`
 	// Spread is how many readings, 400 µs apart, make one DRAM reading

@@ -38,7 +38,7 @@ type ProbeConfig struct {
 	// most chunks do.
 	Chunks int
 	// ProofChunks is how many timed chunks a proof's DRAM reading
-	// (MeasureOnce) runs (default 3, at most Chunks). A proof reads a dozen
+	// (MeasureOnce) runs (default 3, or Chunks if fewer). A proof reads a dozen
 	// times a slot on a CPU that is often a victim's, and under a storm a
 	// chunk of the DRAM chase takes about 0.1 ms of that CPU: with 7 chunks
 	// a freed slot's readings took most of its 10 ms reading window on the
@@ -336,17 +336,6 @@ func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, sprea
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	// The thread's own CPU time, not the wall clock: a spread sleeps
-	// between its readings, and a reading cut by preemption took the CPU
-	// only for the part it ran. Read after pinning, so it is all on cpu.
-	var t0 unix.Timespec
-	timed := false
-	defer func() {
-		var t1 unix.Timespec
-		if timed && unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t1) == nil {
-			p.spend(ProbeSpent{CPU: cpu, Reading: reading}, time.Duration(t1.Nano()-t0.Nano()))
-		}
-	}()
 	var orig unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &orig); err != nil {
 		return nil, fmt.Errorf("probe: %w", err)
@@ -358,7 +347,16 @@ func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, sprea
 		return nil, fmt.Errorf("probe cpu %d: %w", cpu, err)
 	}
 	runtime.Gosched() // let the scheduler move us before timing
-	timed = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t0) == nil
+	// The thread's own CPU time, not the wall clock: a spread sleeps
+	// between its readings, and a reading cut by preemption took the CPU
+	// only for the part it ran. Read while pinned, so it is all on cpu.
+	if start, ok := threadCPU(); ok {
+		defer func() {
+			if end, ok := threadCPU(); ok {
+				p.spend(ProbeSpent{CPU: cpu, Reading: reading}, end-start)
+			}
+		}()
+	}
 	var out []ProbeReading
 	for _, kind := range kinds {
 		chunks := chunks
@@ -377,6 +375,15 @@ func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, sprea
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// threadCPU is the calling thread's CPU time so far.
+func threadCPU() (time.Duration, bool) {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		return 0, false
+	}
+	return time.Duration(ts.Nano()), true
 }
 
 // spend books d of CPU time to k.
