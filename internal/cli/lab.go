@@ -38,7 +38,7 @@ next lab command (or 'crosstalk lab cleanup') removes the cgroups.
 
 Needs root (it creates cgroups).`,
 	}
-	cmd.AddCommand(newLabRunCmd(g), newLabListCmd(g), newLabMatrixCmd(g), newLabOverheadCmd(g), newLabSuiteCmd(g), newLabReportCmd(g), newLabCleanupCmd(g))
+	cmd.AddCommand(newLabRunCmd(g), newLabListCmd(g), newLabMatrixCmd(g), newLabOverheadCmd(g), newLabSuiteCmd(g), newLabVisibilityCmd(g), newLabReportCmd(g), newLabCleanupCmd(g))
 	return cmd
 }
 

@@ -17,9 +17,10 @@ func newLabReportCmd(g *globals) *cobra.Command {
 		Use:   "report RESULT.json",
 		Short: "Render the text and HTML report of a saved lab result again",
 		Long: `report reads a result a lab command saved with --out (lab run's result.json,
-lab matrix's matrix.json or lab suite's suite.json), prints its text report
-as the command did, and with --out writes its HTML report (report.html,
-matrix.html or suite.html) to DIR, so a kept result can be read again with
+lab matrix's matrix.json, lab suite's suite.json or lab visibility's
+visibility.json), prints its text report as the command did, and with --out
+writes its HTML report (report.html, matrix.html, suite.html or
+visibility.html) to DIR, so a kept result can be read again with
 this crosstalk's report. The header of both says which crosstalk made the
 result, when, with which command, and on what machine. A file that is not
 one of these results is an error that says so.`,

@@ -9,15 +9,16 @@ import (
 	"os"
 )
 
-// Saved is a result read back from its JSON: a lab run's, a matrix's or a
-// suite's, exactly one of them set. Reports are rendered from it as from
+// Saved is a result read back from its JSON: a lab run's, a matrix's, a
+// suite's or a visibility reading's, exactly one of them set. Reports are rendered from it as from
 // the result the run returned, so a kept result.json is as good as the
 // run's own report.
 type Saved struct {
-	Kind   string // KindRun, KindMatrix or KindSuite
-	Run    *Result
-	Matrix *Matrix
-	Suite  *SuiteResult
+	Kind       string // KindRun, KindMatrix, KindSuite or KindVisibility
+	Run        *Result
+	Matrix     *Matrix
+	Suite      *SuiteResult
+	Visibility *Visibility
 }
 
 // LoadSaved reads a saved result file (see ParseSaved).
@@ -39,7 +40,7 @@ func LoadSaved(path string) (*Saved, error) {
 func ParseSaved(b []byte) (*Saved, error) {
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(b, &probe); err != nil {
-		return nil, fmt.Errorf("not a lab result (a JSON object written by lab run, lab matrix or lab suite): %w", err)
+		return nil, fmt.Errorf("not a lab result (a JSON object written by lab run, lab matrix, lab suite or lab visibility): %w", err)
 	}
 	kind := ""
 	if raw, ok := probe["meta"]; ok {
@@ -67,8 +68,10 @@ func ParseSaved(b []byte) (*Saved, error) {
 			kind = KindMatrix
 		case has("runs", "policies", "total"):
 			kind = KindSuite
+		case has("thresholds", "quiet", "loads"):
+			kind = KindVisibility
 		default:
-			return nil, errors.New("not a lab result: it has neither a lab run's fields (scenario, solo, results), a matrix's (victims, polluters, slowdown) nor a suite's (runs, policies, total)")
+			return nil, errors.New("not a lab result: it has neither a lab run's fields (scenario, solo, results), a matrix's (victims, polluters, slowdown), a suite's (runs, policies, total) nor a visibility reading's (thresholds, quiet, loads)")
 		}
 	}
 	s := &Saved{Kind: kind}
@@ -83,8 +86,11 @@ func ParseSaved(b []byte) (*Saved, error) {
 	case KindSuite:
 		s.Suite = &SuiteResult{}
 		target = s.Suite
+	case KindVisibility:
+		s.Visibility = &Visibility{}
+		target = s.Visibility
 	default:
-		return nil, fmt.Errorf("a result of kind %q, which this crosstalk does not know (it knows %s, %s and %s)", kind, KindRun, KindMatrix, KindSuite)
+		return nil, fmt.Errorf("a result of kind %q, which this crosstalk does not know (it knows %s, %s, %s and %s)", kind, KindRun, KindMatrix, KindSuite, KindVisibility)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(target); err != nil {
@@ -105,6 +111,8 @@ func (s *Saved) ReportName() string {
 		return "matrix.html"
 	case KindSuite:
 		return "suite.html"
+	case KindVisibility:
+		return "visibility.html"
 	}
 	return "report.html"
 }
@@ -118,6 +126,8 @@ func (s *Saved) WriteHTML(w io.Writer) error {
 		return WriteMatrixReport(w, s.Matrix)
 	case s.Suite != nil:
 		return WriteSuiteReport(w, s.Suite)
+	case s.Visibility != nil:
+		return WriteVisibilityReport(w, s.Visibility)
 	}
 	return errors.New("report: an empty saved result")
 }
@@ -131,6 +141,8 @@ func (s *Saved) WriteText(w io.Writer) error {
 		return WriteMatrixText(w, s.Matrix)
 	case s.Suite != nil:
 		return WriteSuiteText(w, s.Suite)
+	case s.Visibility != nil:
+		return WriteVisibilityText(w, s.Visibility)
 	}
 	return errors.New("report: an empty saved result")
 }

@@ -64,6 +64,7 @@ func TestSavedRendersAsTheOriginal(t *testing.T) {
 		{"run without meta", &Saved{Kind: KindRun, Run: legacy}, KindRun, "report.html"},
 		{"matrix", &Saved{Kind: KindMatrix, Matrix: m}, KindMatrix, "matrix.html"},
 		{"suite", &Saved{Kind: KindSuite, Suite: suiteFixture()}, KindSuite, "suite.html"},
+		{"visibility", &Saved{Kind: KindVisibility, Visibility: visibilityFixture()}, KindVisibility, "visibility.html"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,6 +74,8 @@ func TestSavedRendersAsTheOriginal(t *testing.T) {
 				v = tt.original.Run
 			case tt.original.Matrix != nil:
 				v = tt.original.Matrix
+			case tt.original.Visibility != nil:
+				v = tt.original.Visibility
 			default:
 				v = tt.original.Suite
 			}
