@@ -15,6 +15,7 @@ import (
 func newLabVisibilityCmd(g *globals) *cobra.Command {
 	var (
 		loads       []string
+		commands    []string
 		duration    time.Duration
 		every       time.Duration
 		lcpus       string
@@ -41,12 +42,17 @@ caught on this host only by a PMU's counters or resctrl (crosstalk doctor says
 which this host has). Run it before relying on the agent without a PMU; the
 innocent loads (cpu, chase) show what busy tenants alone move.
 
-Split locks stall the whole physical host: the splitlock load runs at most
-15 s (--duration). With all 7 loads and 3 s phases it takes about 30 s.
+--command runs any other program the same way (a shell command line, pinned
+to the load CPUs in its own cgroup and stopped at the end of its phase), so an
+operator can try the programs their tenants run.
+
+Split locks stall the whole physical host: the splitlock load, and any
+command (it may split locks), run at most 15 s (--duration). With all 7 loads and 3 s phases it takes about 30 s.
 
 Needs root (it creates cgroups).`,
 		Example: `  crosstalk lab visibility
-  crosstalk lab visibility --loads splitlock,stream,cachethrash,cpu --duration 5s --json`,
+  crosstalk lab visibility --loads splitlock,stream,cachethrash,cpu --duration 5s --json
+  crosstalk lab visibility --command 'stress-ng --stream 1 -q' --command 'stress-ng --cache 1 -q'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			lc, err := cpuset.Parse(lcpus)
@@ -67,7 +73,7 @@ Needs root (it creates cgroups).`,
 				return err
 			}
 			defer done()
-			vo := lab.VisibilityOptions{Loads: loads, Phase: duration, Every: every, LoadCPUs: lc, ProbeCPUs: probeCPUSet, Config: cfg}
+			vo := lab.VisibilityOptions{Loads: loads, Commands: commands, Phase: duration, Every: every, LoadCPUs: lc, ProbeCPUs: probeCPUSet, Config: cfg}
 			opt.Stamp = g.labStamp(cmd, nil)
 			bar := g.progress(vo.Planned(), "lab visibility", asJSON)
 			opt.Progress = bar.add
@@ -93,7 +99,8 @@ Needs root (it creates cgroups).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&loads, "loads", nil, "built-in loads to run, one at a time (default: all)")
+	f.StringSliceVar(&loads, "loads", nil, "built-in loads to run, one at a time (default: all, or none with --command)")
+	f.StringArrayVar(&commands, "command", nil, "another program to run the same way: a shell command line, stopped at the end of its phase (repeatable)")
 	f.DurationVar(&duration, "duration", 3*time.Second, "how long each load runs, and the quiet reading before them (at most 15s with splitlock)")
 	f.DurationVar(&every, "every", 0, "time between two readings of the probe (default: a quarter of the agent's interval, its watch's pace)")
 	f.StringVar(&lcpus, "load-cpus", "0", "CPUs the loads run on")

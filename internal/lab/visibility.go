@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path"
 	"slices"
 	"strings"
@@ -28,8 +29,12 @@ const KindVisibility = "lab-visibility"
 
 // VisibilityOptions chooses what `lab visibility` runs and how it reads.
 type VisibilityOptions struct {
-	// Loads are the built-in loads run one at a time (default: all).
+	// Loads are the built-in loads run one at a time (default: all, or
+	// none when Commands are given).
 	Loads []string
+	// Commands are other programs run the same way, each a shell command
+	// line (sh -c), stopped at the end of its phase.
+	Commands []string
 	// Phase is how long each load runs, and how long the quiet reading
 	// before them lasts (default 3 s).
 	Phase time.Duration
@@ -115,7 +120,7 @@ var visibilityKinds = []string{sense.ProbeDRAM, sense.ProbeLLC, sense.ProbeLock}
 var seenBy = []string{sense.ProbeDRAM, sense.ProbeLLC}
 
 func (vo VisibilityOptions) withDefaults() VisibilityOptions {
-	if len(vo.Loads) == 0 {
+	if len(vo.Loads) == 0 && len(vo.Commands) == 0 {
 		vo.Loads = allLoads()
 	}
 	if vo.Phase <= 0 {
@@ -134,11 +139,15 @@ func (vo VisibilityOptions) withDefaults() VisibilityOptions {
 // before and after the loads, and a phase per load.
 func (vo VisibilityOptions) Planned() time.Duration {
 	vo = vo.withDefaults()
-	return time.Duration(2+len(vo.Loads)) * vo.Phase
+	return time.Duration(2+len(vo.Loads)+len(vo.Commands)) * vo.Phase
 }
 
 // QuietAgain is the row of the quiet reading taken after the loads.
 const QuietAgain = "(quiet again)"
+
+// RoleCommand is the role a command's row shows: what it is, the reader
+// says.
+const RoleCommand = "command"
 
 // check validates the options against the CPUs this process may use.
 func (vo VisibilityOptions) check(allowed cpuset.Set) error {
@@ -150,6 +159,18 @@ func (vo VisibilityOptions) check(allowed cpuset.Set) error {
 	}
 	if vo.Phase > MaxSplitLockPhase && slices.Contains(vo.Loads, "splitlock") {
 		return fmt.Errorf("visibility: phase %s longer than the %s allowed for split locks", vo.Phase, MaxSplitLockPhase)
+	}
+	for _, c := range vo.Commands {
+		if strings.TrimSpace(c) == "" {
+			return errors.New("visibility: an empty command")
+		}
+		if slices.Contains(vo.Loads, c) || c == QuietAgain {
+			return fmt.Errorf("visibility: command %q has the name of a row already", c)
+		}
+	}
+	if vo.Phase > MaxSplitLockPhase && len(vo.Commands) > 0 {
+		// What a command does is not known: it may split locks.
+		return fmt.Errorf("visibility: phase %s longer than the %s allowed for a command (it may split locks)", vo.Phase, MaxSplitLockPhase)
 	}
 	if vo.Every > vo.Phase/4 {
 		return fmt.Errorf("visibility: a reading every %s gives fewer than four readings in a %s phase", vo.Every, vo.Phase)
@@ -186,6 +207,11 @@ func RunVisibility(ctx context.Context, vo VisibilityOptions, opt Options) (*Vis
 	if err := vo.check(allowed); err != nil {
 		return nil, err
 	}
+	for _, c := range vo.Commands {
+		if err := findProgram(c, exec.LookPath); err != nil {
+			return nil, fmt.Errorf("visibility: %w", err)
+		}
+	}
 	topo, err := topology.Read(opt.Host)
 	if err != nil {
 		return nil, err
@@ -206,8 +232,20 @@ func RunVisibility(ctx context.Context, vo VisibilityOptions, opt Options) (*Vis
 		}
 	}
 
-	scen := &Scenario{Name: "visibility", Phase: vo.Phase, Repetitions: 1,
-		Tenants: []Tenant{matrixTenant("load", RolePolluter, vo.Loads[0], vo.LoadCPUs)}}
+	// The loads and commands, each as the one tenant of its phase.
+	type row struct {
+		name string
+		t    Tenant
+	}
+	var rows []row
+	for _, l := range vo.Loads {
+		k, _ := load.Lookup(l)
+		rows = append(rows, row{l, matrixTenant("load", k.Role, l, vo.LoadCPUs)})
+	}
+	for _, c := range vo.Commands {
+		rows = append(rows, row{c, Tenant{Name: "load", Role: RolePolluter, Command: []string{"sh", "-c", c}, CPUs: vo.LoadCPUs.String(), cpus: vo.LoadCPUs}})
+	}
+	scen := &Scenario{Name: "visibility", Phase: vo.Phase, Repetitions: 1, Tenants: []Tenant{rows[0].t}}
 	layout, err := Preflight(opt.Host, scen)
 	if err != nil {
 		return nil, err
@@ -244,17 +282,18 @@ func RunVisibility(ctx context.Context, vo VisibilityOptions, opt Options) (*Vis
 		return nil, err
 	}
 	beside := map[string][]probeTick{}
-	for _, l := range vo.Loads {
-		k, _ := load.Lookup(l)
-		r.log.Info("visibility: load", "load", l, "cpus", vo.LoadCPUs.String())
+	var names []string
+	for i, rw := range rows {
+		r.log.Info("visibility: load", "load", rw.name, "cpus", vo.LoadCPUs.String())
 		pol := &probeReader{read: read, settle: min(250*time.Millisecond, vo.Phase/4)}
-		if _, err := r.phase(ctx, "visibility-"+l, vo.Phase, 0, []Tenant{matrixTenant("load", k.Role, l, vo.LoadCPUs)}, pol); err != nil {
-			return nil, err
+		if _, err := r.phase(ctx, fmt.Sprintf("visibility-%d", i), vo.Phase, 0, []Tenant{rw.t}, pol); err != nil {
+			return nil, fmt.Errorf("visibility: %s: %w", rw.name, err)
 		}
 		if pol.err != nil {
-			return nil, fmt.Errorf("visibility: reading the probe beside %s: %w", l, pol.err)
+			return nil, fmt.Errorf("visibility: reading the probe beside %s: %w", rw.name, pol.err)
 		}
-		beside[l] = pol.readings
+		beside[rw.name] = pol.readings
+		names = append(names, rw.name)
 	}
 	// Quiet again at the end: how far the host itself moved the probe
 	// while the loads ran (on a VM the physical host's other guests move
@@ -262,7 +301,10 @@ func RunVisibility(ctx context.Context, vo VisibilityOptions, opt Options) (*Vis
 	if beside[QuietAgain], err = readQuiet(); err != nil {
 		return nil, err
 	}
-	v := judgeVisibility(vo.Config.Thresholds(), quiet, append(slices.Clone(vo.Loads), QuietAgain), beside)
+	v := judgeVisibility(vo.Config.Thresholds(), quiet, append(names, QuietAgain), beside)
+	for i := len(vo.Loads); i < len(names); i++ {
+		v.Loads[i].Role = RoleCommand
+	}
 	v.Meta = opt.stamp(KindVisibility)
 	v.Phase, v.Every = vo.Phase.Seconds(), vo.Every.Seconds()
 	v.LoadCPUs, v.ProbeCPUs = vo.LoadCPUs.String(), vo.ProbeCPUs.String()
@@ -281,6 +323,28 @@ type probeTick struct {
 // precheckLLC is how many LLC readings at a proof's pace follow a tick's
 // reading (the agent's precheckReadings).
 const precheckLLC = 4
+
+// findProgram checks that the program a command line starts is installed,
+// so that a typo fails before any load runs, not in the middle. A line
+// that starts with an assignment or shell syntax is left to the shell.
+func findProgram(line string, lookPath func(string) (string, error)) error {
+	fields := strings.Fields(line)
+	if len(fields) == 0 {
+		return errors.New("an empty command")
+	}
+	prog := fields[0]
+	if strings.ContainsAny(prog, "=$`'\"(){}[];&|<>*?~\\") || shellWords[prog] {
+		return nil
+	}
+	if _, err := lookPath(prog); err != nil {
+		return fmt.Errorf("command %q: %s is not installed here (or not on PATH)", line, prog)
+	}
+	return nil
+}
+
+// shellWords are the shell's own words that may start a command line:
+// what runs is further on.
+var shellWords = map[string]bool{"exec": true, "if": true, "for": true, "while": true, "until": true, "case": true, "!": true, "time": true}
 
 // readProbe reads the probe on each CPU, every every, until ctx ends or
 // stop is closed.

@@ -3,6 +3,7 @@ package lab
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -171,6 +172,11 @@ func TestVisibilityOptionsCheck(t *testing.T) {
 		{"no probe CPU", func(o *VisibilityOptions) { o.ProbeCPUs = cpuset.Set{} }, "no CPU left for the probe"},
 		{"probe CPU not allowed", func(o *VisibilityOptions) { o.ProbeCPUs = cpuset.Of(7) }, "probe CPUs 7 are not all allowed"},
 		{"overlap", func(o *VisibilityOptions) { o.ProbeCPUs = cpuset.Of(0, 1) }, "overlap the load CPUs"},
+		{"empty command", func(o *VisibilityOptions) { o.Commands = []string{" "} }, "an empty command"},
+		{"a command named as a load", func(o *VisibilityOptions) { o.Commands = []string{"cpu"} }, "has the name of a row already"},
+		{"long command", func(o *VisibilityOptions) {
+			o.Loads, o.Commands, o.Phase = []string{"stream"}, []string{"stress-ng --cpu 1"}, 20*time.Second
+		}, "allowed for a command"},
 	} {
 		o := ok
 		c.edit(&o)
@@ -191,6 +197,9 @@ func TestVisibilityDefaults(t *testing.T) {
 	vo := VisibilityOptions{Config: agent.Defaults()}.withDefaults()
 	if len(vo.Loads) != len(allLoads()) || vo.Phase != 3*time.Second || vo.Every != agent.Defaults().Interval/4 || vo.LoadCPUs.String() != "0" {
 		t.Errorf("defaults = %+v", vo)
+	}
+	if vo := (VisibilityOptions{Commands: []string{"stress-ng --stream 1"}}).withDefaults(); len(vo.Loads) != 0 {
+		t.Errorf("with a command, no built-in load by default: %v", vo.Loads)
 	}
 	if got := (VisibilityOptions{Loads: []string{"cpu", "stream"}, Phase: time.Second}).Planned(); got != 4*time.Second {
 		t.Errorf("planned %s, want 4s (quiet before and after, two loads)", got)
@@ -237,9 +246,9 @@ func TestWriteVisibilityText(t *testing.T) {
 	}
 }
 
-// TestLiveVisibility reads the real probe beside a cpu load and a short
-// split-lock loop (1 s: split locks slow the whole host), in real cgroups,
-// and leaves nothing behind. What the probe reads depends on the host, so
+// TestLiveVisibility reads the real probe beside a cpu load, a short
+// split-lock loop (1 s: split locks slow the whole host) and a command, in
+// real cgroups, and leaves nothing behind. What the probe reads depends on the host, so
 // it checks the readings are there, not what they say.
 func TestLiveVisibility(t *testing.T) {
 	h, l := liveHost(t)
@@ -248,7 +257,7 @@ func TestLiveVisibility(t *testing.T) {
 		t.Skip("one CPU: the probe needs a CPU the loads do not run on")
 	}
 	cfg := agent.Defaults()
-	vo := VisibilityOptions{Loads: []string{"cpu", "splitlock"}, Phase: time.Second, Every: 100 * time.Millisecond,
+	vo := VisibilityOptions{Loads: []string{"cpu", "splitlock"}, Commands: []string{"sleep 30"}, Phase: time.Second, Every: 100 * time.Millisecond,
 		LoadCPUs: mustCPUs(t, loadCPU), ProbeCPUs: mustCPUs(t, probeCPU), Config: cfg}
 	v, err := RunVisibility(context.Background(), vo, Options{Host: h, Self: crosstalkBin, Policies: []string{"none"}})
 	if err != nil {
@@ -258,8 +267,11 @@ func TestLiveVisibility(t *testing.T) {
 	if len(v.Quiet) != 3 {
 		t.Errorf("quiet levels %+v, want dram, llc and lock", v.Quiet)
 	}
-	if len(v.Loads) != 3 || v.Loads[0].Load != "cpu" || v.Loads[1].Load != "splitlock" || v.Loads[2].Load != QuietAgain {
-		t.Fatalf("loads %+v, want cpu, splitlock, then the quiet reading again", v.Loads)
+	if len(v.Loads) != 4 || v.Loads[0].Load != "cpu" || v.Loads[1].Load != "splitlock" || v.Loads[2].Load != "sleep 30" || v.Loads[3].Load != QuietAgain {
+		t.Fatalf("loads %+v, want cpu, splitlock, the command (stopped at its phase's end), then the quiet reading again", v.Loads)
+	}
+	if v.Loads[2].Role != RoleCommand || v.Loads[1].Role != RolePolluter {
+		t.Errorf("roles %q and %q, want %q and %q", v.Loads[2].Role, v.Loads[1].Role, RoleCommand, RolePolluter)
 	}
 	for _, ls := range v.Loads {
 		if len(ls.Kinds) != 3 {
@@ -306,5 +318,34 @@ func TestWriteVisibilityReport(t *testing.T) {
 	var empty bytes.Buffer
 	if err := WriteVisibilityReport(&empty, &Visibility{}); err != nil || !strings.Contains(empty.String(), "No data") {
 		t.Errorf("an empty result: %v\n%s", err, empty.String())
+	}
+}
+
+func TestFindProgram(t *testing.T) {
+	installed := func(name string) (string, error) {
+		if name == "stress-ng" || name == "sh" {
+			return "/usr/bin/" + name, nil
+		}
+		return "", errors.New("not found")
+	}
+	for _, c := range []struct {
+		line string
+		want string // "" = accepted
+	}{
+		{"stress-ng --stream 1 -q", ""},
+		{"  stress-ng --cache 1", ""},
+		{"nosuchprog --x", `nosuchprog is not installed here`},
+		{"FOO=1 nosuchprog", ""},             // an assignment: the shell's business
+		{"while :; do nosuchprog; done", ""}, // shell syntax
+		{"exec nosuchprog", ""},
+		{"", "an empty command"},
+	} {
+		err := findProgram(c.line, installed)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%q: %v", c.line, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: err = %v, want it to say %q", c.line, err, c.want)
+		}
 	}
 }
