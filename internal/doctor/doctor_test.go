@@ -354,7 +354,7 @@ func TestVerdictWithoutCPUControl(t *testing.T) {
 		got[v.Name] = v
 	}
 	for name, want := range map[string]string{
-		"canary probe": "topology unknown", "cpu_quota": "no cgroup CPU controller", "PMU counters": "no hardware PMU",
+		"canary probe": "topology unknown", "cpu_quota": "no cgroup CPU controller", "PMU counters": "no hardware PMU: the canary probe alone finds polluters (what it sees here: crosstalk lab visibility)",
 		"CPI": "no cycles and instructions per tenant",
 	} {
 		if v := got[name]; v.On || !strings.Contains(v.What, want) {

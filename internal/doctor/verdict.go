@@ -56,7 +56,7 @@ func Verdict(r Report) []VerdictItem {
 	counters := VerdictItem{Name: "PMU counters"}
 	switch p := c.PMU; {
 	case !p.Hardware:
-		counters.What = "no hardware PMU: no cycles, IPC or LLC misses"
+		counters.What = "no hardware PMU: the canary probe alone finds polluters (what it sees here: crosstalk lab visibility)"
 	case p.LiveProbe != "" && p.LiveProbe != "ok":
 		counters.What = "counters cannot be opened: " + p.LiveProbe
 	default:
