@@ -36,6 +36,10 @@ level, how many readings the agent would count as contended, and whether it
 sees the load: often, sometimes or no. A last quiet reading after the loads
 shows how far the host itself moved the probe meanwhile.
 
+The quiet level is read with whatever else runs on the host: run it where
+the tenants are idle or stopped, and read the last row, quiet again after the
+loads, for how far the host itself moved the probe meanwhile.
+
 Without a PMU the probe is all the agent sees: it proves only what the probe
 reads, on a CPU the suspect does not run on. A polluter not seen here can be
 caught on this host only by a PMU's counters or resctrl (crosstalk doctor says

@@ -160,13 +160,21 @@ func (vo VisibilityOptions) check(allowed cpuset.Set) error {
 	if vo.Phase > MaxSplitLockPhase && slices.Contains(vo.Loads, "splitlock") {
 		return fmt.Errorf("visibility: phase %s longer than the %s allowed for split locks", vo.Phase, MaxSplitLockPhase)
 	}
+	rows := map[string]bool{QuietAgain: true}
+	for _, l := range vo.Loads {
+		if rows[l] {
+			return fmt.Errorf("visibility: load %s given twice", l)
+		}
+		rows[l] = true
+	}
 	for _, c := range vo.Commands {
 		if strings.TrimSpace(c) == "" {
 			return errors.New("visibility: an empty command")
 		}
-		if slices.Contains(vo.Loads, c) || c == QuietAgain {
-			return fmt.Errorf("visibility: command %q has the name of a row already", c)
+		if rows[c] {
+			return fmt.Errorf("visibility: command %q given twice, or named as a load", c)
 		}
+		rows[c] = true
 	}
 	if vo.Phase > MaxSplitLockPhase && len(vo.Commands) > 0 {
 		// What a command does is not known: it may split locks.

@@ -173,7 +173,9 @@ func TestVisibilityOptionsCheck(t *testing.T) {
 		{"probe CPU not allowed", func(o *VisibilityOptions) { o.ProbeCPUs = cpuset.Of(7) }, "probe CPUs 7 are not all allowed"},
 		{"overlap", func(o *VisibilityOptions) { o.ProbeCPUs = cpuset.Of(0, 1) }, "overlap the load CPUs"},
 		{"empty command", func(o *VisibilityOptions) { o.Commands = []string{" "} }, "an empty command"},
-		{"a command named as a load", func(o *VisibilityOptions) { o.Commands = []string{"cpu"} }, "has the name of a row already"},
+		{"a command named as a load", func(o *VisibilityOptions) { o.Commands = []string{"cpu"} }, "given twice, or named as a load"},
+		{"a command twice", func(o *VisibilityOptions) { o.Commands = []string{"stress-ng --cpu 1", "stress-ng --cpu 1"} }, "given twice"},
+		{"a load twice", func(o *VisibilityOptions) { o.Loads = []string{"cpu", "cpu"} }, "load cpu given twice"},
 		{"long command", func(o *VisibilityOptions) {
 			o.Loads, o.Commands, o.Phase = []string{"stream"}, []string{"stress-ng --cpu 1"}, 20*time.Second
 		}, "allowed for a command"},
