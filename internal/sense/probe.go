@@ -75,6 +75,13 @@ type ProbeConfig struct {
 	SpreadGap time.Duration
 }
 
+// ChunkCounts are the chunks an interval's reading times and those a
+// proof's DRAM reading times, defaults filled as NewProbe fills them.
+func (c ProbeConfig) ChunkCounts() (chunks, proofChunks int) {
+	c.fill(0)
+	return c.Chunks, c.ProofChunks
+}
+
 func (c *ProbeConfig) fill(l2 int64) {
 	if c.LLCBytes == 0 {
 		c.LLCBytes = min(max(l2+64<<10, 576<<10), 4<<20)

@@ -250,3 +250,19 @@ func TestProbeBooksItsCPUTimeByReading(t *testing.T) {
 		t.Errorf("a second proof reading left the proofs' time at %v (was %v): it must add up", after, before)
 	}
 }
+
+func TestProbeConfigChunkCounts(t *testing.T) {
+	for _, c := range []struct {
+		cfg           ProbeConfig
+		chunks, proof int
+	}{
+		{ProbeConfig{}, 7, 3},
+		{ProbeConfig{Chunks: 2}, 2, 2},
+		{ProbeConfig{Chunks: 9, ProofChunks: 5}, 9, 5},
+		{ProbeConfig{ProofChunks: 8}, 7, 8},
+	} {
+		if chunks, proof := c.cfg.ChunkCounts(); chunks != c.chunks || proof != c.proof {
+			t.Errorf("%+v: %d and %d chunks, want %d and %d", c.cfg, chunks, proof, c.chunks, c.proof)
+		}
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
 func mustParse(t testing.TB, y string) *Scenario {
@@ -286,7 +288,7 @@ tenants:
 	}
 	defer s.close()
 	s.setState(s.model.quietState())
-	pr := newSimProber(s, 2, 0)
+	pr := newSimProber(s, sense.ProbeConfig{CPUsPerDomain: 2})
 	quiet, _ := pr.MeasureCPU(1, 4)
 	s.setState(steady(s.model, s.levers, 0))
 	loud, _ := pr.MeasureCPU(1, 4)
@@ -299,6 +301,54 @@ tenants:
 	}
 	if n := len(pr.Targets()); n != 4 {
 		t.Errorf("%d probe targets, want 2 per domain", n)
+	}
+}
+
+// A proof's DRAM reading times fewer chunks than an interval's
+// (probe.proof_chunks): it scatters more, by the square root of their
+// ratio, and its level is the same; the other kinds read alike.
+func TestProofReadingsScatterMore(t *testing.T) {
+	sc := mustParse(t, `
+name: probe-noise
+noise: 0.05
+machine: {cpu: skylakex, sockets: 1, cores_per_socket: 4, max_mhz: 3000}
+tenants:
+  - {name: p, role: polluter, cpus: "0", phases: [{from: 0s, memory_bound: 0, bus_locks: 0}]}
+`)
+	s, err := newSimHost(sc, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	s.setState(s.model.quietState())
+	pr := newSimProber(s, sense.ProbeConfig{CPUsPerDomain: 2}) // 7 chunks, 3 in a proof
+	spread := func(read func(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error), kind string) (mean, sd float64) {
+		const n = 4000
+		var xs []float64
+		for range n {
+			rs, _ := read(0, 1, kind)
+			xs = append(xs, math.Log(rs[0].Ns))
+		}
+		for _, x := range xs {
+			mean += x / n
+		}
+		for _, x := range xs {
+			sd += (x - mean) * (x - mean) / n
+		}
+		return mean, math.Sqrt(sd)
+	}
+	im, isd := spread(pr.MeasureCPU, sense.ProbeDRAM)
+	pm, psd := spread(pr.MeasureOnce, sense.ProbeDRAM)
+	if r := psd / isd; r < 1.4 || r > 1.66 {
+		t.Errorf("a proof's DRAM reading scatters %.2f× an interval's, want about √(7/3) = 1.53", r)
+	}
+	if math.Abs(pm-im) > 0.01 {
+		t.Errorf("a proof's DRAM level %.3f, an interval's %.3f: want the same", pm, im)
+	}
+	_, llc := spread(pr.MeasureCPU, sense.ProbeLLC)
+	_, pllc := spread(pr.MeasureOnce, sense.ProbeLLC)
+	if r := pllc / llc; r < 0.9 || r > 1.1 {
+		t.Errorf("a proof's LLC reading scatters %.2f× an interval's, want the same", r)
 	}
 }
 

@@ -21,6 +21,11 @@ type simProber struct {
 	// between its warm-up and its timed load: about one walk of the
 	// buffer at L3 speed (the warm-up's independent loads overlap).
 	walkSec float64
+	// proofDRAMNoise scales the noise of a proof's DRAM reading: it times
+	// fewer chunks than an interval's (sense.ProbeConfig.ProofChunks), and
+	// a median of independent chunks scatters as one over the square root
+	// of their number.
+	proofDRAMNoise float64
 
 	mu      sync.Mutex
 	next    map[int]int
@@ -28,11 +33,14 @@ type simProber struct {
 	rng     *rand.Rand
 }
 
-func newSimProber(s *simHost, cpusPerDomain int, llcBytes int64) *simProber {
-	p := &simProber{s: s, perDom: cpusPerDomain, next: map[int]int{}, llcNext: map[int]int{}, rng: newRNG(s.sc.Seed, 0x9e0be)}
+func newSimProber(s *simHost, cfg sense.ProbeConfig) *simProber {
+	chunks, proofChunks := cfg.ChunkCounts()
+	p := &simProber{s: s, perDom: cfg.CPUsPerDomain, next: map[int]int{}, llcNext: map[int]int{}, rng: newRNG(s.sc.Seed, 0x9e0be),
+		proofDRAMNoise: math.Sqrt(float64(chunks) / float64(proofChunks))}
 	if p.perDom <= 0 {
 		p.perDom = 2
 	}
+	llcBytes := cfg.LLCBytes
 	if llcBytes <= 0 {
 		llcBytes = 1088 << 10 // sense.Probe's default here: the L2 (1 MiB) plus 64 KiB
 	}
@@ -80,6 +88,17 @@ func (p *simProber) Measure() ([]sense.ProbeReading, error) {
 
 // MeasureCPU returns what the canary would read on cpu now.
 func (p *simProber) MeasureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error) {
+	return p.measure(domain, cpu, 1, kinds)
+}
+
+// MeasureOnce is what a proof reads on cpu now: as MeasureCPU, its DRAM
+// reading noisier for its fewer chunks.
+func (p *simProber) MeasureOnce(domain, cpu int, kinds ...string) ([]sense.ProbeReading, error) {
+	return p.measure(domain, cpu, p.proofDRAMNoise, kinds)
+}
+
+// measure reads kinds on cpu, the DRAM reading's noise scaled by dramNoise.
+func (p *simProber) measure(domain, cpu int, dramNoise float64, kinds []string) ([]sense.ProbeReading, error) {
 	if len(kinds) == 0 {
 		kinds = probeKinds
 	}
@@ -89,6 +108,9 @@ func (p *simProber) MeasureCPU(domain, cpu int, kinds ...string) ([]sense.ProbeR
 	for _, k := range kinds {
 		ns := p.s.probeNs(cpu, k, p.walkSec)
 		if n := p.s.sc.Noise; n > 0 {
+			if k == sense.ProbeDRAM {
+				n *= dramNoise
+			}
 			ns *= math.Exp(n * p.rng.NormFloat64())
 		}
 		out = append(out, sense.ProbeReading{Domain: domain, CPU: cpu, Kind: k, Ns: ns})

@@ -200,7 +200,7 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 			o.Agent(&cfg)
 		}
 		ps := cfg.ProbeSettings()
-		prober := newSimProber(s, ps.CPUsPerDomain, ps.LLCBytes)
+		prober := newSimProber(s, ps)
 		a, closeA, err := agent.BuildWith(ctx, cfg, s.h, agent.BuildOptions{
 			Log: o.Log, Version: "sim", OnAction: r.onAction,
 			PerfOpener: perfOpener{s}, Probe: prober, Sleep: func(time.Duration) {}, Now: vclock,
