@@ -564,6 +564,21 @@ func TestReportInChromium(t *testing.T) {
 	}
 	mdom := string(runChromium(t, bin, "--dump-dom", "file://"+mhtml))
 	wantAll(t, mdom, "interference matrix", "8.20×", "<svg", "Aggressiveness")
+
+	// And the visibility page, its hostile load name kept as text.
+	var vb bytes.Buffer
+	if err := WriteVisibilityReport(&vb, visibilityFixture()); err != nil {
+		t.Fatal(err)
+	}
+	vhtml := filepath.Join(dir, "visibility.html")
+	if err := os.WriteFile(vhtml, vb.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vdom := string(runChromium(t, bin, "--dump-dom", "file://"+vhtml))
+	wantAll(t, vdom, "what the agent's probe sees", "7.06× / 7.06×", "often (dram)", "&lt;b&gt;&amp;x", "(quiet again)")
+	if strings.Contains(vdom, "<b>&amp;x") {
+		t.Error("the hostile load name became markup")
+	}
 }
 
 func near(c uint32, want uint32) bool { return c+12 >= want && c <= want+12 }
