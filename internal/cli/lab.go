@@ -220,6 +220,21 @@ Unknown fields are rejected; errors name the line.`,
 	return cmd
 }
 
+// writeLabResult ends a lab command that measured v: with outDir, v as
+// jsonName (which 'lab report' reads back) and its HTML report there; then
+// v as JSON with asJSON, else its text report.
+func (g *globals) writeLabResult(outDir string, asJSON bool, jsonName string, v any, s *lab.Saved) error {
+	if outDir != "" {
+		if err := g.writeOut(outDir, resultdir.JSON(jsonName, v), resultdir.Rendered(s.ReportName(), s.WriteHTML)); err != nil {
+			return err
+		}
+	}
+	if asJSON {
+		return writeJSON(g.out, v)
+	}
+	return s.WriteText(g.out)
+}
+
 // labRunFiles is lab run's result directory: the result, which 'lab
 // report' reads back, and its HTML report.
 func labRunFiles(res *lab.Result) []resultdir.File {
@@ -325,18 +340,7 @@ about 3 minutes.`,
 			if err != nil {
 				return labError(err)
 			}
-			if outDir != "" {
-				err := g.writeOut(outDir,
-					resultdir.JSON("matrix.json", m),
-					resultdir.Rendered("matrix.html", func(w io.Writer) error { return lab.WriteMatrixReport(w, m) }))
-				if err != nil {
-					return err
-				}
-			}
-			if asJSON {
-				return writeJSON(g.out, m)
-			}
-			return lab.WriteMatrixText(g.out, m)
+			return g.writeLabResult(outDir, asJSON, "matrix.json", m, &lab.Saved{Kind: lab.KindMatrix, Matrix: m})
 		},
 	}
 	cmd.Flags().StringSliceVar(&victims, "victims", nil, "victim loads (default: all built-in loads)")

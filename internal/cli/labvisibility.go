@@ -2,14 +2,12 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/lab"
-	"github.com/crosstalk-project/crosstalk/internal/resultdir"
 )
 
 func newLabVisibilityCmd(g *globals) *cobra.Command {
@@ -88,18 +86,7 @@ Needs root (it creates cgroups).`,
 			if err != nil {
 				return labError(err)
 			}
-			if outDir != "" {
-				err := g.writeOut(outDir,
-					resultdir.JSON("visibility.json", v),
-					resultdir.Rendered("visibility.html", func(w io.Writer) error { return lab.WriteVisibilityReport(w, v) }))
-				if err != nil {
-					return err
-				}
-			}
-			if asJSON {
-				return writeJSON(g.out, v)
-			}
-			return lab.WriteVisibilityText(g.out, v)
+			return g.writeLabResult(outDir, asJSON, "visibility.json", v, &lab.Saved{Kind: lab.KindVisibility, Visibility: v})
 		},
 	}
 	f := cmd.Flags()

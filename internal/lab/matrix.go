@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/humanize"
 	"github.com/crosstalk-project/crosstalk/internal/load"
@@ -109,17 +106,11 @@ func RunMatrix(ctx context.Context, mo MatrixOptions, opt Options) (*Matrix, err
 	if err := opt.fill(); err != nil {
 		return nil, err
 	}
-	layout, err := Preflight(opt.Host, probe)
+	r, cleanup, err := newRunner(opt, probe)
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{opt: opt, s: probe, layout: layout, log: opt.Log,
-		runID: fmt.Sprintf("run-%d-%d", os.Getpid(), time.Now().UnixNano())}
-	Sweep(opt.Host, layout)
-	defer func() {
-		cgroup.RemoveTree(opt.Host, layout, path.Join(labRoot, r.runID), 5*time.Second)
-		cgroup.Open(opt.Host, layout, labRoot).Remove()
-	}()
+	defer cleanup()
 
 	m := &Matrix{Meta: opt.stamp(KindMatrix), Phase: mo.Phase.Seconds(), Victims: mo.Victims, Polluters: mo.Polluters,
 		Solo: map[string]float64{}, Slowdown: map[string]map[string]float64{}}

@@ -85,25 +85,35 @@ func Run(ctx context.Context, s *Scenario, opt Options) (*Result, error) {
 	if err := opt.Registry.Resolve(opt.Policies); err != nil {
 		return nil, err
 	}
-	layout, err := Preflight(opt.Host, s)
+	r, cleanup, err := newRunner(opt, s)
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{opt: opt, s: s, layout: layout, log: opt.Log,
-		runID: fmt.Sprintf("run-%d-%d", os.Getpid(), time.Now().UnixNano())}
+	defer cleanup()
+	return r.run(ctx)
+}
 
+// newRunner checks the host can run s (Preflight), removes what a killed
+// run left (Sweep), and returns a runner whose cgroups cleanup removes.
+// opt must be filled.
+func newRunner(opt Options, s *Scenario) (r *runner, cleanup func(), err error) {
+	layout, err := Preflight(opt.Host, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	r = &runner{opt: opt, s: s, layout: layout, log: opt.Log,
+		runID: fmt.Sprintf("run-%d-%d", os.Getpid(), time.Now().UnixNano())}
 	if n, err := Sweep(opt.Host, layout); err != nil {
 		r.log.Warn("could not remove a stale lab run", "err", err)
 	} else if n > 0 {
 		r.log.Info("removed stale lab cgroups left by a killed run", "runs", n)
 	}
-	defer func() {
+	return r, func() {
 		if err := cgroup.RemoveTree(opt.Host, layout, path.Join(labRoot, r.runID), 5*time.Second); err != nil {
 			r.log.Error("lab cleanup failed; run `crosstalk lab cleanup`", "err", err)
 		}
 		cgroup.Open(opt.Host, layout, labRoot).Remove() // fails harmlessly while other runs are in it
-	}()
-	return r.run(ctx)
+	}, nil
 }
 
 // Preflight checks the host can run the scenario: cgroup controllers for CPU

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"os/exec"
-	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +14,6 @@ import (
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
-	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/load"
@@ -254,17 +251,11 @@ func RunVisibility(ctx context.Context, vo VisibilityOptions, opt Options) (*Vis
 		rows = append(rows, row{c, Tenant{Name: "load", Role: RolePolluter, Command: []string{"sh", "-c", c}, CPUs: vo.LoadCPUs.String(), cpus: vo.LoadCPUs}})
 	}
 	scen := &Scenario{Name: "visibility", Phase: vo.Phase, Repetitions: 1, Tenants: []Tenant{rows[0].t}}
-	layout, err := Preflight(opt.Host, scen)
+	r, cleanup, err := newRunner(opt, scen)
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{opt: opt, s: scen, layout: layout, log: opt.Log,
-		runID: fmt.Sprintf("run-%d-%d", os.Getpid(), time.Now().UnixNano())}
-	Sweep(opt.Host, layout)
-	defer func() {
-		cgroup.RemoveTree(opt.Host, layout, path.Join(labRoot, r.runID), 5*time.Second)
-		cgroup.Open(opt.Host, layout, labRoot).Remove()
-	}()
+	defer cleanup()
 
 	read := func(ctx context.Context, stop <-chan struct{}) ([]probeTick, error) {
 		return readProbe(ctx, stop, probe, domainOf, vo.ProbeCPUs, vo.Every)
