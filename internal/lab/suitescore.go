@@ -446,9 +446,18 @@ func distOf(vals []float64) Dist {
 	slices.Sort(s)
 	m, _ := median(s)
 	d.Median = ptr(m)
-	rank := int(math.Ceil(0.95*float64(len(s)))) - 1
-	d.P95 = ptr(s[max(rank, 0)])
+	d.P95 = ptr(nearestRank(s, 0.95))
 	return d
+}
+
+// nearestRank is the q-quantile of sorted by nearest rank: the smallest
+// value at or above a q share of them; 0 for none.
+func nearestRank(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // Interval is a confidence interval of a rate.

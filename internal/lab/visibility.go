@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os/exec"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
+	"github.com/crosstalk-project/crosstalk/internal/humanize"
 	"github.com/crosstalk-project/crosstalk/internal/judge"
 	"github.com/crosstalk-project/crosstalk/internal/load"
 	"github.com/crosstalk-project/crosstalk/internal/sense"
@@ -491,8 +491,10 @@ func judgeLoad(cont *judge.Contention, name string, ticks []probeTick) LoadSight
 		if len(xs) == 0 {
 			continue
 		}
-		ks := KindSight{Kind: k, Readings: len(xs), Median: quantile(xs, 0.5), P90: quantile(xs, 0.9), Over: over[k],
-			ProofPaceMedian: quantile(proof[k], 0.5), QuietAtProofPace: paceQuiet[k]}
+		slices.Sort(xs)
+		slices.Sort(proof[k])
+		ks := KindSight{Kind: k, Readings: len(xs), Median: nearestRank(xs, 0.5), P90: nearestRank(xs, 0.9), Over: over[k],
+			ProofPaceMedian: nearestRank(proof[k], 0.5), QuietAtProofPace: paceQuiet[k]}
 		ls.Kinds = append(ls.Kinds, ks)
 		if share := float64(ks.Over) / float64(ks.Readings); slices.Contains(seenBy, k) && ks.Over > 0 && share > best {
 			best, ls.By = share, k
@@ -507,17 +509,6 @@ func judgeLoad(cont *judge.Contention, name string, ticks []probeTick) LoadSight
 		ls.By = ""
 	}
 	return ls
-}
-
-// quantile is the q-quantile of xs (nearest rank), 0 for none.
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }
 
 // WriteVisibilityText prints the result: the quiet levels, a line a load,
@@ -569,7 +560,7 @@ func (v *Visibility) quietLevels() string {
 func (v *Visibility) thresholdsText() string {
 	var ths []string
 	for _, k := range seenBy {
-		ths = append(ths, fmt.Sprintf("%s %s×", k, trimFloat(v.Thresholds[k])))
+		ths = append(ths, fmt.Sprintf("%s %s×", k, humanize.Sig3(v.Thresholds[k])))
 	}
 	return strings.Join(ths, ", ")
 }
@@ -634,8 +625,3 @@ LLC misses, CPI) or resctrl (see crosstalk doctor). What is seen, a proof still 
 an innocent load seen here costs proofs, not convictions. (quiet again) is nothing running,
 read after the loads: how far the host itself moved the probe meanwhile.
 `
-
-// trimFloat prints x without trailing zeros (1.5, 3).
-func trimFloat(x float64) string {
-	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", x), "0"), ".")
-}

@@ -136,20 +136,20 @@ func TestJudgeVisibilityUsesTheConfiguredThresholds(t *testing.T) {
 	}
 }
 
-func TestQuantile(t *testing.T) {
+func TestNearestRank(t *testing.T) {
 	for _, c := range []struct {
-		xs   []float64
-		q    float64
-		want float64
+		sorted []float64
+		q      float64
+		want   float64
 	}{
 		{nil, 0.5, 0},
 		{[]float64{3}, 0.9, 3},
-		{[]float64{4, 1, 3, 2}, 0.5, 2},
-		{[]float64{10, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 0.9, 9},
+		{[]float64{1, 2, 3, 4}, 0.5, 2},
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 0.9, 9},
 		{[]float64{1, 2}, 0, 1},
 	} {
-		if got := quantile(c.xs, c.q); got != c.want {
-			t.Errorf("quantile(%v, %v) = %v, want %v", c.xs, c.q, got, c.want)
+		if got := nearestRank(c.sorted, c.q); got != c.want {
+			t.Errorf("nearestRank(%v, %v) = %v, want %v", c.sorted, c.q, got, c.want)
 		}
 	}
 }
