@@ -178,7 +178,10 @@ func TestScoreRunWithSeveralPolluters(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			samples := []Sample{{T: 0.5, Value: 10}, {T: 2, Value: 20}, {T: 3.5, Value: 40}}
+			var samples []Sample // every half second, slower and slower
+			for i := range 8 {
+				samples = append(samples, Sample{T: 0.5 * float64(i+1), Value: 10 + 5*float64(i)})
+			}
 			res := &Result{Victim: "v", Solo: map[string]Solo{"v": {Value: fp(10), Direction: "lower"}},
 				Results: []PolicyResult{{Policy: "crosstalk", Actions: tc.actions,
 					Timeline: Timeline{Events: events, Victim: samples}}}}
@@ -196,10 +199,10 @@ func TestScoreRunWithSeveralPolluters(t *testing.T) {
 					t.Errorf("%s = %v, want %v", c.what, deref(c.got), deref(c.want))
 				}
 			}
-			var want float64 // the mean slowdown of the samples from tc.after on
+			var want float64 // the mean slowdown of the windows that begin at tc.after or later
 			var n int
 			for _, x := range samples {
-				if x.T >= tc.after {
+				if begin := x.T - 0.5; begin >= tc.after {
 					want += x.Value / 10
 					n++
 				}
@@ -317,9 +320,48 @@ func TestScoreVictimSlowdownAfterWeighsPerOpMetrics(t *testing.T) {
 			}
 			events := []TenantEvent{ev(1, "p", "start"), ev(8, "p", "stop")}
 			res := &Result{Victim: "v", Solo: map[string]Solo{"v": {Value: fp(10), Direction: "lower"}},
-				Results: []PolicyResult{{Policy: "crosstalk", VictimSlowdown: fp(2), Actions: []Action{act(1.5, "p", "proof", 0.5)},
+				Results: []PolicyResult{{Policy: "crosstalk", VictimSlowdown: fp(2), Actions: []Action{act(1.25, "p", "proof", 0.5)},
 					Timeline: Timeline{Victim: tl, Events: events}}}}
 			got := ScoreRun(s, res).VictimSlowdownAfter["crosstalk"]
+			if got == nil || math.Abs(*got-tc.want) > 1e-9 {
+				t.Errorf("slowdown after first action = %v, want %.4f", deref(got), tc.want)
+			}
+		})
+	}
+}
+
+// The window a first action falls in began before it: left out, whichever
+// part of it came after. The victim's first window begins at its start.
+func TestScoreVictimSlowdownAfterLeavesOutTheWindowOfTheAction(t *testing.T) {
+	// The victim starts at 0.5 s; windows end every 0.25 s from 0.75 s.
+	var tl []Sample
+	for i, ns := range []float64{50, 50, 50, 10, 10, 10} {
+		tl = append(tl, Sample{T: 0.75 + 0.25*float64(i), Value: ns})
+	}
+	for _, tc := range []struct {
+		name   string
+		action float64
+		want   float64
+	}{
+		{"at the victim's start", 0.5, (3*50 + 3*10) / 6.0 / 10},
+		{"in the first window", 0.6, (2*50 + 3*10) / 5.0 / 10},
+		{"at a window's end", 1.25, 1},
+		{"just after a window's end", 1.26, 1},
+		{"in the last window", 1.9, math.NaN()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := scoreScenario(t, "", ", start: 1s")
+			events := []TenantEvent{ev(0.5, "v", "start"), ev(0.5, "p", "start"), ev(8, "p", "stop")}
+			res := &Result{Victim: "v", Solo: map[string]Solo{"v": {Value: fp(10), Direction: "lower"}},
+				Results: []PolicyResult{{Policy: "crosstalk", VictimSlowdown: fp(2), Actions: []Action{act(tc.action, "p", "proof", 0.1)},
+					Timeline: Timeline{Victim: tl, Events: events}}}}
+			got := ScoreRun(s, res).VictimSlowdownAfter["crosstalk"]
+			if math.IsNaN(tc.want) {
+				if got != nil {
+					t.Errorf("slowdown after first action = %v, want none (no window begins after it)", *got)
+				}
+				return
+			}
 			if got == nil || math.Abs(*got-tc.want) > 1e-9 {
 				t.Errorf("slowdown after first action = %v, want %.4f", deref(got), tc.want)
 			}
