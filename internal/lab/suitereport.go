@@ -143,7 +143,7 @@ var suiteTmpl = template.Must(template.New("suite").Funcs(template.FuncMap{
 <tbody>{{range .Slowdowns}}
 <tr{{if .First}} class="first"{{end}}><td>{{.Class}}</td><td>{{.Policy}}</td><td class="num" style="background:{{.WholeHeat.Bg}};color:{{.WholeHeat.Fg}}">{{.Whole}}</td><td class="num" style="background:{{.AfterHeat.Bg}};color:{{.AfterHeat.Fg}}">{{.After}}</td></tr>{{end}}
 </tbody></table>
-<p class="meta">After the first action: the victim's timeline from the agent's first cap of the polluter on, under every policy (the same moment), against its solo run; a time per operation (ns per access) weighted by each sample's operations, as the whole phase's value is.</p>
+<p class="meta">After the first action: the victim's progress windows that begin at the agent's first cap of the polluter or later (the window it falls in held contention from before it), under every policy (the same moment), against its solo run; a time per operation (ns per access) weighted by each sample's operations, as the whole phase's value is.</p>
 
 <h2>Runs</h2>
 <table class="runs">
