@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -435,9 +436,19 @@ func TestUnitSystemCallFilterCoversTheAgent(t *testing.T) {
 	var outside []string
 	for c := range used {
 		// execve is strace starting the binary, before the filter would apply.
-		if !allowed[c] && c != "execve" {
-			outside = append(outside, c)
+		if allowed[c] || c == "execve" {
+			continue
 		}
+		// strace names a number it has no name for syscall_0xN. One beyond
+		// every x86-64 system call (the table ends below 0x200, where the
+		// x32 ABI's numbers start, and those carry bit 30) is no call the
+		// agent made but a register strace read mid-transition while
+		// attaching a new thread: seen once in many runs, as 0x8be.
+		if n, err := strconv.ParseUint(strings.TrimPrefix(c, "syscall_0x"), 16, 64); strings.HasPrefix(c, "syscall_0x") && err == nil && n >= 0x200 && n < 1<<30 {
+			t.Logf("ignored %s from the trace: no x86-64 system call has that number", c)
+			continue
+		}
+		outside = append(outside, c)
 	}
 	slices.Sort(outside)
 	if len(outside) > 0 {
