@@ -305,20 +305,13 @@ func ScoreRun(s *Scenario, res *Result) RunScore {
 			sc.VictimSlowdownAfter[pr.Policy] = nil
 			continue
 		}
-		sc.VictimSlowdownAfter[pr.Policy] = meanSlowdownFrom(pr.Timeline.Victim, *firstAction, tenantStart(pr.Timeline.Events, res.Victim), *solo.Value, solo.Direction, perOp)
+		begin := 0.0 // the victim's start, where its first window begins
+		if runs := runWindows(pr.Timeline.Events, res.Victim, in.Phase); len(runs) > 0 {
+			begin = runs[0].from
+		}
+		sc.VictimSlowdownAfter[pr.Policy] = meanSlowdownFrom(pr.Timeline.Victim, *firstAction, begin, *solo.Value, solo.Direction, perOp)
 	}
 	return sc
-}
-
-// tenantStart is when a tenant first started in the phase (0 when its
-// start is not among the events).
-func tenantStart(events []TenantEvent, tenant string) float64 {
-	for _, e := range events {
-		if e.Tenant == tenant && e.Kind == "start" {
-			return e.T
-		}
-	}
-	return 0
 }
 
 // slowest is the later of two times, either of which may be missing.
