@@ -46,8 +46,10 @@ or not, the time to its first cap and to its conviction, its release after it
 stops, the innocents capped for proofs and convicted, and the victim's slowdown
 under each policy. The totals: recall, false-conviction rate, innocent proof
 cap-seconds, reaction and release times (median and p95) and the victim's
-slowdown, overall and by run class; then the polluter runs by polluter kind,
-timing and placement.
+slowdown, overall and by run class; the victims restored (where no policy
+slowed the victim 1.5x or more, how often it ran within 1.05x after the first
+action, of its solo level and of its level without the polluter); then the
+polluter runs by polluter kind, timing and placement.
 
 Needs root (it creates cgroups), except --list.`,
 		Example: `  crosstalk lab suite --seed 1 --runs 30 --list

@@ -257,9 +257,40 @@ func WriteSuiteText(w io.Writer, r *SuiteResult) error {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(&b, "\nmedian / p95 over runs; recall = polluter runs whose polluter was convicted; false conv. = runs with an innocent convicted;\npolluter, timing and placement rows count polluter runs only;\nharmful = polluter runs whose victim was at least %.1f× worse off with the polluter than without it, under no policy (harm);\nwhere the polluter shares the victim's CPUs, than with a cache-friendly cpu load in its place (harm beyond its CPU use).\n", HarmThreshold)
+	writeRestoreTable(&b, rows)
+	fmt.Fprintf(&b, "\nmedian / p95 over runs; recall = polluter runs whose polluter was convicted; false conv. = runs with an innocent convicted;\npolluter, timing and placement rows count polluter runs only;\nharmful = polluter runs whose victim was at least %.1f× worse off with the polluter than without it, under no policy (harm);\nwhere the polluter shares the victim's CPUs, than with a cache-friendly cpu load in its place (harm beyond its CPU use);\nvictim restored = of the polluter runs whose victim no policy slowed %.1f× or more, those the agent acted on,\nand of these, those whose victim after the first action was within %.2f× of its solo level, and of its level with the polluter left out.\n", HarmThreshold, RestoreFrom, RestoredWithin)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeRestoreTable prints the restored victims of each row that has runs
+// to restore; nothing when none has.
+func writeRestoreTable(b *strings.Builder, rows []AttributionRow) {
+	var some []AttributionRow
+	for _, row := range rows {
+		if row.Aggregate.Restore.Runs > 0 {
+			some = append(some, row)
+		}
+	}
+	if len(some) == 0 {
+		return
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "VICTIM RESTORED\tNONE ≥ %s\tACTED ON\t≤ %s OF SOLO\t≤ %s WITHOUT POLLUTER\n", humanize.Ratio(RestoreFrom), humanize.Ratio(RestoredWithin), humanize.Ratio(RestoredWithin))
+	for _, row := range some {
+		r := row.Aggregate.Restore
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", row.Name, r.Runs, r.Acted, fmtOf(r.WithinSolo, r.Acted), fmtOf(r.WithinWithout, r.Measured))
+	}
+	tw.Flush()
+}
+
+// fmtOf writes a count of a total as "5 of 27", a dash when the total is 0.
+func fmtOf(k, n int) string {
+	if n == 0 {
+		return humanize.Dash
+	}
+	return fmt.Sprintf("%d of %d", k, n)
 }
 
 // AttributionRow is one line of the attribution table: a set of runs by

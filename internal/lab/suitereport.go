@@ -28,6 +28,9 @@ type suitePage struct {
 	Runs           int
 	Totals         []suiteTotalRow
 	Slowdowns      []suiteSlowdownRow
+	Restored       []suiteRestoreRow
+	RestoreFrom    float64
+	RestoredWithin float64
 	Rows           []suiteRunRow
 	PolicyHeadings []string
 }
@@ -43,6 +46,10 @@ type suiteSlowdownRow struct {
 	WholeHeat, AfterHeat heat
 }
 
+type suiteRestoreRow struct {
+	Class, Runs, Acted, WithinSolo, WithinWithout string
+}
+
 type suiteCell struct {
 	Text string
 	Heat heat
@@ -56,7 +63,8 @@ type suiteRunRow struct {
 }
 
 func newSuitePage(r *SuiteResult) suitePage {
-	p := suitePage{Meta: metaHTML(r.Meta), HarmThreshold: HarmThreshold, Seed: r.Seed, Host: r.Host, Policies: strings.Join(r.Policies, ", "), Runs: len(r.Runs), PolicyHeadings: r.Policies}
+	p := suitePage{Meta: metaHTML(r.Meta), HarmThreshold: HarmThreshold, Seed: r.Seed, Host: r.Host, Policies: strings.Join(r.Policies, ", "), Runs: len(r.Runs), PolicyHeadings: r.Policies,
+		RestoreFrom: RestoreFrom, RestoredWithin: RestoredWithin}
 	total := func(c AttributionRow) {
 		a := c.Aggregate
 		p.Totals = append(p.Totals, suiteTotalRow{Class: c.Name, Runs: c.Runs, Recall: fmtRate(a.Recall, a.PolluterRuns, a.RecallInterval),
@@ -66,6 +74,10 @@ func newSuitePage(r *SuiteResult) suitePage {
 	for _, c := range r.classRows() {
 		total(c)
 		a := c.Aggregate
+		if rs := a.Restore; rs.Runs > 0 {
+			p.Restored = append(p.Restored, suiteRestoreRow{Class: c.Name, Runs: fmt.Sprint(rs.Runs), Acted: fmt.Sprint(rs.Acted),
+				WithinSolo: fmtOf(rs.WithinSolo, rs.Acted), WithinWithout: fmtOf(rs.WithinWithout, rs.Measured)})
+		}
 		for i, pol := range r.Policies {
 			whole, after := a.VictimSlowdown[pol], a.VictimSlowdownAfter[pol]
 			p.Slowdowns = append(p.Slowdowns, suiteSlowdownRow{First: i == 0, Class: c.Name, Policy: pol,
@@ -145,6 +157,14 @@ var suiteTmpl = template.Must(template.New("suite").Funcs(template.FuncMap{
 </tbody></table>
 <p class="meta">After the first action: the victim's progress windows that begin at the agent's first cap of the polluter or later (the window it falls in held contention from before it), under every policy (the same moment), against its solo run; a time per operation (ns per access) weighted by each sample's operations, as the whole phase's value is.</p>
 
+{{if .Restored}}<h3>Victim restored</h3>
+<table class="totals">
+<thead><tr><th>runs</th><th class="num">no policy ≥ {{.RestoreFrom}}×</th><th class="num">acted on</th><th class="num">≤ {{.RestoredWithin}}× of solo</th><th class="num">≤ {{.RestoredWithin}}× without the polluter</th></tr></thead>
+<tbody>{{range .Restored}}
+<tr><td>{{.Class}}</td><td class="num">{{.Runs}}</td><td class="num">{{.Acted}}</td><td class="num">{{.WithinSolo}}</td><td class="num">{{.WithinWithout}}</td></tr>{{end}}
+</tbody></table>
+<p class="meta">Of the polluter runs whose victim no policy slowed {{.RestoreFrom}}× or more over the phase: those where the agent acted on the polluter, and of these, those whose victim after the first action ran within {{.RestoredWithin}}× of its solo level, and within {{.RestoredWithin}}× of its level in the same scenario with the polluter left out (no policy) — the level that throttling only the polluter can bring it back to, its bystanders' share of its CPU included.</p>
+{{end}}
 <h2>Runs</h2>
 <table class="runs">
 <thead><tr><th>run</th><th>class</th><th>victim</th><th>polluter</th><th>timing</th><th>placement</th><th>bystanders</th><th>verdict</th><th class="num">harm</th><th class="num">first cap</th><th class="num">conviction</th><th class="num">release</th><th class="num">innocents proved</th><th class="num">innocents convicted</th>{{range .PolicyHeadings}}<th class="num">{{.}}</th>{{end}}</tr></thead>

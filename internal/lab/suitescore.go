@@ -62,6 +62,11 @@ type RunScore struct {
 	// moment applied to every policy's timeline).
 	VictimSlowdown      map[string]*float64 `json:"victim_slowdown"`
 	VictimSlowdownAfter map[string]*float64 `json:"victim_slowdown_after_first_action"`
+	// VictimSlowdownWithoutPolluter is the victim's slowdown against solo
+	// with the polluters left out (the none policy, over the phase; nil when
+	// not measured): the level that throttling only the polluter can at best
+	// bring it back to, its bystanders' share of its CPU included.
+	VictimSlowdownWithoutPolluter *float64 `json:"victim_slowdown_without_polluter,omitempty"`
 	// Harm is what the polluter itself cost the victim: its slowdown under
 	// the none policy over its slowdown with the polluter left out (nil
 	// when not measured).
@@ -281,6 +286,7 @@ func ScoreRun(s *Scenario, res *Result) RunScore {
 	if len(in.Guilty) > 0 {
 		none := sc.VictimSlowdown["none"]
 		if without := res.VictimSlowdownWithoutPolluter; none != nil && without != nil && *without > 0 {
+			sc.VictimSlowdownWithoutPolluter = without
 			sc.Harm = ptr(*none / *without)
 			sc.Harmful = *sc.Harm >= HarmThreshold
 		}
@@ -527,6 +533,58 @@ type Aggregate struct {
 	Release                 Dist            `json:"release_seconds"`
 	VictimSlowdown          map[string]Dist `json:"victim_slowdown"`
 	VictimSlowdownAfter     map[string]Dist `json:"victim_slowdown_after_first_action"`
+	Restore                 Restore         `json:"restore"`
+}
+
+// RestoreFrom and RestoredWithin set the bar for a restored victim: in a
+// polluter run where no policy slows the victim RestoreFrom or more over
+// the phase, it is restored when, from the agent's first action against
+// the polluter on, it runs within RestoredWithin of its reference level.
+const (
+	RestoreFrom    = 1.5
+	RestoredWithin = 1.05
+)
+
+// Restore counts restored victims. The reference is the victim alone
+// (WithinSolo), which a victim whose bystanders share its CPU cannot
+// reach by any throttle of the polluter, and the same scenario with the
+// polluter left out (WithinWithout), which it can.
+type Restore struct {
+	// Runs: polluter runs whose victim no policy slowed RestoreFrom or
+	// more over the phase. Acted: those where the attribution policy acted
+	// on the polluter; the rest were not restored.
+	Runs  int `json:"runs"`
+	Acted int `json:"acted"`
+	// WithinSolo: acted runs whose victim after the first action was within
+	// RestoredWithin of its solo level. Measured: acted runs whose level
+	// without the polluter was measured; WithinWithout: those within
+	// RestoredWithin of it.
+	WithinSolo    int `json:"within_solo"`
+	Measured      int `json:"measured"`
+	WithinWithout int `json:"within_without_polluter"`
+}
+
+// count adds one run's victim to r.
+func (r *Restore) count(s RunScore) {
+	none := s.VictimSlowdown["none"]
+	if s.Class != ClassPolluter || none == nil || *none < RestoreFrom {
+		return
+	}
+	r.Runs++
+	after := s.VictimSlowdownAfter[AttributionPolicy]
+	if after == nil {
+		return
+	}
+	r.Acted++
+	if *after <= RestoredWithin {
+		r.WithinSolo++
+	}
+	if w := s.VictimSlowdownWithoutPolluter; w != nil && *w > 0 {
+		r.Measured++
+		if *after / *w <= RestoredWithin {
+			r.WithinWithout++
+		}
+	}
 }
 
 // Summarize aggregates run scores.
@@ -552,6 +610,7 @@ func Summarize(runs []RunScore) Aggregate {
 		if r.InnocentsConvicted > 0 {
 			falseRuns++
 		}
+		a.Restore.count(r)
 		proofSecs = append(proofSecs, r.InnocentProofCapSeconds)
 		for _, v := range []struct {
 			p   *float64

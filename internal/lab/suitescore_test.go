@@ -277,6 +277,9 @@ func TestScoreVictimSlowdownAfterFirstAction(t *testing.T) {
 				c.standIn, deref(got.Harm), deref(got.HarmBeyondCPU), got.Harmful, 5/c.standIn, c.harmful)
 		}
 	}
+	if got.VictimSlowdownWithoutPolluter == nil || *got.VictimSlowdownWithoutPolluter != 2 {
+		t.Errorf("victim without the polluter %v, want 2", deref(got.VictimSlowdownWithoutPolluter))
+	}
 	res.VictimSlowdownCPUStandIn = nil
 	// Without a policy "crosstalk" there is nothing to score.
 	res.Results = res.Results[:1]
@@ -446,7 +449,7 @@ func TestSuiteTextAndJSON(t *testing.T) {
 	sr := &SuiteResult{Seed: 7, Policies: []string{"none", "crosstalk"}, Runs: []RunScore{
 		{Name: "gen-7", Repetition: 1, Seed: &seed, Class: ClassPolluter, Victim: "chase-4MiB", Polluter: "splitlock", Timing: TimingBeforeAgent, Placement: PlaceAlone,
 			AlreadyRunning: true, Convicted: true, FirstCapSeconds: fp(0.8), ConvictionSeconds: fp(1.2), InnocentsProofCapped: 1, InnocentProofCapSeconds: 0.25,
-			Harm: fp(3), HarmBeyondCPU: fp(1.5), Harmful: true,
+			Harm: fp(3), HarmBeyondCPU: fp(1.5), Harmful: true, VictimSlowdownWithoutPolluter: fp(1.06),
 			VictimSlowdown: map[string]*float64{"none": fp(6), "crosstalk": fp(1.5)}, VictimSlowdownAfter: map[string]*float64{"none": fp(7), "crosstalk": fp(1.1)}},
 		{Name: "gen-8", Repetition: 1, Class: ClassControl, Timing: TimingWhole, Victim: "server", InnocentsConvicted: 1, InnocentConvictedSeconds: 3,
 			VictimSlowdown: map[string]*float64{"none": fp(1), "crosstalk": fp(1.2)}},
@@ -468,6 +471,8 @@ func TestSuiteTextAndJSON(t *testing.T) {
 		"all                  2 (+1 errors)  100% of 1", "50% of 2",
 		"polluter             1 (+1 errors)", "polluter splitlock   1              100% of 1",
 		"polluter         crosstalk  1.50× / 1.50×  1.10× / 1.10×",
+		"VICTIM RESTORED  NONE ≥ 1.50×  ACTED ON  ≤ 1.05× OF SOLO  ≤ 1.05× WITHOUT POLLUTER",
+		"polluter         1             1         0 of 1           1 of 1",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q:\n%s", want, out)
@@ -488,7 +493,7 @@ func TestSuiteTextAndJSON(t *testing.T) {
 	if len(back.Runs) != 3 || *back.Runs[0].Seed != 7 || !back.Runs[0].AlreadyRunning || *back.Total.Recall != 1 || back.ByClass[ClassControl].Runs != 1 {
 		t.Errorf("JSON round trip lost something: %s", j)
 	}
-	for _, key := range []string{`"recall":1`, `"false_conviction_rate":0.5`, `"first_cap_seconds":{"n":1,"median":0.8,"p95":0.8}`, `"victim_slowdown_after_first_action"`, `"by_class"`} {
+	for _, key := range []string{`"recall":1`, `"restore":{"runs":1,"acted":1,"within_solo":0,"measured":1,"within_without_polluter":1}`, `"false_conviction_rate":0.5`, `"first_cap_seconds":{"n":1,"median":0.8,"p95":0.8}`, `"victim_slowdown_after_first_action"`, `"by_class"`} {
 		if !strings.Contains(string(j), key) {
 			t.Errorf("JSON lacks %s: %s", key, j)
 		}
@@ -569,7 +574,9 @@ func TestSuiteReportHTML(t *testing.T) {
 	wantAll(t, page, "<title>crosstalk lab suite</title>", "host <b>&lt;host&gt;</b>", "3 run(s)",
 		"50% of 2", ">splitlock&#43;stress-ng<", `class="verdict-missed">missed (1 of 2)<`, "0.90s / 0.90s", "0.30s / 0.30s",
 		">chase-1MiB<", ">stream<", ">pause<", ">with-victim<", "steady, redis", `class="verdict-caught">caught<`, "0.50s ⁱ",
-		"2.00× / 2.50×", "1.25× / 1.05×", "2.40× / 1.30× ʰ", "my-&lt;file&gt; #2", "error: tenant &lt;x&gt; failed")
+		"2.00× / 2.50×", "1.25× / 1.05×", "2.40× / 1.30× ʰ", "my-&lt;file&gt; #2", "error: tenant &lt;x&gt; failed",
+		"<h3>Victim restored</h3>", "no policy ≥ 1.5×", "≤ 1.05× of solo",
+		`<td>polluter</td><td class="num">2</td><td class="num">1</td><td class="num">1 of 1</td><td class="num">–</td>`)
 	if strings.Contains(page, "<host>") || strings.Contains(page, "<x>") {
 		t.Error("names from the result are not escaped")
 	}
@@ -640,5 +647,47 @@ func TestSuiteDescribesGivenScenarios(t *testing.T) {
 		if line := suiteRunLine(sc); !strings.HasPrefix(line, c.line) {
 			t.Errorf("%s: line %q, want it to begin %q", c.sc.Name, line, c.line)
 		}
+	}
+}
+
+// A victim is restored when, in a polluter run where no policy slowed it
+// 1.5× or more, it runs within 1.05× after the first action: of its solo
+// level, and of its level with the polluter left out. Runs below the bar,
+// control runs and errors are not counted; a run the agent never acted
+// in counts against it.
+func TestRestoreCountsVictimsBackWithinTheBar(t *testing.T) {
+	run := func(class string, none, after, without *float64) RunScore {
+		return RunScore{Name: "r", Class: class, VictimSlowdownWithoutPolluter: without,
+			VictimSlowdown:      map[string]*float64{"none": none, AttributionPolicy: fp(1)},
+			VictimSlowdownAfter: map[string]*float64{"none": none, AttributionPolicy: after}}
+	}
+	cases := []struct {
+		name string
+		run  RunScore
+		want Restore
+	}{
+		{"control run", run(ClassControl, fp(3), fp(1), fp(1)), Restore{}},
+		{"below the bar", run(ClassPolluter, fp(1.49), fp(1), fp(1)), Restore{}},
+		{"no none policy", run(ClassPolluter, nil, fp(1), fp(1)), Restore{}},
+		{"never acted on", run(ClassPolluter, fp(1.5), nil, fp(1)), Restore{Runs: 1}},
+		{"within solo and without", run(ClassPolluter, fp(4), fp(1.05), fp(1)), Restore{Runs: 1, Acted: 1, WithinSolo: 1, Measured: 1, WithinWithout: 1}},
+		{"within without only", run(ClassPolluter, fp(4), fp(2.1), fp(2)), Restore{Runs: 1, Acted: 1, Measured: 1, WithinWithout: 1}},
+		{"neither", run(ClassPolluter, fp(4), fp(2.2), fp(2)), Restore{Runs: 1, Acted: 1, Measured: 1}},
+		{"without not measured", run(ClassPolluter, fp(4), fp(1.01), nil), Restore{Runs: 1, Acted: 1, WithinSolo: 1}},
+		{"an error", RunScore{Class: ClassPolluter, Error: "boom", VictimSlowdown: map[string]*float64{"none": fp(4)},
+			VictimSlowdownAfter: map[string]*float64{AttributionPolicy: fp(1)}}, Restore{}},
+	}
+	var all []RunScore
+	var sum Restore
+	for _, c := range cases {
+		if got := Summarize([]RunScore{c.run}).Restore; got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+		all = append(all, c.run)
+		sum.Runs, sum.Acted, sum.WithinSolo = sum.Runs+c.want.Runs, sum.Acted+c.want.Acted, sum.WithinSolo+c.want.WithinSolo
+		sum.Measured, sum.WithinWithout = sum.Measured+c.want.Measured, sum.WithinWithout+c.want.WithinWithout
+	}
+	if got := Summarize(all).Restore; got != sum {
+		t.Errorf("all runs: %+v, want %+v", got, sum)
 	}
 }
