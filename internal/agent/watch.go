@@ -45,6 +45,12 @@ type slotRecorder interface {
 	recordSlot(now time.Time, t sense.Tenant, kind api.ActionKind, quota float64, reason string)
 }
 
+// SurveyCapReason is the reason recorded with each cap of the start-up
+// survey. It caps every busy tenant at once, suspected or not, so it is no
+// action against any of them: the lab's suite does not count it as a
+// reaction to a polluter.
+const SurveyCapReason = "start-up survey: capped for a moment to read the probes' quiet level"
+
 // surveyQuiet learns what the probes read when no tenant runs, for an
 // agent that starts with no baselines (none saved, none calibrated) on a
 // host that may already be contended: whatever the probes read first would
@@ -93,7 +99,7 @@ func (ps *probeSensor) surveyQuiet(ctx context.Context, now time.Time, samples [
 			continue
 		}
 		capped = append(capped, t)
-		rec.recordSlot(now, t, api.KindProof, q.CPUs(), "start-up survey: capped for a moment to read the probes' quiet level")
+		rec.recordSlot(now, t, api.KindProof, q.CPUs(), SurveyCapReason)
 	}
 	start := ps.now()
 	ps.sleep(cfg.Proof.Slot / 4)

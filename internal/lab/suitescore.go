@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 
+	"github.com/crosstalk-project/crosstalk/internal/agent"
+	"github.com/crosstalk-project/crosstalk/internal/api"
 	"github.com/crosstalk-project/crosstalk/internal/load"
 )
 
@@ -43,7 +45,8 @@ type RunScore struct {
 	Polluters          int `json:"polluters,omitempty"`
 	PollutersConvicted int `json:"polluters_convicted,omitempty"`
 	// FirstCapSeconds and ConvictionSeconds run from the polluter's start
-	// (or the agent's, if later) to its first cap (proof or throttle) and
+	// (or the agent's, if later) to its first cap (proof or throttle; the
+	// start-up survey's moment with every busy tenant capped is none) and
 	// to its conviction; ReleaseSeconds from its early stop or pause to its
 	// quota back, when it was convicted before. With several polluters each
 	// is the slowest one's, and the first two are nil unless every polluter
@@ -366,7 +369,7 @@ func scorePolluter(in Attribution, name string) (polluterScore, bool) {
 		if a.Tenant != name || a.T < runs[0].from {
 			continue
 		}
-		if a.Quota > 0 && ps.firstAction == nil {
+		if a.Quota > 0 && ps.firstAction == nil && !isSurveyCap(a) {
 			ps.firstAction = ptr(a.T)
 			ps.firstCap = ptr(max(0, a.T-ref))
 		}
@@ -394,6 +397,15 @@ func scorePolluter(in Attribution, name string) (polluterScore, bool) {
 		break
 	}
 	return ps, true
+}
+
+// isSurveyCap says whether a is a cap of the agent's start-up survey,
+// which caps every busy tenant for a moment to read the quiet level: no
+// reaction to a polluter, so neither its first cap nor the victim's "after
+// the first action". An innocent's survey caps still count among its
+// proof caps, what the agent's proofs cost innocents.
+func isSurveyCap(a Action) bool {
+	return a.Kind == string(api.KindProof) && a.Detail == agent.SurveyCapReason
 }
 
 // within says whether t falls in one of the windows, or up to slack after

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/crosstalk-project/crosstalk/internal/agent"
 )
 
 // scoreScenario is an 8 s phase with a victim, a polluter and a bystander;
@@ -31,6 +33,11 @@ func ev(tm float64, tenant, kind string) TenantEvent {
 
 func act(tm float64, tenant, kind string, quota float64) Action {
 	return Action{T: tm, Tenant: tenant, Kind: kind, Quota: quota}
+}
+
+// survey is a cap of the agent's start-up survey.
+func survey(tm float64, tenant string, quota float64) Action {
+	return Action{T: tm, Tenant: tenant, Kind: "proof", Detail: agent.SurveyCapReason, Quota: quota}
 }
 
 func fp(v float64) *float64 { return &v }
@@ -67,6 +74,16 @@ func TestScoreRun(t *testing.T) {
 			events:  []TenantEvent{ev(0, "v", "start"), ev(0, "p", "start"), ev(8, "p", "stop")},
 			actions: []Action{act(2.5, "p", "proof", 0.5), act(3, "p", "throttle", 0.1)},
 			want:    RunScore{Class: ClassPolluter, AlreadyRunning: true, Convicted: true, FirstCapSeconds: fp(0.5), ConvictionSeconds: fp(1)}, verdict: "caught"},
+		// The start-up survey caps every busy tenant at once: no reaction
+		// to the polluter, but a cost to each innocent.
+		{name: "the start-up survey is no action against the polluter", top: "policy_start: 2s\n", pol: "", policyStart: 2,
+			events:  []TenantEvent{ev(0, "v", "start"), ev(0, "b", "start"), ev(0, "p", "start"), ev(8, "p", "stop")},
+			actions: []Action{survey(2.1, "p", 0.002), survey(2.1, "v", 0.002), act(2.11, "p", "proof-free", 0), act(2.11, "v", "proof-free", 0)},
+			want:    RunScore{Class: ClassPolluter, AlreadyRunning: true, InnocentsProofCapped: 1, InnocentProofCapSeconds: 0.01}, verdict: "missed"},
+		{name: "a proof after the start-up survey is the first cap", top: "policy_start: 2s\n", pol: "", policyStart: 2,
+			events:  []TenantEvent{ev(0, "v", "start"), ev(0, "b", "start"), ev(0, "p", "start"), ev(8, "p", "stop")},
+			actions: []Action{survey(2.1, "p", 0.002), act(2.11, "p", "proof-free", 0), act(3, "p", "proof", 0.002), act(3.4, "p", "throttle", 0.1)},
+			want:    RunScore{Class: ClassPolluter, AlreadyRunning: true, Convicted: true, FirstCapSeconds: fp(1), ConvictionSeconds: fp(1.4)}, verdict: "caught"},
 		{name: "released after an early stop", pol: ", start: 1s, stop: 5s",
 			events:  []TenantEvent{ev(1, "p", "start"), ev(5, "p", "stop")},
 			actions: []Action{act(2, "p", "throttle", 0.1), act(5.4, "p", "release", 0)},
