@@ -545,7 +545,7 @@ type Aggregate struct {
 	Release                 Dist            `json:"release_seconds"`
 	VictimSlowdown          map[string]Dist `json:"victim_slowdown"`
 	VictimSlowdownAfter     map[string]Dist `json:"victim_slowdown_after_first_action"`
-	Restore                 Restore         `json:"restore"`
+	Restore                 Restore         `json:"restore,omitzero"`
 }
 
 // RestoreFrom and RestoredWithin set the bar for a restored victim: in a
@@ -579,11 +579,13 @@ type Restore struct {
 // count adds one run's victim to r.
 func (r *Restore) count(s RunScore) {
 	none := s.VictimSlowdown["none"]
-	if s.Class != ClassPolluter || none == nil || *none < RestoreFrom {
+	// A score without the victim after the first action at all (the
+	// simulator keeps no timeline of it) has nothing to count.
+	after, measured := s.VictimSlowdownAfter[AttributionPolicy]
+	if s.Class != ClassPolluter || none == nil || *none < RestoreFrom || !measured {
 		return
 	}
 	r.Runs++
-	after := s.VictimSlowdownAfter[AttributionPolicy]
 	if after == nil {
 		return
 	}

@@ -580,7 +580,7 @@ func TestSuiteReportHTML(t *testing.T) {
 			VictimSlowdown: map[string]*float64{"none": fp(2), "crosstalk": fp(1.25)}, VictimSlowdownAfter: map[string]*float64{"none": fp(2.5), "crosstalk": fp(1.05)}},
 		{Name: "my-<file>", Repetition: 2, Class: ClassControl, Error: "tenant <x> failed"},
 		{Name: "two", Repetition: 1, Class: ClassPolluter, Victim: "chase", Polluter: "splitlock+stress-ng", Polluters: 2, PollutersConvicted: 1,
-			VictimSlowdown: map[string]*float64{"none": fp(3), "crosstalk": fp(2)}},
+			VictimSlowdown: map[string]*float64{"none": fp(3), "crosstalk": fp(2)}, VictimSlowdownAfter: map[string]*float64{"none": nil, "crosstalk": nil}},
 	}}
 	sr.Summarize()
 	var b bytes.Buffer
@@ -691,6 +691,8 @@ func TestRestoreCountsVictimsBackWithinTheBar(t *testing.T) {
 		{"within without only", run(ClassPolluter, fp(4), fp(2.1), fp(2)), Restore{Runs: 1, Acted: 1, Measured: 1, WithinWithout: 1}},
 		{"neither", run(ClassPolluter, fp(4), fp(2.2), fp(2)), Restore{Runs: 1, Acted: 1, Measured: 1}},
 		{"without not measured", run(ClassPolluter, fp(4), fp(1.01), nil), Restore{Runs: 1, Acted: 1, WithinSolo: 1}},
+		{"after the first action not measured", RunScore{Class: ClassPolluter, VictimSlowdown: map[string]*float64{"none": fp(4)},
+			VictimSlowdownAfter: map[string]*float64{}}, Restore{}},
 		{"an error", RunScore{Class: ClassPolluter, Error: "boom", VictimSlowdown: map[string]*float64{"none": fp(4)},
 			VictimSlowdownAfter: map[string]*float64{AttributionPolicy: fp(1)}}, Restore{}},
 	}
