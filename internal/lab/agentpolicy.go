@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
@@ -22,11 +23,15 @@ import (
 // base is the agent configuration to use; discovery, the listener and the
 // state directory are set per phase.
 func AgentPolicy(base agent.Config) PolicyFactory {
-	return func() Policy { return &agentPolicy{base: base} }
+	once := &startupOnce{}
+	return func() Policy { return &agentPolicy{base: base, once: once} }
 }
 
 type agentPolicy struct {
 	base agent.Config
+	// once keeps the agents' start-up reports to one copy for all the
+	// phases of this factory (nil: every copy).
+	once *startupOnce
 	// While the agent runs: cancel stops it, done yields Run's result,
 	// close releases what agent.Build opened, dir is its state directory.
 	cancel context.CancelFunc
@@ -66,13 +71,20 @@ func (p *agentPolicy) Begin(ctx context.Context, env *PolicyEnv) error {
 	record := func(r api.ActionRecord) {
 		env.Record(Action{T: env.Since().Seconds(), Tenant: r.Name, Kind: string(r.Kind), Detail: r.Reason, Quota: r.Quota})
 	}
-	a, closeFn, err := agent.Build(ctx, cfg, env.Host, env.Log, "lab", record)
+	log := env.Log
+	var building atomic.Bool
+	if p.once != nil && log != nil {
+		log = slog.New(p.once.handler(log.Handler(), &building))
+	}
+	building.Store(true)
+	a, closeFn, err := agent.Build(ctx, cfg, env.Host, log, "lab", record)
+	building.Store(false)
 	if err != nil {
 		os.RemoveAll(dir)
 		return fmt.Errorf("crosstalk agent: %w", err)
 	}
 	p.close = closeFn
-	p.latest, p.log = a.Latest, env.Log
+	p.latest, p.log = a.Latest, log
 	// Before the tenants start, what the probes read is a quiet host: a
 	// baseline worth calibrating on. Among tenants already running (a
 	// polluter among them, perhaps) it is not; the agent then starts as it
