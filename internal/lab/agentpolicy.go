@@ -23,7 +23,7 @@ import (
 // base is the agent configuration to use; discovery, the listener and the
 // state directory are set per phase.
 func AgentPolicy(base agent.Config) PolicyFactory {
-	once := &startupOnce{}
+	once := &StartupOnce{}
 	return func() Policy { return &agentPolicy{base: base, once: once} }
 }
 
@@ -31,7 +31,7 @@ type agentPolicy struct {
 	base agent.Config
 	// once keeps the agents' start-up reports to one copy for all the
 	// phases of this factory (nil: every copy).
-	once *startupOnce
+	once *StartupOnce
 	// While the agent runs: cancel stops it, done yields Run's result,
 	// close releases what agent.Build opened, dir is its state directory.
 	cancel context.CancelFunc
@@ -73,8 +73,8 @@ func (p *agentPolicy) Begin(ctx context.Context, env *PolicyEnv) error {
 	}
 	log := env.Log
 	var building atomic.Bool
-	if p.once != nil && log != nil {
-		log = slog.New(p.once.handler(log.Handler(), &building))
+	if p.once != nil {
+		log = p.once.Logger(log, &building)
 	}
 	building.Store(true)
 	a, closeFn, err := agent.Build(ctx, cfg, env.Host, log, "lab", record)

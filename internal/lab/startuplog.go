@@ -8,23 +8,26 @@ import (
 	"sync/atomic"
 )
 
-// startupOnce lets each of the agent's start-up reports through once for
-// all the phases of a lab process: what the host lets the agent do ("no
+// StartupOnce lets each of the agent's start-up reports through once for
+// all the phases of a lab or simulator process: what the host lets the agent do ("no
 // hardware PMU", "hardware policy off", …) is the same in every phase, and
 // a suite of 78 runs would repeat each of them 78 times between the lines
 // that say how the runs went. Only INFO records logged while an agent is
 // being built are kept to one copy; warnings and errors, and everything an
 // agent logs while it runs, always pass, and each phase's journal keeps its
 // own account.
-type startupOnce struct {
+type StartupOnce struct {
 	seen sync.Map // record keys already let through
 }
 
-// handler wraps next: while building is true, an INFO record the same as
+// Logger wraps log: while building is true, an INFO record the same as
 // one let through before (its message and attributes, the logger's own
-// included) is dropped.
-func (s *startupOnce) handler(next slog.Handler, building *atomic.Bool) slog.Handler {
-	return &onceHandler{next: next, seen: &s.seen, building: building}
+// included) is dropped. A nil log stays nil.
+func (s *StartupOnce) Logger(log *slog.Logger, building *atomic.Bool) *slog.Logger {
+	if log == nil {
+		return nil
+	}
+	return slog.New(&onceHandler{next: log.Handler(), seen: &s.seen, building: building})
 }
 
 type onceHandler struct {

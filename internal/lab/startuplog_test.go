@@ -15,11 +15,11 @@ import (
 func TestStartupOnceKeepsOneCopyOfEachStartupReport(t *testing.T) {
 	var buf bytes.Buffer
 	base := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	once := &startupOnce{}
+	once := &StartupOnce{}
 	phase := func(building bool, log func(*slog.Logger)) {
 		var b atomic.Bool
 		b.Store(building)
-		log(slog.New(once.handler(base.Handler(), &b)).With("policy", "crosstalk"))
+		log(once.Logger(base, &b).With("policy", "crosstalk"))
 	}
 	startup := func(l *slog.Logger) {
 		l.Info("hardware policy off", "name", "llc", "why", "resctrl unavailable")
@@ -31,6 +31,9 @@ func TestStartupOnceKeepsOneCopyOfEachStartupReport(t *testing.T) {
 	phase(true, startup)
 	phase(true, func(l *slog.Logger) { l.With("socket", "other").Info("hardware policy off", "name", "llc", "why", "resctrl unavailable") })
 	phase(false, startup)
+	if once.Logger(nil, new(atomic.Bool)) != nil {
+		t.Error("a nil logger wrapped is not nil")
+	}
 	out := buf.String()
 	for _, c := range []struct {
 		line string

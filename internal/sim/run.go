@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -46,6 +47,9 @@ type Options struct {
 	Progress func(simulated time.Duration)
 	// Agent, when set, edits the agent configuration before it is built.
 	Agent func(*agent.Config)
+	// Startup, when set, keeps the agent's start-up reports to one copy
+	// for all the runs that share it (a suite's).
+	Startup *lab.StartupOnce
 }
 
 // Epoch is virtual time zero: the simulated clock's wall time at the start.
@@ -201,10 +205,17 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 		}
 		ps := cfg.ProbeSettings()
 		prober := newSimProber(s, ps)
+		log := o.Log
+		var building atomic.Bool
+		if o.Startup != nil {
+			log = o.Startup.Logger(log, &building)
+		}
+		building.Store(true)
 		a, closeA, err := agent.BuildWith(ctx, cfg, s.h, agent.BuildOptions{
-			Log: o.Log, Version: "sim", OnAction: r.onAction,
+			Log: log, Version: "sim", OnAction: r.onAction,
 			PerfOpener: perfOpener{s}, Probe: prober, Sleep: func(time.Duration) {}, Now: vclock,
 		})
+		building.Store(false)
 		if err != nil {
 			return nil, fmt.Errorf("building the agent: %w", err)
 		}

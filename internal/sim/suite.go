@@ -109,8 +109,9 @@ func RunSuite(ctx context.Context, cases []*SuiteCase, o SuiteOptions) (*SuiteRe
 	if len(cases) > 0 {
 		out.Seed = cases[0].Seed
 	}
+	startup := &lab.StartupOnce{}
 	for _, c := range cases {
-		opt := Options{Policies: SuitePolicies, Log: o.Log, Progress: o.Progress, Agent: o.Agent}
+		opt := Options{Policies: SuitePolicies, Log: o.Log, Progress: o.Progress, Agent: o.Agent, Startup: startup}
 		res, err := Run(ctx, c.Scenario, opt)
 		var without *Result
 		if err == nil && c.Without != nil {
