@@ -29,7 +29,9 @@ func TestStartupOnceKeepsOneCopyOfEachStartupReport(t *testing.T) {
 	}
 	phase(true, startup)
 	phase(true, startup)
-	phase(true, func(l *slog.Logger) { l.With("socket", "other").Info("hardware policy off", "name", "llc", "why", "resctrl unavailable") })
+	phase(true, func(l *slog.Logger) {
+		l.With("socket", "other").Info("hardware policy off", "name", "llc", "why", "resctrl unavailable")
+	})
 	phase(false, startup)
 	if once.Logger(nil, new(atomic.Bool)) != nil {
 		t.Error("a nil logger wrapped is not nil")
