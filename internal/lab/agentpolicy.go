@@ -10,7 +10,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	"github.com/crosstalk-project/crosstalk/internal/agent"
@@ -71,14 +70,9 @@ func (p *agentPolicy) Begin(ctx context.Context, env *PolicyEnv) error {
 	record := func(r api.ActionRecord) {
 		env.Record(Action{T: env.Since().Seconds(), Tenant: r.Name, Kind: string(r.Kind), Detail: r.Reason, Quota: r.Quota})
 	}
-	log := env.Log
-	var building atomic.Bool
-	if p.once != nil {
-		log = p.once.Logger(log, &building)
-	}
-	building.Store(true)
+	log, built := p.once.Logger(env.Log)
 	a, closeFn, err := agent.Build(ctx, cfg, env.Host, log, "lab", record)
-	building.Store(false)
+	built()
 	if err != nil {
 		os.RemoveAll(dir)
 		return fmt.Errorf("crosstalk agent: %w", err)

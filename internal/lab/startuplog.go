@@ -20,14 +20,18 @@ type StartupOnce struct {
 	seen sync.Map // record keys already let through
 }
 
-// Logger wraps log: while building is true, an INFO record the same as
-// one let through before (its message and attributes, the logger's own
-// included) is dropped. A nil log stays nil.
-func (s *StartupOnce) Logger(log *slog.Logger, building *atomic.Bool) *slog.Logger {
-	if log == nil {
-		return nil
+// Logger wraps log for the build of one agent: until built is called, an
+// INFO record the same as one let through before (its message and
+// attributes, the logger's own included) is dropped; after, every record
+// passes. A nil s or a nil log gives log itself and a built that does
+// nothing.
+func (s *StartupOnce) Logger(log *slog.Logger) (wrapped *slog.Logger, built func()) {
+	if s == nil || log == nil {
+		return log, func() {}
 	}
-	return slog.New(&onceHandler{next: log.Handler(), seen: &s.seen, building: building})
+	building := new(atomic.Bool)
+	building.Store(true)
+	return slog.New(&onceHandler{next: log.Handler(), seen: &s.seen, building: building}), func() { building.Store(false) }
 }
 
 type onceHandler struct {

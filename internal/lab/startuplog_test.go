@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 )
 
@@ -17,9 +16,11 @@ func TestStartupOnceKeepsOneCopyOfEachStartupReport(t *testing.T) {
 	base := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	once := &StartupOnce{}
 	phase := func(building bool, log func(*slog.Logger)) {
-		var b atomic.Bool
-		b.Store(building)
-		log(once.Logger(base, &b).With("policy", "crosstalk"))
+		l, built := once.Logger(base)
+		if !building {
+			built()
+		}
+		log(l.With("policy", "crosstalk"))
 	}
 	startup := func(l *slog.Logger) {
 		l.Info("hardware policy off", "name", "llc", "why", "resctrl unavailable")
@@ -33,8 +34,16 @@ func TestStartupOnceKeepsOneCopyOfEachStartupReport(t *testing.T) {
 		l.With("socket", "other").Info("hardware policy off", "name", "llc", "why", "resctrl unavailable")
 	})
 	phase(false, startup)
-	if once.Logger(nil, new(atomic.Bool)) != nil {
+	if l, built := once.Logger(nil); l != nil {
 		t.Error("a nil logger wrapped is not nil")
+	} else {
+		built()
+	}
+	var none *StartupOnce
+	if l, built := none.Logger(base); l != base {
+		t.Error("a nil StartupOnce wrapped the logger")
+	} else {
+		built()
 	}
 	out := buf.String()
 	for _, c := range []struct {

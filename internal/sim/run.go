@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -205,17 +204,12 @@ func runPolicy(ctx context.Context, sc *Scenario, policy string, o Options) (*Po
 		}
 		ps := cfg.ProbeSettings()
 		prober := newSimProber(s, ps)
-		log := o.Log
-		var building atomic.Bool
-		if o.Startup != nil {
-			log = o.Startup.Logger(log, &building)
-		}
-		building.Store(true)
+		log, built := o.Startup.Logger(o.Log)
 		a, closeA, err := agent.BuildWith(ctx, cfg, s.h, agent.BuildOptions{
 			Log: log, Version: "sim", OnAction: r.onAction,
 			PerfOpener: perfOpener{s}, Probe: prober, Sleep: func(time.Duration) {}, Now: vclock,
 		})
-		building.Store(false)
+		built()
 		if err != nil {
 			return nil, fmt.Errorf("building the agent: %w", err)
 		}
