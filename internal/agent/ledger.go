@@ -50,6 +50,15 @@ func (l *proofLedger) holdOff(key string, until time.Time) {
 	l.backoff[key] = b
 }
 
+// tried says whether key has a backoff: a proof of it ended without a
+// conviction (acquitted, or inconclusive), its throttle did not help, or
+// its actuator failed. Kept while the tenant is present; a conviction
+// forgives it.
+func (l *proofLedger) tried(key string) bool {
+	_, ok := l.backoff[key]
+	return ok
+}
+
 // forgive forgets key's backoff.
 func (l *proofLedger) forgive(key string) { delete(l.backoff, key) }
 

@@ -149,7 +149,7 @@ func (p *probePolicy) maybeProve(ctx context.Context, now time.Time, v judge.Ver
 	}
 	// The first suspect that can be proved: one with a CPU to read on
 	// that it does not run on and that shows the contention.
-	for _, top := range p.leaningFirst(now, ranked)[:min(len(ranked), maxProveTries)] {
+	for _, top := range p.proofOrder(now, ranked)[:min(len(ranked), maxProveTries)] {
 		s, ok := present[top.ID]
 		if !ok {
 			continue
@@ -193,20 +193,44 @@ type hotReading struct {
 // guilt (judge.LeanEvidence).
 const leanEvidence = judge.LeanEvidence
 
-// leaningFirst orders the suspects for proofs: those whose last proof
-// ended inconclusive with evidence leaning to guilt (its carry at least
-// leanEvidence, within carryWindow) first, most evidence first, then the ranking. The
-// ranking reads CPU use, and a suspect just capped half the time by its
-// own proof reads idle in the windows that span it: a polluter whose proof
-// went quiet would otherwise lose its turn to a bystander that happened to
-// be busy. Which suspect goes first is decided from past trials only, so
-// no bound moves.
-func (p *probePolicy) leaningFirst(now time.Time, ranked []judge.Suspect) []judge.Suspect {
+// proofOrder orders the suspects for proofs: those whose last proof ended
+// inconclusive with evidence leaning to guilt (its carry at least
+// leanEvidence, within carryWindow) first, most evidence first; last,
+// those with nothing but their CPU use against them that were proved
+// lately without a conviction (see proofLedger.tried); each tier in the
+// ranking's order.
+//
+// The ranking reads CPU use, and a suspect just capped half the time by
+// its own proof reads idle in the windows that span it: a polluter whose
+// proof went quiet would otherwise lose its turn to a bystander that
+// happened to be busy. And where nothing but CPU use ranks them (a
+// polluter already running when the agent started, its use tracking
+// nothing), on a host with more busy tenants than one backoff holds off
+// the acquitted would come back to the top before a polluter that uses
+// less CPU than each of them had its turn: in the simulator, 24 busy VMs
+// on 16 CPUs and a split-lock VM at half their CPU use, running from the
+// start, had every VM proved, then the victim and the VMs again, and the
+// polluter first capped 24 s in. A suspect with more against it (its use
+// tracks the contention, counters, the kernel's reports) keeps its rank
+// though proved before. Which suspect goes first is decided from past
+// trials only, so no bound moves.
+func (p *probePolicy) proofOrder(now time.Time, ranked []judge.Suspect) []judge.Suspect {
 	lean := func(id string) float64 {
 		return p.ledger.leaning(backoffKey(signalProbe, id), now)
 	}
+	cleared := func(s judge.Suspect) int {
+		if !s.Evidence && p.ledger.tried(backoffKey(signalProbe, s.ID)) {
+			return 1
+		}
+		return 0
+	}
 	out := slices.Clone(ranked)
-	slices.SortStableFunc(out, func(x, y judge.Suspect) int { return cmp.Compare(lean(y.ID), lean(x.ID)) })
+	slices.SortStableFunc(out, func(x, y judge.Suspect) int {
+		if c := cmp.Compare(lean(y.ID), lean(x.ID)); c != 0 {
+			return c
+		}
+		return cmp.Compare(cleared(x), cleared(y))
+	})
 	return out
 }
 

@@ -145,7 +145,7 @@ func TestRetryAfterAnInconclusiveProof(t *testing.T) {
 	}
 }
 
-func TestLeaningFirst(t *testing.T) {
+func TestProofOrder(t *testing.T) {
 	now := time.Unix(1000, 0)
 	a := &probePolicy{ledger: &proofLedger{carry: map[string]carried{
 		"/polluter": {evidence: 14, at: now.Add(-time.Second)},
@@ -153,13 +153,21 @@ func TestLeaningFirst(t *testing.T) {
 		"/stale":    {evidence: 50, at: now.Add(-carryWindow - time.Second)},
 		"/weak":     {evidence: 2, at: now.Add(-time.Second)},
 		"/barely":   {evidence: 1.2, at: now.Add(-time.Second)},
+	}, backoff: map[string]backoff{
+		// Acquitted a while ago, their backoffs over: proved before.
+		"/cleared": {until: now.Add(-time.Second), next: 20 * time.Second},
+		"/tracks":  {until: now.Add(-time.Second), next: 20 * time.Second},
+		// An inconclusive proof's hold: tried too.
+		"/doubtful": {until: now.Add(-time.Second)},
 	}}}
-	ranked := []judge.Suspect{{ID: "/bystander"}, {ID: "/barely"}, {ID: "/doubtful"}, {ID: "/stale"}, {ID: "/weak"}, {ID: "/polluter"}}
+	ranked := []judge.Suspect{{ID: "/cleared"}, {ID: "/bystander"}, {ID: "/tracks", Evidence: true}, {ID: "/barely"}, {ID: "/doubtful"}, {ID: "/stale"}, {ID: "/weak"}, {ID: "/polluter"}, {ID: "/quiet"}}
 	var got []string
-	for _, s := range a.leaningFirst(now, ranked) {
+	for _, s := range a.proofOrder(now, ranked) {
 		got = append(got, s.ID)
 	}
-	want := []string{"/polluter", "/weak", "/bystander", "/barely", "/doubtful", "/stale"}
+	// Leaning to guilt first, most evidence first; then by rank, but those
+	// proved before with nothing beyond their CPU use against them last.
+	want := []string{"/polluter", "/weak", "/bystander", "/tracks", "/barely", "/stale", "/quiet", "/cleared", "/doubtful"}
 	if !slices.Equal(got, want) {
 		t.Errorf("order %v, want %v", got, want)
 	}

@@ -19,7 +19,7 @@ func TestSimList(t *testing.T) {
 	if got := strings.Fields(lines[0]); !slices.Equal(got, []string{"NAME", "TENANTS", "MACHINE", "DESCRIPTION"}) {
 		t.Errorf("sim list header %q", lines[0])
 	}
-	names := []string{"alita-buslock", "alita-llc", "alita-membw", "alita-power", "kyoto-permits", "scale"}
+	names := []string{"alita-buslock", "alita-llc", "alita-membw", "alita-power", "crowd", "kyoto-permits", "scale"}
 	if len(lines) != 1+len(names) {
 		t.Errorf("sim list: %d lines, want a header and %d scenarios:\n%s", len(lines), len(names), out)
 	}

@@ -232,6 +232,12 @@ func TestRankCorrelation(t *testing.T) {
 	if got[0].Score <= got[1].Score {
 		t.Errorf("polluter %v not above %v", got[0].Score, got[1].Score)
 	}
+	// Only the polluter has more than CPU use against it.
+	for _, s := range got {
+		if s.Evidence != (s.ID == "polluter") {
+			t.Errorf("%s: evidence %v", s.ID, s.Evidence)
+		}
+	}
 	skipped := s.Rank(storm, views(0.85), domains, func(id string) bool { return id == "polluter" })
 	if skipped[0].ID == "polluter" {
 		t.Error("skip ignored")
@@ -254,7 +260,7 @@ func TestRankCounters(t *testing.T) {
 	v := Verdict{Contended: true, Ratio: 6, Domains: []int{0}}
 	s.Observe(v, tenants)
 	got := s.Rank(v, tenants, domains, nil)
-	if got[0].ID != "locker" {
+	if got[0].ID != "locker" || !got[0].Evidence || got[1].Evidence {
 		t.Errorf("bus-lock evidence ignored: %+v", got)
 	}
 }
@@ -274,8 +280,8 @@ func TestRankKernelReports(t *testing.T) {
 	v := Verdict{Contended: true, Ratio: 6, Domains: []int{0}}
 	s.Observe(v, tenants)
 	got := s.Rank(v, tenants, domains, nil)
-	if len(got) != 2 || got[0].ID != "locker" || got[1].ID != "busy" {
-		t.Fatalf("ranking = %+v, want locker then busy", got)
+	if len(got) != 2 || got[0].ID != "locker" || got[1].ID != "busy" || !got[0].Evidence || got[1].Evidence {
+		t.Fatalf("ranking = %+v, want locker (with evidence) then busy", got)
 	}
 	if !strings.Contains(strings.Join(got[0].Reasons, "; "), "the kernel reported 4 bus lock(s)") {
 		t.Errorf("locker's reasons do not say why: %q", got[0].Reasons)

@@ -29,6 +29,10 @@ type Suspect struct {
 	Name    string
 	Score   float64
 	Reasons []string
+	// Evidence says something beyond its CPU use points at it: its use
+	// tracks the contention, a PMU counts a large share of the host's bus
+	// locks or LLC misses, or the kernel reported its bus locks.
+	Evidence bool `json:",omitempty"`
 }
 
 // Suspects ranks tenants by how likely they are to cause the contention:
@@ -132,10 +136,12 @@ func (s *Suspects) RankOn(contended cpuset.Set, tenants []TenantView, skip func(
 		var reasons []string
 		reasons = append(reasons, fmt.Sprintf("uses %.2f CPU on the contended CPUs", active))
 		evidence := 0.1
+		marked := false
 
 		if c := correlation(s.usage[t.ID], s.ratio); c > 0 {
 			evidence += c
 			if c > 0.5 {
+				marked = true
 				reasons = append(reasons, fmt.Sprintf("its CPU use tracks the contention (r=%.2f)", c))
 			}
 		}
@@ -149,6 +155,7 @@ func (s *Suspects) RankOn(contended cpuset.Set, tenants []TenantView, skip func(
 				share := x / tot
 				score += 3 * share
 				if share > 0.3 {
+					marked = true
 					reasons = append(reasons, fmt.Sprintf("%s %s/s, %.0f%% of the host's", ev.what, humanize.SI(x, ""), 100*share))
 				}
 			}
@@ -158,9 +165,10 @@ func (s *Suspects) RankOn(contended cpuset.Set, tenants []TenantView, skip func(
 			// CPU use or correlation outweighs that. It orders the proofs
 			// only; the proof still decides.
 			score += kernelReportScore
+			marked = true
 			reasons = append(reasons, fmt.Sprintf("the kernel reported %d bus lock(s) by its threads lately", t.KernelBusLocks))
 		}
-		out = append(out, Suspect{ID: t.ID, Name: t.Name, Score: score, Reasons: reasons})
+		out = append(out, Suspect{ID: t.ID, Name: t.Name, Score: score, Reasons: reasons, Evidence: marked})
 	}
 	slices.SortStableFunc(out, func(a, b Suspect) int {
 		switch {

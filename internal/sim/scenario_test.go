@@ -78,7 +78,7 @@ tenants:
 }
 
 func TestBuiltinsParse(t *testing.T) {
-	want := []string{"alita-buslock", "alita-llc", "alita-membw", "alita-power", "kyoto-permits", "scale"}
+	want := []string{"alita-buslock", "alita-llc", "alita-membw", "alita-power", "crowd", "kyoto-permits", "scale"}
 	if got := Builtins(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("built-ins %v, want %v", got, want)
 	}
