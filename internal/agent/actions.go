@@ -135,6 +135,6 @@ func (a *Agent) unavailable(t sense.Tenant, err error) {
 	a.rec.journal(act.Event{Kind: "error", Tenant: t.ID, Name: t.Name, Detail: err.Error()})
 	until := a.d.Now().Add(max(time.Second, 4*a.cfg.Interval))
 	for _, k := range []string{backoffKey(signalProbe, t.ID), backoffKey(signalWait, t.ID), backoffKey(signalCPI, t.ID)} {
-		a.ledger.holdOff(k, until)
+		a.ledger.holdOff(k, a.d.Now(), until)
 	}
 }

@@ -35,28 +35,29 @@ func (l *proofLedger) backOff(key string, now time.Time) {
 	if b.next == 0 {
 		b.next = l.cfg.Backoff
 	}
-	b.until = now.Add(b.next)
+	b.until, b.since = now.Add(b.next), now
 	b.next = min(2*b.next, l.cfg.MaxBackoff)
 	l.backoff[key] = b
 }
 
-// holdOff backs key off until until at least, keeping a longer backoff
-// and the doubling it had.
-func (l *proofLedger) holdOff(key string, until time.Time) {
+// holdOff backs key off from now until until at least, keeping a longer
+// backoff and the doubling it had.
+func (l *proofLedger) holdOff(key string, now, until time.Time) {
 	b := l.backoff[key]
 	if b.until.Before(until) {
 		b.until = until
 	}
+	b.since = now
 	l.backoff[key] = b
 }
 
-// tried says whether key has a backoff: a proof of it ended without a
-// conviction (acquitted, or inconclusive), its throttle did not help, or
-// its actuator failed. Kept while the tenant is present; a conviction
-// forgives it.
-func (l *proofLedger) tried(key string) bool {
-	_, ok := l.backoff[key]
-	return ok
+// tried says when key was last backed off, and whether it has been: a
+// proof of it ended without a conviction (acquitted, or inconclusive), its
+// throttle did not help, or its actuator failed. Kept while the tenant is
+// present; a conviction forgives it.
+func (l *proofLedger) tried(key string) (time.Time, bool) {
+	b, ok := l.backoff[key]
+	return b.since, ok
 }
 
 // forgive forgets key's backoff.

@@ -16,24 +16,31 @@ func TestProofLedgerBackoffs(t *testing.T) {
 		}
 	}
 	// A shorter hold-off leaves a longer backoff standing; a longer one extends it.
-	l.holdOff("/t", now.Add(time.Second))
+	l.holdOff("/t", now, now.Add(time.Second))
 	if !l.backedOff("/t", now.Add(24*time.Second)) {
 		t.Error("a shorter hold-off cut the backoff short")
 	}
-	l.holdOff("/t", now.Add(time.Minute))
+	l.holdOff("/t", now, now.Add(time.Minute))
 	if !l.backedOff("/t", now.Add(59*time.Second)) || l.backedOff("/t", now.Add(time.Minute)) {
 		t.Error("a longer hold-off did not extend the backoff to its end")
+	}
+	// Tried: since the last hold-off or backoff; never, for a key with none.
+	if at, ok := l.tried("/t"); !ok || !at.Equal(now) {
+		t.Errorf("tried /t = %v, %v; want %v", at, ok, now)
+	}
+	if _, ok := l.tried("/never"); ok {
+		t.Error("a key never backed off reads tried")
 	}
 	// Resting per signal: the probe's backoff does not rest CPU wait.
 	if !l.resting(signalProbe, "/t", now) || l.resting(signalWait, "/t", now) {
 		t.Error("backoffs are not kept per signal")
 	}
 	// Pruning keeps the present tenant's backoffs, of every signal.
-	l.holdOff(backoffKey(signalWait, "/t"), now.Add(time.Second))
-	l.holdOff(backoffKey(signalCPI, "/t"), now.Add(time.Second))
-	l.holdOff("/gone", now.Add(time.Second))
-	l.holdOff(backoffKey(signalWait, "/gone"), now.Add(time.Second))
-	l.holdOff(backoffKey(signalCPI, "/gone"), now.Add(time.Second))
+	l.holdOff(backoffKey(signalWait, "/t"), now, now.Add(time.Second))
+	l.holdOff(backoffKey(signalCPI, "/t"), now, now.Add(time.Second))
+	l.holdOff("/gone", now, now.Add(time.Second))
+	l.holdOff(backoffKey(signalWait, "/gone"), now, now.Add(time.Second))
+	l.holdOff(backoffKey(signalCPI, "/gone"), now, now.Add(time.Second))
 	l.prune(func(id string) bool { return id == "/t" })
 	if len(l.backoff) != 3 || !l.resting(signalWait, "/t", now) || !l.resting(signalCPI, "/t", now) {
 		t.Errorf("after prune %v, want /t's three backoffs", l.backoff)

@@ -195,10 +195,11 @@ const leanEvidence = judge.LeanEvidence
 
 // proofOrder orders the suspects for proofs: those whose last proof ended
 // inconclusive with evidence leaning to guilt (its carry at least
-// leanEvidence, within carryWindow) first, most evidence first; last,
-// those with nothing but their CPU use against them that were proved
-// lately without a conviction (see proofLedger.tried); each tier in the
-// ranking's order.
+// leanEvidence, within carryWindow) first, most evidence first; then, in the
+// ranking's order, those never proved without a conviction (see
+// proofLedger.tried) and those with more than their CPU use against them;
+// last, those with nothing but their CPU use against them that were proved
+// without a conviction, the longest ago first.
 //
 // The ranking reads CPU use, and a suspect just capped half the time by
 // its own proof reads idle in the windows that span it: a polluter whose
@@ -207,29 +208,41 @@ const leanEvidence = judge.LeanEvidence
 // polluter already running when the agent started, its use tracking
 // nothing), on a host with more busy tenants than one backoff holds off
 // the acquitted would come back to the top before a polluter that uses
-// less CPU than each of them had its turn: in the simulator, 24 busy VMs
-// on 16 CPUs and a split-lock VM at half their CPU use, running from the
-// start, had every VM proved, then the victim and the VMs again, and the
-// polluter first capped 24 s in. A suspect with more against it (its use
-// tracks the contention, counters, the kernel's reports) keeps its rank
-// though proved before. Which suspect goes first is decided from past
-// trials only, so no bound moves.
+// less CPU than each of them had its turn: in the simulator's crowd
+// scenario, 24 busy VMs on 16 CPUs and a split-lock VM at half their CPU
+// use, running from the start, had every VM proved, then the victim and
+// the VMs again, and the polluter first capped 24.2 s in, against 12.9 s
+// in this order. Which suspect goes first is decided from past trials
+// only, so no bound moves.
 func (p *probePolicy) proofOrder(now time.Time, ranked []judge.Suspect) []judge.Suspect {
 	lean := func(id string) float64 {
 		return p.ledger.leaning(backoffKey(signalProbe, id), now)
 	}
-	cleared := func(s judge.Suspect) int {
-		if !s.Evidence && p.ledger.tried(backoffKey(signalProbe, s.ID)) {
-			return 1
+	// cleared is when a suspect with nothing but its CPU use against it
+	// was last proved without a conviction; ok false: never, or it has
+	// more against it.
+	cleared := func(s judge.Suspect) (time.Time, bool) {
+		if s.Evidence {
+			return time.Time{}, false
 		}
-		return 0
+		return p.ledger.tried(backoffKey(signalProbe, s.ID))
 	}
 	out := slices.Clone(ranked)
 	slices.SortStableFunc(out, func(x, y judge.Suspect) int {
 		if c := cmp.Compare(lean(y.ID), lean(x.ID)); c != 0 {
 			return c
 		}
-		return cmp.Compare(cleared(x), cleared(y))
+		tx, cx := cleared(x)
+		ty, cy := cleared(y)
+		switch {
+		case cx != cy && cx:
+			return 1
+		case cx != cy:
+			return -1
+		case cx:
+			return tx.Compare(ty)
+		}
+		return 0
 	})
 	return out
 }

@@ -155,10 +155,10 @@ func TestProofOrder(t *testing.T) {
 		"/barely":   {evidence: 1.2, at: now.Add(-time.Second)},
 	}, backoff: map[string]backoff{
 		// Acquitted a while ago, their backoffs over: proved before.
-		"/cleared": {until: now.Add(-time.Second), next: 20 * time.Second},
-		"/tracks":  {until: now.Add(-time.Second), next: 20 * time.Second},
-		// An inconclusive proof's hold: tried too.
-		"/doubtful": {until: now.Add(-time.Second)},
+		"/cleared": {until: now.Add(-time.Second), next: 20 * time.Second, since: now.Add(-11 * time.Second)},
+		"/tracks":  {until: now.Add(-time.Second), next: 20 * time.Second, since: now.Add(-30 * time.Second)},
+		// An inconclusive proof's hold, longer ago: tried too.
+		"/doubtful": {until: now.Add(-time.Second), since: now.Add(-20 * time.Second)},
 	}}}
 	ranked := []judge.Suspect{{ID: "/cleared"}, {ID: "/bystander"}, {ID: "/tracks", Evidence: true}, {ID: "/barely"}, {ID: "/doubtful"}, {ID: "/stale"}, {ID: "/weak"}, {ID: "/polluter"}, {ID: "/quiet"}}
 	var got []string
@@ -166,8 +166,9 @@ func TestProofOrder(t *testing.T) {
 		got = append(got, s.ID)
 	}
 	// Leaning to guilt first, most evidence first; then by rank, but those
-	// proved before with nothing beyond their CPU use against them last.
-	want := []string{"/polluter", "/weak", "/bystander", "/tracks", "/barely", "/stale", "/quiet", "/cleared", "/doubtful"}
+	// proved before with nothing beyond their CPU use against them last,
+	// the longest ago first.
+	want := []string{"/polluter", "/weak", "/bystander", "/tracks", "/barely", "/stale", "/quiet", "/doubtful", "/cleared"}
 	if !slices.Equal(got, want) {
 		t.Errorf("order %v, want %v", got, want)
 	}

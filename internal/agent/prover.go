@@ -317,7 +317,7 @@ func (pr *prover) endProof(ctx context.Context, now time.Time, p *proof) {
 			pr.ledger.keepCarry(key, p.p.Carry(), now)
 			// A longer backoff stands (a write that failed and aborted
 			// the proof set one that doubles).
-			pr.ledger.holdOff(key, now.Add(pr.retryAfter(p.p.Carry())))
+			pr.ledger.holdOff(key, now, now.Add(pr.retryAfter(p.p.Carry())))
 		} else {
 			pr.ledger.backOff(key, now)
 		}

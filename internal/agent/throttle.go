@@ -185,6 +185,9 @@ func (th *throttles) rethrottle(ctx context.Context, now time.Time, v judge.Verd
 type backoff struct {
 	until time.Time
 	next  time.Duration
+	// since is when it was last set: when the proof or the throttle that
+	// set it ended.
+	since time.Time
 }
 
 // control runs the duty controller of every throttled tenant; with
