@@ -218,31 +218,20 @@ func (p *probePolicy) proofOrder(now time.Time, ranked []judge.Suspect) []judge.
 	lean := func(id string) float64 {
 		return p.ledger.leaning(backoffKey(signalProbe, id), now)
 	}
-	// cleared is when a suspect with nothing but its CPU use against it
-	// was last proved without a conviction; ok false: never, or it has
-	// more against it.
-	cleared := func(s judge.Suspect) (time.Time, bool) {
-		if s.Evidence {
-			return time.Time{}, false
+	// cleared puts a suspect with nothing but its CPU use against it that
+	// was proved without a conviction in the last tier (1), with when;
+	// every other suspect in tier 0.
+	cleared := func(s judge.Suspect) (tier int, at time.Time) {
+		if at, ok := p.ledger.tried(backoffKey(signalProbe, s.ID)); ok && !s.Evidence {
+			return 1, at
 		}
-		return p.ledger.tried(backoffKey(signalProbe, s.ID))
+		return 0, time.Time{}
 	}
 	out := slices.Clone(ranked)
 	slices.SortStableFunc(out, func(x, y judge.Suspect) int {
-		if c := cmp.Compare(lean(y.ID), lean(x.ID)); c != 0 {
-			return c
-		}
-		tx, cx := cleared(x)
-		ty, cy := cleared(y)
-		switch {
-		case cx != cy && cx:
-			return 1
-		case cx != cy:
-			return -1
-		case cx:
-			return tx.Compare(ty)
-		}
-		return 0
+		cx, tx := cleared(x)
+		cy, ty := cleared(y)
+		return cmp.Or(cmp.Compare(lean(y.ID), lean(x.ID)), cmp.Compare(cx, cy), tx.Compare(ty))
 	})
 	return out
 }
