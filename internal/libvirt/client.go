@@ -318,9 +318,20 @@ func (c *Client) call(ctx context.Context, what string, f func(rpc) error) error
 
 // callOn runs f with a deadline. A call that does not return in time cuts
 // the connection (Run reconnects): a hung daemon must not hang the agent.
+//
+// The caller's ctx decides only whether a call starts. Once sent, a call
+// is waited for (up to the deadline) even if ctx ends meanwhile: the
+// request is on the wire and libvirt will carry it out, so walking away
+// would report a change as not made when it was, and cutting the
+// connection to stop waiting would take libvirt away from whatever must
+// follow — an agent stopping mid-rewrite still has its throttles to lift
+// through libvirt, after that rewrite and not before it.
 func (c *Client) callOn(s session, ctx context.Context, what string, f func(rpc) error) error {
-	ctx, cancel := context.WithTimeout(ctx, c.o.CallTimeout)
-	defer cancel()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: not sent: %w", what, err)
+	}
+	deadline := time.NewTimer(c.o.CallTimeout)
+	defer deadline.Stop()
 	done := make(chan error, 1)
 	go func() { done <- f(s) }()
 	select {
@@ -329,7 +340,7 @@ func (c *Client) callOn(s session, ctx context.Context, what string, f func(rpc)
 			return fmt.Errorf("%s: %w", what, classify(err))
 		}
 		return nil
-	case <-ctx.Done():
+	case <-deadline.C:
 		s.Close()
 		return fmt.Errorf("%s: libvirt did not answer within %s (connection reset): %w", what, c.o.CallTimeout, ErrNotConnected)
 	}

@@ -3,6 +3,7 @@ package libvirt
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -181,6 +182,44 @@ func TestClientCallDeadlineCutsAHungDaemon(t *testing.T) {
 		_, current := c.Domains()
 		return current && f.dialCount() >= 2
 	})
+}
+
+// A caller whose context ends while its call is on the wire gets the
+// call's real outcome, and the connection stays up: an agent stopping in
+// the middle of a rewrite still lifts its throttles through libvirt, after
+// that rewrite. A call under an ended context is not sent at all.
+func TestClientCallerCancelKeepsTheConnection(t *testing.T) {
+	f := newFakeDaemon()
+	f.start("web", 1, 1, "1")
+	c, buf := runClient(t, f)
+	wait(t, c)
+	d, _ := c.DomainByUUID("01010101-0101-0101-0101-010101010101")
+	f.mu.Lock()
+	f.delay = 100 * time.Millisecond // under the 300 ms call deadline
+	f.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	if err := c.SetSchedParams(ctx, d, SchedParams{GlobalQuota: Ptr[int64](1000)}); err != nil {
+		t.Fatalf("a call whose caller went away meanwhile: %v, want its outcome (done)", err)
+	}
+	f.mu.Lock()
+	f.delay = 0
+	sets := slices.Clone(f.sets)
+	f.mu.Unlock()
+	if !slices.Contains(sets, "web global_quota=1000") {
+		t.Errorf("daemon's writes %q: the call did not land", sets)
+	}
+	if !c.Connected() || f.dialCount() != 1 || buf.contains("connection lost") {
+		t.Errorf("connected %v after %d dial(s): the caller's cancellation cut the connection", c.Connected(), f.dialCount())
+	}
+	if err := c.SetSchedParams(ctx, d, SchedParams{GlobalQuota: Ptr[int64](2000)}); !errors.Is(err, context.Canceled) {
+		t.Errorf("a call under an ended context: %v, want it not sent (context.Canceled)", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if slices.Contains(f.sets, "web global_quota=2000") {
+		t.Error("a call under an ended context reached the daemon")
+	}
 }
 
 // A domain whose XML does not parse stays listed, without a config, and

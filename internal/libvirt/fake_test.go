@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 )
@@ -14,11 +15,14 @@ import (
 // a daemon that is down, one that stops answering, a connection dropped
 // (a restart), a domain that vanishes, XML that does not parse.
 type fakeDaemon struct {
-	mu       sync.Mutex
-	doms     map[golibvirt.UUID]*fakeDom
-	nextID   int32
-	down     bool // dials fail
-	hang     bool // calls block until the session is closed
+	mu     sync.Mutex
+	doms   map[golibvirt.UUID]*fakeDom
+	nextID int32
+	down   bool // dials fail
+	hang   bool // calls block until the session is closed
+	// delay holds every call this long before it is carried out (a busy
+	// daemon), or until the session is closed.
+	delay    time.Duration
 	dials    int
 	sessions []*fakeSession
 	// xmlErr fails every domain's XML read (a call cut mid-restart).
@@ -170,11 +174,18 @@ func (s *fakeSession) enter() error {
 	default:
 	}
 	s.d.mu.Lock()
-	hang := s.d.hang
+	hang, delay := s.d.hang, s.d.delay
 	s.d.mu.Unlock()
 	if hang {
 		<-s.closed
 		return golibvirt.ErrInterrupted
+	}
+	if delay > 0 {
+		select {
+		case <-s.closed:
+			return golibvirt.ErrInterrupted
+		case <-time.After(delay):
+		}
 	}
 	return nil
 }
