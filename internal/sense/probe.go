@@ -55,23 +55,31 @@ type ProbeConfig struct {
 	// CPUsPerDomain is how many CPUs of each L3 domain are probed per interval,
 	// rotating through the domain.
 	CPUsPerDomain int
-	// Spread is how many readings, SpreadGap apart, one DRAM reading of
-	// MeasureCPU and MeasureQuick takes; its value is their median, its
+	// Spread is how many readings one DRAM reading of MeasureCPU and
+	// MeasureQuick takes, back to back; its value is their median, its
 	// Peak the worst of them (default 4; 1 turns it off). A split-lock
 	// storm whose polluter shares its CPU with a paced service comes and
-	// goes about every half millisecond (the host stalls a vCPU that
-	// split-locks after it slept); one reading, a tenth of a millisecond,
-	// lands in one phase or the other. Measured on the dev VM beside such
-	// a storm, one reading saw it 10-40% of the time and the worst of four
-	// 400 µs apart 67-89%, while beside busy but harmless neighbours (a
-	// STREAM loop, random writes, a pointer chase, a server) the worst of
-	// four stayed within 1.5× of quiet; on a busier 16-vCPU host,
-	// neighbours' memory traffic moved it 1.6-4× now and then, which is
-	// why the judge counts a peak only where it is strong. Each of the
-	// readings is a median of chunks, so a chunk cut by preemption does
-	// not make the worst. MeasureOnce takes one reading (the proof's pace).
+	// goes within a millisecond: the service's every wake takes the CPU
+	// from the polluter for a moment. One reading, a tenth of a
+	// millisecond, lands in one phase or the other; the worst of several
+	// catches the storm if one of them runs while the polluter does.
+	// Beside busy but harmless neighbours (a STREAM loop, random writes, a
+	// pointer chase, a server) the worst of four stayed within 1.5× of
+	// quiet on the dev VM; on a busier 16-vCPU host, neighbours' memory
+	// traffic moved it 1.6-4× now and then, which is why the judge counts
+	// a peak only where it is strong. Each of the readings is a median of
+	// chunks, so a chunk cut by preemption does not make the worst.
+	// MeasureOnce takes one reading (the proof's pace).
 	Spread int
-	// SpreadGap separates the readings of a spread (default 400µs).
+	// SpreadGap is a sleep between the readings of a spread (default
+	// none). Not a sleep is the point: a thread woken by a timer reads
+	// just as a paced neighbour, woken by its own, has taken the CPU from
+	// the polluter. On the dev VM (a split-lock loop and a paced service
+	// on CPU 0, the probe on CPU 1, 20 spreads a run) readings slept
+	// 400 µs apart saw the storm in 3-6 spreads of 20, one reading after
+	// such a sleep in 1 of 15; a busy wait in its place, 2 of 3 readings;
+	// back to back, 20 of 20 spreads (two runs), at the same CPU cost
+	// while quiet (a spread took 0.47 ms of CPU either way).
 	SpreadGap time.Duration
 }
 
@@ -103,9 +111,6 @@ func (c *ProbeConfig) fill(l2 int64) {
 	}
 	if c.Spread == 0 {
 		c.Spread = 4
-	}
-	if c.SpreadGap == 0 {
-		c.SpreadGap = 400 * time.Microsecond
 	}
 }
 
@@ -319,7 +324,7 @@ const watchChunks = 2
 // begun: its per-operation latency compares with the kind's baseline, a
 // little noisier. The DRAM kind is the interval's spread of whole
 // readings: measured on the dev VM beside a storm that comes and goes, a
-// spread of three-chunk readings caught it in 34-59% of the looks, one of
+// spread of three-chunk readings (then slept 400 µs apart) caught it in 34-59% of the looks, one of
 // whole readings in 78-92%; and beside a busy server on the probe's CPU
 // the worst of four two-chunk readings passed 3× in one look in seven
 // (preemption), the worst of four whole ones never passed 1.5×.
@@ -374,7 +379,9 @@ func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, sprea
 		if kind == ProbeDRAM && spread > 1 {
 			all := []float64{r.Ns}
 			for range spread - 1 {
-				time.Sleep(p.cfg.SpreadGap)
+				if p.cfg.SpreadGap > 0 {
+					time.Sleep(p.cfg.SpreadGap)
+				}
 				all = append(all, p.read(kind, chunks))
 			}
 			r.Ns, r.Peak = Median(all), slices.Max(all)

@@ -108,7 +108,7 @@ func TestProbeSpreadOfDRAMReadings(t *testing.T) {
 func TestProbeConfigDefaults(t *testing.T) {
 	var c ProbeConfig
 	c.fill(1 << 20)
-	if c.Spread != 4 || c.SpreadGap != 400*time.Microsecond || c.Chunks != 7 || c.ProofChunks != 3 || c.LLCBytes != 1088<<10 {
+	if c.Spread != 4 || c.SpreadGap != 0 || c.Chunks != 7 || c.ProofChunks != 3 || c.LLCBytes != 1088<<10 {
 		t.Errorf("defaults = %+v", c)
 	}
 	c = ProbeConfig{Spread: 1, Chunks: 2}
