@@ -29,11 +29,12 @@ func scriptedProbe(t *testing.T, cfg ProbeConfig, script map[string][]float64) (
 		script[kind] = v[1:]
 		return v[0]
 	}
+	p.sleep = func(d time.Duration) { calls = append(calls, "gap "+d.String()) }
 	return p, &calls
 }
 
 func TestProbeSpreadOfDRAMReadings(t *testing.T) {
-	dram := []float64{330, 2500, 340, 335}
+	dram := []float64{330, 2500, 340, 335, 332, 338, 331, 336}
 	tests := []struct {
 		name    string
 		spread  int
@@ -42,14 +43,18 @@ func TestProbeSpreadOfDRAMReadings(t *testing.T) {
 		want    map[string][2]float64 // Ns, Peak
 		calls   []string
 	}{
-		{"interval reading: four DRAM readings, their median and their worst; one of each other kind", 0, 0,
+		{"interval reading: eight DRAM readings in pairs, their median and their worst; one of each other kind", 0, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureCPU(0, 0) },
-			map[string][2]float64{ProbeLock: {5, 0}, ProbeLLC: {12, 0}, ProbeDRAM: {337.5, 2500}},
-			[]string{"lock/7", "llc/7", "dram/7", "dram/7", "dram/7", "dram/7"}},
+			map[string][2]float64{ProbeLock: {5, 0}, ProbeLLC: {12, 0}, ProbeDRAM: {335.5, 2500}},
+			[]string{"lock/7", "llc/7", "dram/7", "dram/7", "gap 1µs", "dram/7", "dram/7", "gap 1µs", "dram/7", "dram/7", "gap 1µs", "dram/7", "dram/7"}},
 		{"watch reading: the same spread of whole readings", 0, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureQuick(0, 0, ProbeDRAM) },
-			map[string][2]float64{ProbeDRAM: {337.5, 2500}},
-			[]string{"dram/7", "dram/7", "dram/7", "dram/7"}},
+			map[string][2]float64{ProbeDRAM: {335.5, 2500}},
+			[]string{"dram/7", "dram/7", "gap 1µs", "dram/7", "dram/7", "gap 1µs", "dram/7", "dram/7", "gap 1µs", "dram/7", "dram/7"}},
+		{"an odd spread: the last pair is one reading", 3, 0,
+			func(p *Probe) ([]ProbeReading, error) { return p.MeasureCPU(0, 0, ProbeDRAM) },
+			map[string][2]float64{ProbeDRAM: {340, 2500}},
+			[]string{"dram/7", "dram/7", "gap 1µs", "dram/7"}},
 		{"watch reading of another kind: two chunks, once", 0, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureQuick(0, 0, ProbeLLC) },
 			map[string][2]float64{ProbeLLC: {12, 0}},
@@ -108,7 +113,7 @@ func TestProbeSpreadOfDRAMReadings(t *testing.T) {
 func TestProbeConfigDefaults(t *testing.T) {
 	var c ProbeConfig
 	c.fill(1 << 20)
-	if c.Spread != 4 || c.SpreadGap != 0 || c.Chunks != 7 || c.ProofChunks != 3 || c.LLCBytes != 1088<<10 {
+	if c.Spread != 8 || c.SpreadGap != 400*time.Microsecond || c.Chunks != 7 || c.ProofChunks != 3 || c.LLCBytes != 1088<<10 {
 		t.Errorf("defaults = %+v", c)
 	}
 	c = ProbeConfig{Spread: 1, Chunks: 2}
