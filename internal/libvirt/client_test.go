@@ -156,17 +156,25 @@ func TestClientReconnectsWhenLibvirtdRestarts(t *testing.T) {
 	}
 }
 
-// A daemon that accepts calls but never answers must not hang a caller:
-// the call fails after CallTimeout and the connection is reset.
-func TestClientCallDeadlineCutsAHungDaemon(t *testing.T) {
+// oneDomain runs a client against a fake daemon with one domain, "web",
+// and then changes the daemon with set (under its lock).
+func oneDomain(t *testing.T, set func(*fakeDaemon)) (*fakeDaemon, *Client, *logBuf, Domain) {
+	t.Helper()
 	f := newFakeDaemon()
 	f.start("web", 1, 1, "1")
-	c, _ := runClient(t, f)
+	c, buf := runClient(t, f)
 	wait(t, c)
 	d, _ := c.DomainByUUID("01010101-0101-0101-0101-010101010101")
 	f.mu.Lock()
-	f.hang = true
+	set(f)
 	f.mu.Unlock()
+	return f, c, buf, d
+}
+
+// A daemon that accepts calls but never answers must not hang a caller:
+// the call fails after CallTimeout and the connection is reset.
+func TestClientCallDeadlineCutsAHungDaemon(t *testing.T) {
+	f, c, _, d := oneDomain(t, func(f *fakeDaemon) { f.hang = true })
 	start := time.Now()
 	err := c.SetSchedParams(context.Background(), d, SchedParams{GlobalQuota: Ptr[int64](1000)})
 	if !errors.Is(err, ErrNotConnected) || !strings.Contains(err.Error(), "did not answer") {
@@ -189,14 +197,8 @@ func TestClientCallDeadlineCutsAHungDaemon(t *testing.T) {
 // the middle of a rewrite still lifts its throttles through libvirt, after
 // that rewrite. A call under an ended context is not sent at all.
 func TestClientCallerCancelKeepsTheConnection(t *testing.T) {
-	f := newFakeDaemon()
-	f.start("web", 1, 1, "1")
-	c, buf := runClient(t, f)
-	wait(t, c)
-	d, _ := c.DomainByUUID("01010101-0101-0101-0101-010101010101")
-	f.mu.Lock()
-	f.delay = 100 * time.Millisecond // under the 300 ms call deadline
-	f.mu.Unlock()
+	// Each call held 100 ms, under the 300 ms call deadline.
+	f, c, buf, d := oneDomain(t, func(f *fakeDaemon) { f.delay = 100 * time.Millisecond })
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(20*time.Millisecond, cancel)
 	if err := c.SetSchedParams(ctx, d, SchedParams{GlobalQuota: Ptr[int64](1000)}); err != nil {
