@@ -236,9 +236,9 @@ type ProbeConfig struct {
 	// (default 3, or chunks if fewer): a proof reads a dozen times a slot,
 	// often on a victim's CPU.
 	ProofChunks int `yaml:"proof_chunks"`
-	// Spread is how many readings, in back-to-back pairs 400 µs apart, make one DRAM reading
-	// of an interval or a watch: their median counts, and their worst
-	// where it is strong (1 = one reading).
+	// Spread is how many readings, in back-to-back pairs 400 µs apart,
+	// make one DRAM reading of an interval or a watch: their median
+	// counts, and their worst where it is strong (1 = one reading).
 	Spread int `yaml:"spread"`
 }
 

@@ -71,10 +71,10 @@ type ProbeConfig struct {
 	// slice. Measured on the dev VM (the probe on CPU 1, a split-lock loop
 	// on CPU 0, 20 spreads a run): beside a service paced at 15% of CPU 0,
 	// four readings 400 µs apart saw the storm in 3-10 spreads of 20, four
-	// back to back in 19-20, four pairs 400 µs apart in 20 (two runs);
-	// sharing CPU 0 with two busy loops and a server, 5-7, 2 and 7-8 (two
-	// to three runs each). Four pairs cost twice what four readings do
-	// while quiet. Beside busy but harmless neighbours (a STREAM loop,
+	// back to back in 19-20, four pairs 400 µs apart in 20 (two or three
+	// runs each); sharing CPU 0 with two busy loops and a server, 5-7, 2
+	// and 2-8. Four pairs cost twice what four readings do while quiet
+	// (0.90-0.99 ms of CPU a spread against 0.47 ms). Beside busy but harmless neighbours (a STREAM loop,
 	// random writes, a pointer chase, a server) the worst of four stayed
 	// within 1.5× of quiet on the dev VM; on a busier 16-vCPU host,
 	// neighbours' memory traffic moved it 1.6-4× now and then, which is why
@@ -333,10 +333,11 @@ const watchChunks = 2
 // begun: its per-operation latency compares with the kind's baseline, a
 // little noisier. The DRAM kind is the interval's spread of whole
 // readings: measured on the dev VM beside a storm that comes and goes, a
-// spread of three-chunk readings (then slept 400 µs apart) caught it in 34-59% of the looks, one of
-// whole readings in 78-92%; and beside a busy server on the probe's CPU
-// the worst of four two-chunk readings passed 3× in one look in seven
-// (preemption), the worst of four whole ones never passed 1.5×.
+// spread of three-chunk readings (then slept 400 µs apart) caught it in
+// 34-59% of the looks, one of whole readings in 78-92%; and beside a busy
+// server on the probe's CPU the worst of four two-chunk readings passed 3×
+// in one look in seven (preemption), the worst of four whole ones never
+// passed 1.5×.
 func (p *Probe) MeasureQuick(domain, cpu int, kind string) ([]ProbeReading, error) {
 	if !slices.Contains(p.Kinds(), kind) {
 		return nil, fmt.Errorf("probe: no %s probe on this host", kind)
