@@ -240,6 +240,11 @@ type ProbeConfig struct {
 	// make one DRAM reading of an interval or a watch: their median
 	// counts, and their worst where it is strong (1 = one reading).
 	Spread int `yaml:"spread"`
+	// ProofReads is how many DRAM readings one proof reading takes back
+	// to back, counted at their worst (default 2): the first after the
+	// proof's timer wake misses a storm beside a paced neighbour, the
+	// second does not (sense.ProbeConfig.ProofReads).
+	ProofReads int `yaml:"proof_reads"`
 }
 
 // JudgeConfig holds the contention thresholds (ratios of probe latency to its quiet baseline).
@@ -533,7 +538,7 @@ func (c *Config) CPIThresholds() judge.Thresholds {
 
 // ProbeSettings is the probe configuration for the sensor.
 func (c *Config) ProbeSettings() sense.ProbeConfig {
-	return sense.ProbeConfig{LLCBytes: c.Probe.LLCBytes, CPUsPerDomain: c.Probe.CPUsPerDomain, Chunks: c.Probe.Chunks, ProofChunks: c.Probe.ProofChunks, Spread: c.Probe.Spread}
+	return sense.ProbeConfig{LLCBytes: c.Probe.LLCBytes, CPUsPerDomain: c.Probe.CPUsPerDomain, Chunks: c.Probe.Chunks, ProofChunks: c.Probe.ProofChunks, Spread: c.Probe.Spread, ProofReads: c.Probe.ProofReads}
 }
 
 // protects reports whether the configuration protects a tenant: an ID, a

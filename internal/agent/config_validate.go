@@ -107,6 +107,9 @@ func (c *Config) Validate() error {
 	if c.Probe.Spread != 0 {
 		intIn("probe.spread", int64(c.Probe.Spread), 1, 16)
 	}
+	if c.Probe.ProofReads != 0 {
+		intIn("probe.proof_reads", int64(c.Probe.ProofReads), 1, 4)
+	}
 	intIn("judge.window", int64(c.Judge.Window), 2, 1024)
 	intIn("perf.fd_budget", int64(c.Perf.FDBudget), 0, 1<<20)
 	intIn("resctrl.max_monitoring_groups", int64(c.Resctrl.MaxMonitoringGroups), 0, 1<<16)

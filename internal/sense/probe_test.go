@@ -39,50 +39,59 @@ func TestProbeSpreadOfDRAMReadings(t *testing.T) {
 		name    string
 		spread  int
 		proofCh int // ProofChunks
+		reads   int // ProofReads
 		measure func(p *Probe) ([]ProbeReading, error)
 		want    map[string][2]float64 // Ns, Peak
 		calls   []string
 	}{
-		{"interval reading: eight DRAM readings in pairs, their median and their worst; one of each other kind", 0, 0,
+		{"interval reading: eight DRAM readings in pairs, their median and their worst; one of each other kind", 0, 0, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureCPU(0, 0) },
 			map[string][2]float64{ProbeLock: {5, 0}, ProbeLLC: {12, 0}, ProbeDRAM: {335.5, 2500}},
 			[]string{"lock/7", "llc/7", "dram/7", "dram/7", "gap 1µs", "dram/7", "dram/7", "gap 1µs", "dram/7", "dram/7", "gap 1µs", "dram/7", "dram/7"}},
-		{"watch reading: the same spread of whole readings", 0, 0,
+		{"watch reading: the same spread of whole readings", 0, 0, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureQuick(0, 0, ProbeDRAM) },
 			map[string][2]float64{ProbeDRAM: {335.5, 2500}},
 			[]string{"dram/7", "dram/7", "gap 1µs", "dram/7", "dram/7", "gap 1µs", "dram/7", "dram/7", "gap 1µs", "dram/7", "dram/7"}},
-		{"an odd spread: the last pair is one reading", 3, 0,
+		{"an odd spread: the last pair is one reading", 3, 0, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureCPU(0, 0, ProbeDRAM) },
 			map[string][2]float64{ProbeDRAM: {340, 2500}},
 			[]string{"dram/7", "dram/7", "gap 1µs", "dram/7"}},
-		{"watch reading of another kind: two chunks, once", 0, 0,
+		{"watch reading of another kind: two chunks, once", 0, 0, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureQuick(0, 0, ProbeLLC) },
 			map[string][2]float64{ProbeLLC: {12, 0}},
 			[]string{"llc/2"}},
-		{"watch reading without a spread: two chunks", 1, 0,
+		{"watch reading without a spread: two chunks", 1, 0, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureQuick(0, 0, ProbeDRAM) },
 			map[string][2]float64{ProbeDRAM: {330, 0}},
 			[]string{"dram/2"}},
-		{"proof reading: one of each kind, the DRAM chase's of three chunks", 0, 0,
+		{"proof reading: two DRAM readings of three chunks back to back, at their worst; one of each other kind", 0, 0, 0,
+			func(p *Probe) ([]ProbeReading, error) { return p.MeasureOnce(0, 0, ProbeDRAM, ProbeLLC) },
+			map[string][2]float64{ProbeDRAM: {2500, 0}, ProbeLLC: {12, 0}},
+			[]string{"dram/3", "dram/3", "llc/7"}},
+		{"proof reading with proof_chunks 5", 0, 5, 0,
+			func(p *Probe) ([]ProbeReading, error) { return p.MeasureOnce(0, 0, ProbeDRAM, ProbeLLC) },
+			map[string][2]float64{ProbeDRAM: {2500, 0}, ProbeLLC: {12, 0}},
+			[]string{"dram/5", "dram/5", "llc/7"}},
+		{"proof reading with proof_reads 1: one DRAM reading", 0, 0, 1,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureOnce(0, 0, ProbeDRAM, ProbeLLC) },
 			map[string][2]float64{ProbeDRAM: {330, 0}, ProbeLLC: {12, 0}},
 			[]string{"dram/3", "llc/7"}},
-		{"proof reading with proof_chunks 5", 0, 5,
-			func(p *Probe) ([]ProbeReading, error) { return p.MeasureOnce(0, 0, ProbeDRAM, ProbeLLC) },
-			map[string][2]float64{ProbeDRAM: {330, 0}, ProbeLLC: {12, 0}},
-			[]string{"dram/5", "llc/7"}},
-		{"spread 1: one reading", 1, 0,
+		{"proof reading with proof_reads 3", 0, 0, 3,
+			func(p *Probe) ([]ProbeReading, error) { return p.MeasureOnce(0, 0, ProbeDRAM) },
+			map[string][2]float64{ProbeDRAM: {2500, 0}},
+			[]string{"dram/3", "dram/3", "dram/3"}},
+		{"spread 1: one reading", 1, 0, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureCPU(0, 0, ProbeDRAM) },
 			map[string][2]float64{ProbeDRAM: {330, 0}},
 			[]string{"dram/7"}},
-		{"spread 2: the mean of two and the worst", 2, 0,
+		{"spread 2: the mean of two and the worst", 2, 0, 0,
 			func(p *Probe) ([]ProbeReading, error) { return p.MeasureCPU(0, 0, ProbeDRAM) },
 			map[string][2]float64{ProbeDRAM: {1415, 2500}},
 			[]string{"dram/7", "dram/7"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, calls := scriptedProbe(t, ProbeConfig{Spread: tc.spread, ProofChunks: tc.proofCh, SpreadGap: time.Microsecond},
+			p, calls := scriptedProbe(t, ProbeConfig{Spread: tc.spread, ProofChunks: tc.proofCh, ProofReads: tc.reads, SpreadGap: time.Microsecond},
 				map[string][]float64{ProbeLock: {5}, ProbeLLC: {12}, ProbeDRAM: slices.Clone(dram)})
 			if p.dram == nil {
 				t.Skip("no flush chase on this architecture: no DRAM probe")
