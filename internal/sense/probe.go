@@ -84,6 +84,9 @@ type ProbeConfig struct {
 	Spread int
 	// SpreadGap separates the pairs of a spread (default 400µs).
 	SpreadGap time.Duration
+	// NoRealtime keeps the probe's pinned thread at its normal priority
+	// (see realtime).
+	NoRealtime bool
 	// ProofReads is how many DRAM readings one proof reading (MeasureOnce)
 	// takes back to back; it counts at their worst (default 2). A proof
 	// reads at its own pace, each reading right after a timer wake: the
@@ -381,6 +384,10 @@ func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, sprea
 	if err := unix.SchedGetaffinity(0, &orig); err != nil {
 		return nil, fmt.Errorf("probe: %w", err)
 	}
+	if !p.cfg.NoRealtime {
+		// Undone last, after the affinity: off the pinned CPU first.
+		defer realtime()()
+	}
 	defer unix.SchedSetaffinity(0, &orig)
 	var set unix.CPUSet
 	set.Set(cpu)
@@ -425,6 +432,33 @@ func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, sprea
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// realtime puts the calling thread at the lowest real-time priority
+// (SCHED_FIFO 1) and returns what puts it back; where it may not (no
+// CAP_SYS_NICE), it leaves the thread as it is.
+//
+// Why: a thread pinned to a CPU its tenants starve can stall the whole
+// agent. A goroutine locked to the thread holds a scheduler P while it
+// runs, and takes one back when it wakes from a sleep (the spread's gaps);
+// the garbage collector's stop-the-world waits for every P, so it waits
+// for that thread to be scheduled on that CPU. On the dev VM, with a
+// split-lock loop and a latency server sharing CPU 1, the agent's whole
+// loop stopped for 1.7-6 s at a time, a goroutine in gcStart "stopping
+// the world" and the probe's, asleep in a spread on CPU 1, runnable and
+// not run (two of four runs of the suite's gen-3019), and the polluter
+// was never proved. At a real-time priority the thread runs as soon as
+// its CPU does; the kernel's real-time throttling (95% of each second by
+// default) still bounds it, and a reading takes a millisecond or two.
+func realtime() (undo func()) {
+	old, err := unix.SchedGetAttr(0, 0)
+	if err != nil {
+		return func() {}
+	}
+	if err := unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: 1}, 0); err != nil {
+		return func() {}
+	}
+	return func() { unix.SchedSetAttr(0, old, 0) }
 }
 
 // threadCPU is the calling thread's CPU time so far.
