@@ -23,13 +23,14 @@ import (
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
+	"github.com/crosstalk-project/crosstalk/internal/sense"
 	"github.com/crosstalk-project/crosstalk/internal/testenv"
 )
 
 const unitFile = "systemd/crosstalk.service"
 
 // The capabilities the unit keeps, each with the reason docs/operating.md gives.
-var unitCaps = []string{"CAP_PERFMON", "CAP_DAC_OVERRIDE", "CAP_SYS_RAWIO", "CAP_SYSLOG"}
+var unitCaps = []string{"CAP_PERFMON", "CAP_DAC_OVERRIDE", "CAP_SYS_RAWIO", "CAP_SYSLOG", "CAP_SYS_NICE"}
 
 // systemd-analyze verify checks every key and value against systemd's own
 // parser (it needs no running manager). It only warns, exit 0, about unknown
@@ -270,6 +271,40 @@ func TestUnitCapabilitiesReadKernelLog(t *testing.T) {
 		case !strings.Contains(err.Error(), "doctor: /dev/kmsg cannot be read") || !strings.Contains(err.Error(), "CAP_SYSLOG"):
 			t.Errorf("without CAP_SYSLOG, doctor's reason does not say why: %v", err)
 		}
+	}
+}
+
+// CAP_SYS_NICE is what lets the probe's pinned thread take its real-time
+// priority (sense.RealtimeAllowed, as the probe does): the test binary,
+// re-run under setpriv, tries it.
+func TestUnitCapabilitiesRealtimeProbe(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv not installed (util-linux)")
+	}
+	if err := sense.RealtimeAllowed(); err != nil {
+		t.Skipf("no real-time priority for root here either: %v", err)
+	}
+	try := func(caps []string) error {
+		t.Helper()
+		cmd := setprivRun(caps, os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), realtimeHelperEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	if err := try(unitCaps); err != nil {
+		t.Errorf("with the unit's capabilities %v the probe gets no real-time priority: %v", unitCaps, err)
+	}
+	without := slices.DeleteFunc(slices.Clone(unitCaps), func(c string) bool { return c == "CAP_SYS_NICE" })
+	if err := try(without); err == nil {
+		t.Error("without CAP_SYS_NICE the probe still got its real-time priority: is the capability needed?")
+	} else if !strings.Contains(err.Error(), "SCHED_FIFO") {
+		t.Errorf("without CAP_SYS_NICE, the refusal does not say what: %v", err)
 	}
 }
 

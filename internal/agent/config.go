@@ -245,6 +245,13 @@ type ProbeConfig struct {
 	// proof's timer wake misses a storm beside a paced neighbour, the
 	// second does not (sense.ProbeConfig.ProofReads).
 	ProofReads int `yaml:"proof_reads"`
+	// Realtime runs the probe's thread, while it is pinned to a tenant's
+	// CPU, at the lowest real-time priority (default true; needs
+	// CAP_SYS_NICE, and goes on at its normal priority without it): a
+	// thread locked to a CPU its tenants starve held up the garbage
+	// collector, and with it the whole agent, for seconds
+	// (sense.ProbeConfig.NoRealtime).
+	Realtime *bool `yaml:"realtime"`
 }
 
 // JudgeConfig holds the contention thresholds (ratios of probe latency to its quiet baseline).
@@ -345,6 +352,9 @@ func (c *Config) fill() {
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
+	}
+	if c.Probe.Realtime == nil {
+		c.Probe.Realtime = ptrTo(true)
 	}
 	if c.Tenants.Builtin == nil {
 		c.Tenants.Builtin = ptrTo(true)
@@ -538,7 +548,8 @@ func (c *Config) CPIThresholds() judge.Thresholds {
 
 // ProbeSettings is the probe configuration for the sensor.
 func (c *Config) ProbeSettings() sense.ProbeConfig {
-	return sense.ProbeConfig{LLCBytes: c.Probe.LLCBytes, CPUsPerDomain: c.Probe.CPUsPerDomain, Chunks: c.Probe.Chunks, ProofChunks: c.Probe.ProofChunks, Spread: c.Probe.Spread, ProofReads: c.Probe.ProofReads}
+	return sense.ProbeConfig{LLCBytes: c.Probe.LLCBytes, CPUsPerDomain: c.Probe.CPUsPerDomain, Chunks: c.Probe.Chunks, ProofChunks: c.Probe.ProofChunks, Spread: c.Probe.Spread, ProofReads: c.Probe.ProofReads,
+		NoRealtime: c.Probe.Realtime != nil && !*c.Probe.Realtime}
 }
 
 // protects reports whether the configuration protects a tenant: an ID, a

@@ -386,7 +386,9 @@ func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, sprea
 	}
 	if !p.cfg.NoRealtime {
 		// Undone last, after the affinity: off the pinned CPU first.
-		defer realtime()()
+		// Without the privilege the thread measures as it is.
+		undo, _ := realtime()
+		defer undo()
 	}
 	defer unix.SchedSetaffinity(0, &orig)
 	var set unix.CPUSet
@@ -436,29 +438,41 @@ func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, sprea
 
 // realtime puts the calling thread at the lowest real-time priority
 // (SCHED_FIFO 1) and returns what puts it back; where it may not (no
-// CAP_SYS_NICE), it leaves the thread as it is.
+// CAP_SYS_NICE, or a cgroup with no real-time budget), it leaves the
+// thread as it is and says why.
 //
 // Why: a thread pinned to a CPU its tenants starve can stall the whole
 // agent. A goroutine locked to the thread holds a scheduler P while it
 // runs, and takes one back when it wakes from a sleep (the spread's gaps);
 // the garbage collector's stop-the-world waits for every P, so it waits
 // for that thread to be scheduled on that CPU. On the dev VM, with a
-// split-lock loop and a latency server sharing CPU 1, the agent's whole
-// loop stopped for 1.7-6 s at a time, a goroutine in gcStart "stopping
-// the world" and the probe's, asleep in a spread on CPU 1, runnable and
-// not run (two of four runs of the suite's gen-3019), and the polluter
-// was never proved. At a real-time priority the thread runs as soon as
+// split-lock loop and a latency server sharing CPU 1 (the suite's
+// gen-3019), the agent's whole loop stopped for 1.5-6 s at a time in 3 of
+// 7 runs, a goroutine in gcStart "stopping the world" and the probe's
+// runnable or running on CPU 1 and not run, and in two of them the
+// polluter was never proved; at a real-time priority, in none of 4, each
+// polluter proved. At a real-time priority the thread runs as soon as
 // its CPU does; the kernel's real-time throttling (95% of each second by
 // default) still bounds it, and a reading takes a millisecond or two.
-func realtime() (undo func()) {
+func realtime() (undo func(), err error) {
 	old, err := unix.SchedGetAttr(0, 0)
 	if err != nil {
-		return func() {}
+		return func() {}, fmt.Errorf("sched_getattr: %w", err)
 	}
 	if err := unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: 1}, 0); err != nil {
-		return func() {}
+		return func() {}, fmt.Errorf("sched_setattr SCHED_FIFO: %w", err)
 	}
-	return func() { unix.SchedSetAttr(0, old, 0) }
+	return func() { unix.SchedSetAttr(0, old, 0) }, nil
+}
+
+// RealtimeAllowed reports whether the probe may take its real-time
+// priority here (see realtime): nil, or why not.
+func RealtimeAllowed() error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	undo, err := realtime()
+	undo()
+	return err
 }
 
 // threadCPU is the calling thread's CPU time so far.

@@ -2,9 +2,13 @@ package sense
 
 import (
 	"fmt"
+	"os"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/topology"
@@ -278,5 +282,40 @@ func TestProbeConfigChunkCounts(t *testing.T) {
 		if chunks, proof := c.cfg.ChunkCounts(); chunks != c.chunks || proof != c.proof {
 			t.Errorf("%+v: %d and %d chunks, want %d and %d", c.cfg, chunks, proof, c.chunks, c.proof)
 		}
+	}
+}
+
+// The probe's pinned thread measures at the lowest real-time priority and
+// is put back as it was; without the privilege it stays as it is.
+func TestProbeRealtimeIsUndone(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before, err := unix.SchedGetAttr(0, 0)
+	if err != nil {
+		t.Skipf("sched_getattr: %v", err)
+	}
+	undo, rtErr := realtime()
+	during, err := unix.SchedGetAttr(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo()
+	after, err := unix.SchedGetAttr(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Policy != before.Policy || after.Priority != before.Priority || after.Nice != before.Nice {
+		t.Errorf("after: policy %d priority %d nice %d, want %d %d %d as before", after.Policy, after.Priority, after.Nice, before.Policy, before.Priority, before.Nice)
+	}
+	switch {
+	case rtErr != nil:
+		if during.Policy != before.Policy {
+			t.Errorf("refused (%v): policy %d during, want it left at %d", rtErr, during.Policy, before.Policy)
+		}
+		if os.Geteuid() == 0 {
+			t.Logf("root, but no real-time priority here: %v", rtErr)
+		}
+	case during.Policy != unix.SCHED_FIFO || during.Priority != 1:
+		t.Errorf("policy %d priority %d during, want SCHED_FIFO (%d) at 1", during.Policy, during.Priority, unix.SCHED_FIFO)
 	}
 }
