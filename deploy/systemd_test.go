@@ -236,29 +236,38 @@ func TestUnitCapabilitiesOpenPerfCounters(t *testing.T) {
 	}
 }
 
-// CAP_SYSLOG is what lets the agent read the kernel's bus-lock reports from
-// /dev/kmsg where kernel.dmesg_restrict is 1: the test binary, re-run under
-// setpriv, opens it as the agent does (sense.OpenKernelBusLocks).
-func TestUnitCapabilitiesReadKernelLog(t *testing.T) {
+// needRootSetpriv skips a test that re-runs the test binary as the unit
+// would, where it cannot.
+func needRootSetpriv(t *testing.T) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Skip("setpriv not installed (util-linux)")
 	}
+}
+
+// helperUnder re-runs the test binary under setpriv with only caps, as the
+// helper that env turns on (see TestMain): nil, or its error and output.
+func helperUnder(caps []string, env string) error {
+	cmd := setprivRun(caps, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env+"=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
+}
+
+// CAP_SYSLOG is what lets the agent read the kernel's bus-lock reports from
+// /dev/kmsg where kernel.dmesg_restrict is 1: the test binary, re-run under
+// setpriv, opens it as the agent does (sense.OpenKernelBusLocks).
+func TestUnitCapabilitiesReadKernelLog(t *testing.T) {
+	needRootSetpriv(t)
 	if _, err := os.Stat("/dev/kmsg"); err != nil {
 		t.Skip("no /dev/kmsg")
 	}
-	open := func(caps []string) error {
-		t.Helper()
-		cmd := setprivRun(caps, os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), kmsgHelperEnv+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("%v: %s", err, out)
-		}
-		return nil
-	}
+	open := func(caps []string) error { return helperUnder(caps, kmsgHelperEnv) }
 	if err := open(unitCaps); err != nil {
 		t.Errorf("with the unit's capabilities %v /dev/kmsg does not open: %v", unitCaps, err)
 	}
@@ -278,25 +287,11 @@ func TestUnitCapabilitiesReadKernelLog(t *testing.T) {
 // priority (sense.RealtimeAllowed, as the probe does): the test binary,
 // re-run under setpriv, tries it.
 func TestUnitCapabilitiesRealtimeProbe(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("setpriv not installed (util-linux)")
-	}
+	needRootSetpriv(t)
 	if err := sense.RealtimeAllowed(); err != nil {
 		t.Skipf("no real-time priority for root here either: %v", err)
 	}
-	try := func(caps []string) error {
-		t.Helper()
-		cmd := setprivRun(caps, os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), realtimeHelperEnv+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("%v: %s", err, out)
-		}
-		return nil
-	}
+	try := func(caps []string) error { return helperUnder(caps, realtimeHelperEnv) }
 	if err := try(unitCaps); err != nil {
 		t.Errorf("with the unit's capabilities %v the probe gets no real-time priority: %v", unitCaps, err)
 	}
