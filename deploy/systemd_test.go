@@ -181,7 +181,7 @@ func TestUnitCapabilitiesOpenPerfCounters(t *testing.T) {
 	testenv.LockAgent(t) // one agent per host: the other packages' live agents wait
 	h, l := needRootCgroups(t)
 	parent, _ := tenantCgroup(t, h, l, "caps")
-	fds := func(caps []string) int {
+	fds := func(caps []string) (n int, log string) {
 		t.Helper()
 		dir := t.TempDir()
 		port := freePort(t)
@@ -199,6 +199,7 @@ func TestUnitCapabilitiesOpenPerfCounters(t *testing.T) {
 		defer func() {
 			cmd.Process.Signal(os.Interrupt)
 			cmd.Wait()
+			log = stderr.String()
 		}()
 		url := fmt.Sprintf("http://127.0.0.1:%d/api/state", port)
 		for ctx.Err() == nil {
@@ -217,17 +218,29 @@ func TestUnitCapabilitiesOpenPerfCounters(t *testing.T) {
 					json.NewDecoder(resp.Body).Decode(&s)
 					resp.Body.Close()
 				}
-				return s.PerfFDs
+				return s.PerfFDs, ""
 			}
 		}
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
 		t.Fatalf("agent under setpriv %v never published a tenant:\n%s", caps, stderr.String())
-		return 0
+		return 0, ""
 	}
-	if n := fds(unitCaps); n == 0 {
+	const normalPriority = "probe at its normal priority"
+	n, log := fds(unitCaps)
+	if n == 0 {
 		t.Errorf("with the unit's capabilities %v the agent opened no perf counters", unitCaps)
 	}
+	if strings.Contains(log, normalPriority) {
+		t.Errorf("with the unit's capabilities %v the agent warns that its probe has no real-time priority:\n%s", unitCaps, log)
+	}
+	// Without CAP_SYS_NICE the agent runs on and says what it risks.
+	noNice := slices.DeleteFunc(slices.Clone(unitCaps), func(c string) bool { return c == "CAP_SYS_NICE" })
+	if _, log := fds(noNice); sense.RealtimeAllowed() == nil && !strings.Contains(log, normalPriority) {
+		t.Errorf("without CAP_SYS_NICE the agent did not warn that its probe runs at its normal priority:\n%s", log)
+	}
 	without := slices.DeleteFunc(slices.Clone(unitCaps), func(c string) bool { return c == "CAP_PERFMON" })
-	if n := fds(without); n != 0 {
+	if n, _ := fds(without); n != 0 {
 		// perf_event_paranoid <= 0 lets anyone count system-wide: then the
 		// capability is not what made the difference.
 		if b, _ := os.ReadFile("/proc/sys/kernel/perf_event_paranoid"); strings.TrimSpace(string(b)) > "0" {

@@ -176,6 +176,12 @@ func BuildWith(ctx context.Context, cfg Config, h *host.Host, o BuildOptions) (*
 	if data, err := h.ReadFile("/proc/cpuinfo"); err == nil {
 		id, idErr = topology.IdentityFromCPUInfo(string(data))
 	}
+	if cfg.Probe.Realtime == nil || *cfg.Probe.Realtime {
+		if err := sense.RealtimeAllowed(); err != nil {
+			// The agent runs on; an operator should know what it risks.
+			log.Warn("probe at its normal priority: on a CPU its tenants starve, its pinned thread can hold up the whole agent for seconds; give the agent CAP_SYS_NICE (and a real-time budget in its cgroup), or set probe.realtime: false to accept it", "err", err)
+		}
+	}
 	pres := pmu.Detect(h)
 	opener := o.PerfOpener
 	if opener == nil && h.IsLive() {
