@@ -336,7 +336,7 @@ func (p *Probe) Measure() ([]ProbeReading, error) {
 // thread's affinity. Its DRAM reading is a spread (see
 // ProbeConfig.Spread). It is safe for concurrent use on different CPUs.
 func (p *Probe) MeasureCPU(domain, cpu int, kinds ...string) ([]ProbeReading, error) {
-	return p.measureOn(ReadingInterval, domain, cpu, p.cfg.Chunks, p.cfg.Chunks, p.cfg.Spread, kinds)
+	return p.measureOn(ReadingInterval, domain, cpu, p.cfg.Chunks, p.cfg.Chunks, p.cfg.Spread, 1, kinds)
 }
 
 // MeasureOnce is MeasureCPU with one reading of each kind, no spread (the
@@ -344,7 +344,7 @@ func (p *Probe) MeasureCPU(domain, cpu int, kinds ...string) ([]ProbeReading, er
 // millisecond or two and weighs each reading on its own, so a storm that
 // comes and goes shows in the share of its readings that see it.
 func (p *Probe) MeasureOnce(domain, cpu int, kinds ...string) ([]ProbeReading, error) {
-	return p.measureOn(ReadingProof, domain, cpu, p.cfg.Chunks, p.cfg.ProofChunks, -p.cfg.ProofReads, kinds)
+	return p.measureOn(ReadingProof, domain, cpu, p.cfg.Chunks, p.cfg.ProofChunks, 1, p.cfg.ProofReads, kinds)
 }
 
 // watchChunks is how many chunks a quick reading times.
@@ -368,13 +368,15 @@ func (p *Probe) MeasureQuick(domain, cpu int, kind string) ([]ProbeReading, erro
 	if kind == ProbeDRAM && p.cfg.Spread > 1 {
 		chunks = p.cfg.Chunks
 	}
-	return p.measureOn(ReadingWatch, domain, cpu, chunks, chunks, p.cfg.Spread, []string{kind})
+	return p.measureOn(ReadingWatch, domain, cpu, chunks, chunks, p.cfg.Spread, 1, []string{kind})
 }
 
 // measureOn takes the readings of kinds (all of them when none are given)
 // on cpu, each of chunks chunks, the DRAM kind's of dramChunks, and books
-// the thread's CPU time for them as reading's (see Spent).
-func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, spread int, kinds []string) ([]ProbeReading, error) {
+// the thread's CPU time for them as reading's (see Spent). The DRAM
+// reading is a spread of that many readings (see ProbeConfig.Spread), or
+// the worst of worstOf readings back to back (see ProbeConfig.ProofReads).
+func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, spread, worstOf int, kinds []string) ([]ProbeReading, error) {
 	if len(kinds) == 0 {
 		kinds = p.Kinds()
 	}
@@ -425,9 +427,8 @@ func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, sprea
 			}
 			r.Ns, r.Peak = Median(all), slices.Max(all)
 		}
-		if kind == ProbeDRAM && spread < -1 {
-			// A proof's reading: back to back, at the worst.
-			for i := 1; i < -spread; i++ {
+		if kind == ProbeDRAM {
+			for i := 1; i < worstOf; i++ {
 				r.Ns = max(r.Ns, p.read(kind, chunks))
 			}
 		}
