@@ -209,6 +209,8 @@ tenants:
 		wantErr string
 	}{
 		{"stopped before its metric", &proc{t: v, killed: true}, "stopped at the end of its 4s run before it printed a line matching its metric regex"},
+		{"stopped before its metric, with stderr", &proc{t: v, killed: true, tail: []string{"Could not connect to Redis at 127.0.0.1:6379: Connection refused"}},
+			"its last output on stderr:\n  Could not connect to Redis at 127.0.0.1:6379: Connection refused"},
 		{"stopped after a metric", &proc{t: v, killed: true, matches: []float64{1}}, ""},
 		{"exited by itself", &proc{t: v}, ""},
 		{"built-in load", &proc{t: Tenant{Name: "c", Load: "chase"}, killed: true}, ""},

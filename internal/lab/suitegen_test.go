@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -157,6 +159,41 @@ func TestGenerateCoverageAndConstraints(t *testing.T) {
 	}
 	if c := seen["class/control"]; c < 25 || c > 60 {
 		t.Errorf("%d control runs of 200, want about 40", c)
+	}
+}
+
+// Every redis server a run draws listens below Linux's ephemeral port range
+// (32768-60999 by default), whatever the seed: there, redis-benchmark's
+// client connections of an earlier run, in TIME_WAIT for a minute, can hold
+// the port and the server cannot bind it. A run's servers have ports of
+// their own.
+func TestGenerateRedisPortsOutsideEphemeralRange(t *testing.T) {
+	port := regexp.MustCompile(`redis-server --port (\d+)`)
+	servers := 0
+	for seed := int64(0); seed < 100000; seed += 37 {
+		g, err := Generate(seed, cpuset.Of(0, 1), allPrograms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		used := map[int]bool{}
+		for _, tn := range g.Scenario.Tenants {
+			m := port.FindStringSubmatch(strings.Join(tn.Command, " "))
+			if m == nil {
+				continue
+			}
+			servers++
+			p, _ := strconv.Atoi(m[1])
+			if p < 1024 || p >= 32768 {
+				t.Errorf("seed %d: %s's redis on port %d, inside the ephemeral range", seed, tn.Name, p)
+			}
+			if used[p] {
+				t.Errorf("seed %d: two redis servers on port %d", seed, p)
+			}
+			used[p] = true
+		}
+	}
+	if servers < 100 {
+		t.Fatalf("only %d redis servers drawn", servers)
 	}
 }
 

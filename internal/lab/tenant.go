@@ -292,10 +292,16 @@ func (p *proc) noMetric(phase time.Duration) error {
 	if p.t.Load != "" || p.t.Metric == nil || !p.killed || len(p.matches) > 0 {
 		return nil
 	}
+	// Its last words on stderr tell a benchmark that never got going (a
+	// server that could not start) from one that runs too long.
+	tail := strings.Join(p.tail, "\n  ")
+	if tail != "" {
+		tail = "; its last output on stderr:\n  " + tail
+	}
 	return fmt.Errorf("tenant %s (%s) was stopped at the end of its %s run before it printed a line matching its metric regex %q: "+
 		"run it in a loop (command: [\"sh\", \"-c\", \"while :; do …; done\"], with metric aggregate: mean) so it reports during the phase, "+
-		"or make one run of it shorter than %s",
-		p.t.Name, p.t.What(), p.t.RunLength(phase), p.t.Metric.Regex, p.t.RunLength(phase))
+		"or make one run of it shorter than %s%s",
+		p.t.Name, p.t.What(), p.t.RunLength(phase), p.t.Metric.Regex, p.t.RunLength(phase), tail)
 }
 
 // failure returns why the tenant failed, or nil if it ran fine (or was
