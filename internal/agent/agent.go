@@ -610,7 +610,7 @@ func (a *Agent) step(ctx context.Context, now time.Time) (soon time.Duration) {
 	if v.Contended {
 		ranked = a.probes.rank(now, v, views)
 		if a.prover.proof == nil && v.Persistent && now.Sub(a.rec.lastChange) >= 2*a.cfg.Interval {
-			a.probes.maybeProve(ctx, now, v, ranked, present)
+			a.probes.maybeProve(ctx, now, v, ranked, views, present)
 		}
 	}
 	if a.prover.proof == nil {

@@ -15,12 +15,16 @@ type proofLedger struct {
 	backoff map[string]backoff
 	// carry is the evidence an inconclusive proof left, per backoff key.
 	carry map[string]carried
+	// acquitted is the evidence an acquittal left, per backoff key, until
+	// its suspect is proved again early (see recheckable) or
+	// recheckWindow passes.
+	acquitted map[string]carried
 	// capTime is each tenant's proof cap time in the last minute.
 	capTime map[string][]capSlot
 }
 
 func newProofLedger(cfg ProofConfig) *proofLedger {
-	return &proofLedger{cfg: cfg, backoff: map[string]backoff{}, carry: map[string]carried{}, capTime: map[string][]capSlot{}}
+	return &proofLedger{cfg: cfg, backoff: map[string]backoff{}, carry: map[string]carried{}, acquitted: map[string]carried{}, capTime: map[string][]capSlot{}}
 }
 
 // backedOff reports whether key is backed off at now.
@@ -66,14 +70,23 @@ func (l *proofLedger) forgive(key string) { delete(l.backoff, key) }
 // prune forgets the backoffs of tenants no longer present.
 func (l *proofLedger) prune(present func(id string) bool) {
 	for k := range l.backoff {
-		id := k
-		for _, sig := range victimSignals {
-			id = strings.TrimPrefix(id, sig+":")
-		}
-		if !present(id) {
+		if !present(keyID(k)) {
 			delete(l.backoff, k)
 		}
 	}
+	for k := range l.acquitted {
+		if !present(keyID(k)) {
+			delete(l.acquitted, k)
+		}
+	}
+}
+
+// keyID is the tenant ID of a backoff key.
+func keyID(key string) string {
+	for _, sig := range victimSignals {
+		key = strings.TrimPrefix(key, sig+":")
+	}
+	return key
 }
 
 // leaning is the evidence an inconclusive proof left on key within
@@ -106,6 +119,40 @@ func (l *proofLedger) keepCarry(key string, evidence float64, now time.Time) {
 	}
 	l.carry[key] = carried{evidence: evidence, at: now}
 }
+
+// noteAcquittal keeps the evidence the acquittal of key ended with, for
+// one early proof of it (see recheckable), and forgets what is older than
+// recheckWindow.
+func (l *proofLedger) noteAcquittal(key string, evidence float64, now time.Time) {
+	for k, c := range l.acquitted {
+		if now.Sub(c.at) > recheckWindow {
+			delete(l.acquitted, k)
+		}
+	}
+	l.acquitted[key] = carried{evidence: evidence, at: now}
+}
+
+// recheckable reports whether key was acquitted within recheckWindow and
+// has not been proved again since, and is within its proof allowance.
+func (l *proofLedger) recheckable(key, id string, now time.Time) bool {
+	c, ok := l.acquitted[key]
+	return ok && now.Sub(c.at) <= recheckWindow && !l.overBudget(key, id, now)
+}
+
+// takeRecheck starts the early proof of an acquitted key: the acquittal's
+// evidence becomes the carry the proof continues (takeCarry), and the
+// acquittal is forgotten, so that it is proved early once. The backoff
+// stands for the other ways to a proof.
+func (l *proofLedger) takeRecheck(key string, now time.Time) {
+	if c, ok := l.acquitted[key]; ok {
+		delete(l.acquitted, key)
+		l.carry[key] = carried{evidence: c.evidence, at: now}
+	}
+}
+
+// recheckWindow is how long after an acquittal its suspect may be proved
+// again early, when the contention stays and nobody else can be proved.
+const recheckWindow = 5 * time.Second
 
 // capSpent books d of proof cap time on a tenant (at now) and forgets
 // what is older than a minute; it returns what the tenant was capped in

@@ -136,9 +136,11 @@ func (p *probePolicy) rank(now time.Time, v judge.Verdict, views []judge.TenantV
 	})
 }
 
-// maybeProve starts a perturbation proof on the top suspect.
-func (p *probePolicy) maybeProve(ctx context.Context, now time.Time, v judge.Verdict, ranked []judge.Suspect, present map[string]sample) {
-	if len(ranked) == 0 || !p.proofs.mayProve(now) {
+// maybeProve starts a perturbation proof on the top suspect; where none
+// can be proved, on a suspect acquitted of the contention lately (see
+// recheck).
+func (p *probePolicy) maybeProve(ctx context.Context, now time.Time, v judge.Verdict, ranked []judge.Suspect, views []judge.TenantView, present map[string]sample) {
+	if !p.proofs.mayProve(now) {
 		return
 	}
 	// While a throttled polluter on a contended domain can still be held
@@ -147,29 +149,80 @@ func (p *probePolicy) maybeProve(ctx context.Context, now time.Time, v judge.Ver
 	if p.proofs.tighteningOn(v.Domains) {
 		return
 	}
-	// The first suspect that can be proved: one with a CPU to read on
-	// that it does not run on and that shows the contention.
-	for _, top := range p.proofOrder(now, ranked)[:min(len(ranked), maxProveTries)] {
+	order := p.proofOrder(now, ranked)
+	if started, stop := p.proveFirst(ctx, now, v, order, ranked, present, nil); started || stop {
+		return
+	}
+	p.recheck(ctx, now, v, views, present)
+}
+
+// recheck proves again, early, a suspect acquitted of probe contention in
+// the last recheckWindow, where the contention stayed after its acquittal
+// and no suspect that is not resting can be proved: the tenants on the
+// contended domains were all acquitted, and one acquittal was wrong, or
+// the polluter is none of them. Each acquittal is proved early once, the
+// suspects the ranking puts first first; the proof continues the
+// acquittal's own evidence (takeRecheck), so the suspect's chain of
+// proofs is one martingale and the bound on false convictions stays as it
+// is: an innocent is acquitted again after two trials or so (its evidence
+// is under 1 from the start), and a polluter acquitted on a few trials that
+// missed its storm (one sharing a busy victim's CPU runs in slices of a
+// few milliseconds, and a proof's freed slot can miss them) needs more
+// trials to convict than a fresh proof would, not a backoff of 10 s.
+//
+// Not while a polluter proven on the probe is held on those domains: the
+// contention left there is most likely its own, and its neighbours were
+// acquitted of it.
+func (p *probePolicy) recheck(ctx context.Context, now time.Time, v judge.Verdict, views []judge.TenantView, present map[string]sample) {
+	for _, kind := range []string{sense.ProbeDRAM, sense.ProbeLLC} {
+		if !p.proofs.heldSince(v.Domains, kind).IsZero() {
+			return
+		}
+	}
+	ranked := p.susp.Rank(v, views, p.domain, func(id string) bool {
+		return p.proofs.capped(id) || !p.ledger.recheckable(backoffKey(signalProbe, id), id, now)
+	})
+	if len(ranked) == 0 {
+		return
+	}
+	p.proveFirst(ctx, now, v, ranked, ranked, present, func(id string) {
+		p.ledger.takeRecheck(backoffKey(signalProbe, id), now)
+	})
+}
+
+// proveFirst starts a proof on the first suspect of order that can be
+// proved: one with a CPU to read on that it does not run on and that shows
+// the contention. started says one did; stop says no suspect would fare
+// better now (where it would read, the contention does not show at a
+// proof's pace). before, if set, runs on the suspect's ID just before its
+// proof starts.
+func (p *probePolicy) proveFirst(ctx context.Context, now time.Time, v judge.Verdict, order, ranked []judge.Suspect, present map[string]sample, before func(id string)) (started, stop bool) {
+	for _, top := range order[:min(len(order), maxProveTries)] {
 		s, ok := present[top.ID]
 		if !ok {
 			continue
 		}
-		cpu, kind, before, ok := p.proofCPU(now, v, s.t.CPUs)
+		cpu, kind, ratio, ok := p.proofCPU(now, v, s.t.CPUs)
 		if !ok {
 			p.log.Debug("suspect not provable now: no CPU away from it reads the contention", "tenant", top.Name)
 			continue
 		}
 		reason := fmt.Sprintf("%s; suspect score %.2f: %s", v.Reason, top.Score, strings.Join(top.Reasons, "; "))
+		if before != nil {
+			reason += "; acquitted lately, proved again early because the contention stayed and nobody else can be proved"
+		}
 		pr := &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}
-		if !p.proofs.readable(pr, before) {
-			// Where it would read, the contention does not show at a
-			// proof's pace: no suspect would fare better there now.
-			return
+		if !p.proofs.readable(pr, ratio) {
+			return false, true
+		}
+		if before != nil {
+			before(top.ID)
 		}
 		p.proofs.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{Ratio: v.Ratio, Suspects: ranked}})
-		p.proofs.startProof(ctx, now, pr, before)
-		return
+		p.proofs.startProof(ctx, now, pr, ratio)
+		return true, false
 	}
+	return false, false
 }
 
 // hotWindow is how many intervals a contended reading stays recent enough

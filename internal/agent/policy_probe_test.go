@@ -53,7 +53,7 @@ func TestProbePolicyProvesTheTopSuspect(t *testing.T) {
 			cfg := Config{}
 			cfg.fill()
 			p := newProbePolicy(cfg, judge.NewContention(cfg.Thresholds()), map[int]cpuset.Set{0: cpuset.MustParse("0-1")}, nil, nil, newProofLedger(cfg.Proof), tc.f, slog.New(slog.DiscardHandler))
-			p.maybeProve(context.Background(), now, v, ranked, present)
+			p.maybeProve(context.Background(), now, v, ranked, nil, present)
 			if got := len(tc.f.started) > 0; got != tc.want {
 				t.Fatalf("proof started = %v, want %v", got, tc.want)
 			}
@@ -69,6 +69,82 @@ func TestProbePolicyProvesTheTopSuspect(t *testing.T) {
 			}
 			if len(tc.f.journaled) != 1 || tc.f.journaled[0].Kind != "detection" {
 				t.Errorf("journal %+v, want one detection", tc.f.journaled)
+			}
+		})
+	}
+}
+
+// Where every suspect on the contended domain rests after an acquittal and
+// the contention stays, the probe policy proves one of them again, early,
+// once an acquittal, the ranking's first first, continuing the evidence
+// its acquittal left; not one acquitted longer than recheckWindow ago, nor
+// one over its proof allowance, nor while a polluter proven on the probe is
+// held on the domain.
+func TestProbePolicyRechecksAnAcquittalWhereNobodyElseCanBeProved(t *testing.T) {
+	now := time.Unix(1000, 0)
+	hog := sense.Tenant{ID: "/lab/hog", Name: "hog", CPUs: cpuset.Of(0)}
+	calm := sense.Tenant{ID: "/lab/calm", Name: "calm", CPUs: cpuset.Of(0)}
+	v := judge.Verdict{Contended: true, Persistent: true, Domains: []int{0}, Ratio: 6, Reason: "DRAM probe 6×", Readings: []judge.RatedReading{
+		rated(0, sense.ProbeDRAM, 1.0), rated(1, sense.ProbeDRAM, 6)}}
+	views := []judge.TenantView{
+		{ID: hog.ID, Name: hog.Name, CPUs: hog.CPUs, Usage: 0.6},
+		{ID: calm.ID, Name: calm.Name, CPUs: calm.CPUs, Usage: 0.3},
+	}
+	present := map[string]sample{hog.ID: {t: hog, usage: 0.6, fresh: true}, calm.ID: {t: calm, usage: 0.3, fresh: true}}
+	for _, tc := range []struct {
+		name string
+		// acquitted: how long ago each tenant was acquitted (absent: not).
+		acquitted map[string]time.Duration
+		// backedOff: tenants resting for another reason (a throttle
+		// that did not help), a second ago.
+		backedOff []string
+		// capped: proof cap time each tenant spent a moment ago.
+		capped map[string]time.Duration
+		// held: when a throttle of a polluter proven on each probe kind
+		// began on the domain.
+		held map[string]time.Time
+		want []string // the tenants proved, one an interval
+	}{
+		{"both acquitted: each proved again once, the ranking's first first", map[string]time.Duration{hog.ID: time.Second, calm.ID: time.Second}, nil, nil, nil, []string{hog.ID, calm.ID}},
+		{"one acquitted too long ago", map[string]time.Duration{hog.ID: recheckWindow + time.Second, calm.ID: time.Second}, nil, nil, nil, []string{calm.ID}},
+		{"one over its allowance", map[string]time.Duration{hog.ID: time.Second, calm.ID: time.Second}, nil, map[string]time.Duration{hog.ID: time.Hour}, nil, []string{calm.ID}},
+		{"resting, but not acquitted", nil, []string{hog.ID, calm.ID}, nil, nil, nil},
+		{"a polluter proven on the probe held on the domain", map[string]time.Duration{hog.ID: time.Second, calm.ID: time.Second}, nil, nil, map[string]time.Time{sense.ProbeDRAM: now.Add(-3 * time.Second)}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{}
+			cfg.fill()
+			ledger := newProofLedger(cfg.Proof)
+			for id, ago := range tc.acquitted {
+				key := backoffKey(signalProbe, id)
+				ledger.backOff(key, now.Add(-ago))
+				ledger.noteAcquittal(key, 0.1, now.Add(-ago))
+			}
+			for _, id := range tc.backedOff {
+				ledger.backOff(backoffKey(signalProbe, id), now.Add(-time.Second))
+			}
+			for id, d := range tc.capped {
+				ledger.capSpent(id, now.Add(-time.Millisecond), d)
+			}
+			f := &fakeProbeProofs{fakeProofs: fakeProofs{restingIDs: map[string]bool{}}, held: tc.held}
+			for _, id := range []string{hog.ID, calm.ID} {
+				f.restingIDs[id] = ledger.resting(signalProbe, id, now)
+			}
+			p := newProbePolicy(cfg, judge.NewContention(cfg.Thresholds()), map[int]cpuset.Set{0: cpuset.MustParse("0-1")}, nil, nil, ledger, f, slog.New(slog.DiscardHandler))
+			var got []string
+			for range 3 {
+				f.started = nil
+				ranked := p.rank(now, v, views)
+				p.maybeProve(context.Background(), now, v, ranked, views, present)
+				for _, pr := range f.started {
+					got = append(got, pr.tenant.ID)
+					if carry := ledger.takeCarry(backoffKey(signalProbe, pr.tenant.ID), now); carry != 0.1 {
+						t.Errorf("%s proved again from evidence %v, want the acquittal's 0.1", pr.tenant.ID, carry)
+					}
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("proved %v, want %v", got, tc.want)
 			}
 		})
 	}

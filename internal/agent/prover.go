@@ -320,6 +320,9 @@ func (pr *prover) endProof(ctx context.Context, now time.Time, p *proof) {
 			pr.ledger.holdOff(key, now, now.Add(pr.retryAfter(p.p.Carry())))
 		} else {
 			pr.ledger.backOff(key, now)
+			if p.signal == signalProbe {
+				pr.ledger.noteAcquittal(key, p.p.Carry(), now)
+			}
 		}
 		pr.rec.noteAction(api.ActionRecord{Time: now, Tenant: p.tenant.ID, Name: p.tenant.Name, Kind: api.KindRelease, Policy: api.PolicyProbe,
 			Lever: api.LeverCPUQuota, Duty: 1, Reason: verdict + ": " + why})
