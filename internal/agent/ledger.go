@@ -18,13 +18,13 @@ type proofLedger struct {
 	// acquitted is the evidence an acquittal left, per backoff key, until
 	// its suspect is proved again early (see recheckable) or
 	// recheckWindow passes.
-	acquitted map[string]carried
+	acquitted map[string]acquittal
 	// capTime is each tenant's proof cap time in the last minute.
 	capTime map[string][]capSlot
 }
 
 func newProofLedger(cfg ProofConfig) *proofLedger {
-	return &proofLedger{cfg: cfg, backoff: map[string]backoff{}, carry: map[string]carried{}, acquitted: map[string]carried{}, capTime: map[string][]capSlot{}}
+	return &proofLedger{cfg: cfg, backoff: map[string]backoff{}, carry: map[string]carried{}, acquitted: map[string]acquittal{}, capTime: map[string][]capSlot{}}
 }
 
 // backedOff reports whether key is backed off at now.
@@ -124,35 +124,59 @@ func (l *proofLedger) keepCarry(key string, evidence float64, now time.Time) {
 // one early proof of it (see recheckable), and forgets what is older than
 // recheckWindow.
 func (l *proofLedger) noteAcquittal(key string, evidence float64, now time.Time) {
-	for k, c := range l.acquitted {
-		if now.Sub(c.at) > recheckWindow {
+	for k, a := range l.acquitted {
+		if now.Sub(a.at) > recheckWindow {
 			delete(l.acquitted, k)
 		}
 	}
-	l.acquitted[key] = carried{evidence: evidence, at: now}
+	l.acquitted[key] = acquittal{evidence: evidence, at: now}
+}
+
+// acquittedLately reports whether key was acquitted within recheckWindow,
+// proved again early since or not.
+func (l *proofLedger) acquittedLately(key string, now time.Time) bool {
+	a, ok := l.acquitted[key]
+	return ok && now.Sub(a.at) <= recheckWindow
 }
 
 // recheckable reports whether key was acquitted within recheckWindow and
-// has not been proved again since, and is within its proof allowance.
+// has not been proved again early since, and is within its proof
+// allowance.
 func (l *proofLedger) recheckable(key, id string, now time.Time) bool {
-	c, ok := l.acquitted[key]
-	return ok && now.Sub(c.at) <= recheckWindow && !l.overBudget(key, id, now)
+	a, ok := l.acquitted[key]
+	return ok && !a.rechecked && now.Sub(a.at) <= recheckWindow && !l.overBudget(key, id, now)
 }
 
 // takeRecheck starts the early proof of an acquitted key: the acquittal's
 // evidence becomes the carry the proof continues (takeCarry), and the
-// acquittal is forgotten, so that it is proved early once. The backoff
+// acquittal is marked, so that it is proved early once. The backoff
 // stands for the other ways to a proof.
 func (l *proofLedger) takeRecheck(key string, now time.Time) {
-	if c, ok := l.acquitted[key]; ok {
-		delete(l.acquitted, key)
-		l.carry[key] = carried{evidence: c.evidence, at: now}
+	if a, ok := l.acquitted[key]; ok && !a.rechecked {
+		a.rechecked = true
+		l.acquitted[key] = a
+		l.carry[key] = carried{evidence: a.evidence, at: now}
 	}
+}
+
+// acquittal is what an acquittal left: its evidence, when, and whether
+// its suspect has been proved again early since.
+type acquittal struct {
+	evidence  float64
+	at        time.Time
+	rechecked bool
+}
+
+// pending reports whether key's last proof ended inconclusive within
+// carryWindow and the next has not started: it will be proved again soon.
+func (l *proofLedger) pending(key string, now time.Time) bool {
+	c, ok := l.carry[key]
+	return ok && now.Sub(c.at) <= carryWindow
 }
 
 // recheckWindow is how long after an acquittal its suspect may be proved
 // again early, when the contention stays and nobody else can be proved.
-const recheckWindow = 5 * time.Second
+const recheckWindow = 10 * time.Second
 
 // capSpent books d of proof cap time on a tenant (at now) and forgets
 // what is older than a minute; it returns what the tenant was capped in

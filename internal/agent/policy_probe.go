@@ -172,10 +172,23 @@ func (p *probePolicy) maybeProve(ctx context.Context, now time.Time, v judge.Ver
 //
 // Not while a polluter proven on the probe is held on those domains: the
 // contention left there is most likely its own, and its neighbours were
-// acquitted of it.
+// acquitted of it. Nor where a suspect there was not acquitted lately and
+// yet cannot be proved: one that waits to be proved again after an
+// inconclusive proof (on the dev VM, stress-ng --lockbus in 0.3 s bursts
+// ended its proofs inconclusive, and proving its acquitted neighbour again
+// in each pause cost that neighbour caps for nothing), one released
+// because throttling it did not help (two polluters: held one at a time,
+// neither helps, and the contention is theirs), one over its proof
+// allowance, or one acquitted longer ago.
 func (p *probePolicy) recheck(ctx context.Context, now time.Time, v judge.Verdict, views []judge.TenantView, present map[string]sample) {
 	for _, kind := range []string{sense.ProbeDRAM, sense.ProbeLLC} {
 		if !p.proofs.heldSince(v.Domains, kind).IsZero() {
+			return
+		}
+	}
+	for _, s := range p.susp.Rank(v, views, p.domain, p.proofs.capped) {
+		key := backoffKey(signalProbe, s.ID)
+		if p.ledger.pending(key, now) || p.proofs.resting(signalProbe, s.ID, now) && !p.ledger.acquittedLately(key, now) {
 			return
 		}
 	}
@@ -211,7 +224,7 @@ func (p *probePolicy) proveFirst(ctx context.Context, now time.Time, v judge.Ver
 		if before != nil {
 			reason += "; acquitted lately, proved again early because the contention stayed and nobody else can be proved"
 		}
-		pr := &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe}
+		pr := &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe, recheck: before != nil}
 		if !p.proofs.readable(pr, ratio) {
 			return false, true
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,9 +78,11 @@ func TestProbePolicyProvesTheTopSuspect(t *testing.T) {
 // Where every suspect on the contended domain rests after an acquittal and
 // the contention stays, the probe policy proves one of them again, early,
 // once an acquittal, the ranking's first first, continuing the evidence
-// its acquittal left; not one acquitted longer than recheckWindow ago, nor
-// one over its proof allowance, nor while a polluter proven on the probe is
-// held on the domain.
+// its acquittal left; not one over its proof allowance, and not at all
+// while a polluter proven on the probe is held on the domain, or a suspect
+// there rests for another reason than an acquittal in the last
+// recheckWindow (a throttle that did not help, an older acquittal) or
+// waits after an inconclusive proof.
 func TestProbePolicyRechecksAnAcquittalWhereNobodyElseCanBeProved(t *testing.T) {
 	now := time.Unix(1000, 0)
 	hog := sense.Tenant{ID: "/lab/hog", Name: "hog", CPUs: cpuset.Of(0)}
@@ -106,9 +109,11 @@ func TestProbePolicyRechecksAnAcquittalWhereNobodyElseCanBeProved(t *testing.T) 
 		want []string // the tenants proved, one an interval
 	}{
 		{"both acquitted: each proved again once, the ranking's first first", map[string]time.Duration{hog.ID: time.Second, calm.ID: time.Second}, nil, nil, nil, []string{hog.ID, calm.ID}},
-		{"one acquitted too long ago", map[string]time.Duration{hog.ID: recheckWindow + time.Second, calm.ID: time.Second}, nil, nil, nil, []string{calm.ID}},
+		{"one acquitted longer ago, resting since", map[string]time.Duration{hog.ID: recheckWindow + time.Second, calm.ID: time.Second}, []string{hog.ID}, nil, nil, nil},
+		{"one rests after a throttle that did not help", map[string]time.Duration{calm.ID: time.Second}, []string{hog.ID}, nil, nil, nil},
 		{"one over its allowance", map[string]time.Duration{hog.ID: time.Second, calm.ID: time.Second}, nil, map[string]time.Duration{hog.ID: time.Hour}, nil, []string{calm.ID}},
 		{"resting, but not acquitted", nil, []string{hog.ID, calm.ID}, nil, nil, nil},
+		{"one waits to be proved again after an inconclusive proof", map[string]time.Duration{hog.ID: time.Second}, []string{calm.ID}, nil, nil, nil},
 		{"a polluter proven on the probe held on the domain", map[string]time.Duration{hog.ID: time.Second, calm.ID: time.Second}, nil, nil, map[string]time.Time{sense.ProbeDRAM: now.Add(-3 * time.Second)}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,6 +127,11 @@ func TestProbePolicyRechecksAnAcquittalWhereNobodyElseCanBeProved(t *testing.T) 
 			}
 			for _, id := range tc.backedOff {
 				ledger.backOff(backoffKey(signalProbe, id), now.Add(-time.Second))
+			}
+			if strings.Contains(tc.name, "inconclusive") {
+				// As prover.endProof leaves an inconclusive proof.
+				ledger.keepCarry(backoffKey(signalProbe, calm.ID), 0.5, now.Add(-time.Second))
+				ledger.holdOff(backoffKey(signalProbe, calm.ID), now.Add(-time.Second), now.Add(time.Second))
 			}
 			for id, d := range tc.capped {
 				ledger.capSpent(id, now.Add(-time.Millisecond), d)

@@ -32,7 +32,11 @@ type proof struct {
 	// probes on cpu), signalWait (the victims' CPU wait, waitFrom their
 	// counters at the previous reading) or signalCPI (the victims' CPI,
 	// cpiFrom their cycles and instructions at the previous reading).
-	signal   string
+	signal string
+	// recheck says the proof proves again, early, a suspect acquitted
+	// lately (probePolicy.recheck): its own acquittal does not allow
+	// another.
+	recheck  bool
 	victims  []sense.Tenant
 	waitFrom map[string]sense.TenantStats
 	cpiFrom  map[string]sense.PerfSnapshot

@@ -320,7 +320,7 @@ func (pr *prover) endProof(ctx context.Context, now time.Time, p *proof) {
 			pr.ledger.holdOff(key, now, now.Add(pr.retryAfter(p.p.Carry())))
 		} else {
 			pr.ledger.backOff(key, now)
-			if p.signal == signalProbe {
+			if p.signal == signalProbe && !p.recheck {
 				pr.ledger.noteAcquittal(key, p.p.Carry(), now)
 			}
 		}

@@ -56,11 +56,13 @@ func TestProverRunsAProof(t *testing.T) {
 		name        string
 		dryRun      bool
 		guilty      bool
+		recheck     bool // the proof proves an acquitted suspect again early
 		wantVerdict string
 	}{
-		{"its cap lifts the contention", false, true, judge.ProofGuilty},
-		{"its cap changes nothing", false, false, ""},
-		{"dry run", true, true, ""},
+		{"its cap lifts the contention", false, true, false, judge.ProofGuilty},
+		{"its cap changes nothing", false, false, false, ""},
+		{"its cap changes nothing, proved again early", false, false, true, ""},
+		{"dry run", true, true, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{DryRun: tc.dryRun}
@@ -72,7 +74,7 @@ func TestProverRunsAProof(t *testing.T) {
 			pr := newProver(cfg, ledger, cont, nil, nil, acts, acts, acts, acts, slog.New(slog.DiscardHandler))
 			pr.convict = acts.convicted
 			now := time.Unix(1000, 0)
-			pr.start(context.Background(), now, &proof{tenant: suspect, cpu: CPUDomain{0, 1}, kind: sense.ProbeDRAM, signal: signalProbe}, 6)
+			pr.start(context.Background(), now, &proof{tenant: suspect, cpu: CPUDomain{0, 1}, kind: sense.ProbeDRAM, signal: signalProbe, recheck: tc.recheck}, 6)
 			for i := 0; i < 1000 && pr.proof != nil; i++ {
 				now = pr.proof.next
 				pr.sample(context.Background(), now)
@@ -103,6 +105,11 @@ func TestProverRunsAProof(t *testing.T) {
 			}
 			if !ledger.resting(signalProbe, suspect.ID, now) {
 				t.Error("an acquitted suspect is not backed off")
+			}
+			// An acquittal may be proved again early once, not after
+			// that proof's own acquittal.
+			if got := ledger.recheckable(backoffKey(signalProbe, suspect.ID), suspect.ID, now); got == tc.recheck {
+				t.Errorf("recheckable after the acquittal = %v, want %v", got, !tc.recheck)
 			}
 		})
 	}

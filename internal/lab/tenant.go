@@ -155,7 +155,7 @@ func (p *proc) read(r io.Reader, isStderr bool) {
 		line := sc.Text()
 		now := p.phaseTime().Seconds()
 		p.mu.Lock()
-		if isStderr {
+		if isStderr && strings.TrimSpace(line) != "" {
 			p.tail = append(p.tail, line)
 			if len(p.tail) > 20 {
 				p.tail = p.tail[1:]
