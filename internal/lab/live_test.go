@@ -297,7 +297,7 @@ func TestLiveShortBuslock(t *testing.T) {
 	assertClean(t, h, l, os.Getpid())
 	pol := res.Results[0].Tenants["polluter"]
 	if pol.Value == nil || *pol.Value <= 0 || res.Results[0].VictimSlowdown == nil {
-		t.Errorf("buslock result = %+v", res.Results[0])
+		t.Fatalf("buslock result = %+v", res.Results[0])
 	}
 	t.Logf("victim slowdown under none with %.1fs phases: %.2fx (a measurement, not asserted)", s.Phase.Seconds(), *res.Results[0].VictimSlowdown)
 }
