@@ -92,18 +92,28 @@ func keyID(key string) string {
 // leaning is the evidence an inconclusive proof left on key within
 // carryWindow when it leans to guilt (at least leanEvidence), else 0.
 func (l *proofLedger) leaning(key string, now time.Time) float64 {
-	if c, ok := l.carry[key]; ok && now.Sub(c.at) <= carryWindow && c.evidence >= leanEvidence {
-		return c.evidence
+	if e, ok := l.carriedEvidence(key, now); ok && e >= leanEvidence {
+		return e
 	}
 	return 0
+}
+
+// carriedEvidence is the evidence an inconclusive proof of key left within
+// carryWindow, if one did.
+func (l *proofLedger) carriedEvidence(key string, now time.Time) (float64, bool) {
+	c, ok := l.carry[key]
+	if !ok || now.Sub(c.at) > carryWindow {
+		return 0, false
+	}
+	return c.evidence, true
 }
 
 // takeCarry hands the next proof of key the evidence the last left within
 // carryWindow (1, a new chain, when none), and forgets it.
 func (l *proofLedger) takeCarry(key string, now time.Time) float64 {
 	carry := 1.0
-	if c, ok := l.carry[key]; ok && now.Sub(c.at) <= carryWindow {
-		carry = c.evidence
+	if e, ok := l.carriedEvidence(key, now); ok {
+		carry = e
 	}
 	delete(l.carry, key)
 	return carry
@@ -170,8 +180,8 @@ type acquittal struct {
 // pending reports whether key's last proof ended inconclusive within
 // carryWindow and the next has not started: it will be proved again soon.
 func (l *proofLedger) pending(key string, now time.Time) bool {
-	c, ok := l.carry[key]
-	return ok && now.Sub(c.at) <= carryWindow
+	_, ok := l.carriedEvidence(key, now)
+	return ok
 }
 
 // recheckWindow is how long after an acquittal its suspect may be proved

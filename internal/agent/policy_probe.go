@@ -150,7 +150,7 @@ func (p *probePolicy) maybeProve(ctx context.Context, now time.Time, v judge.Ver
 		return
 	}
 	order := p.proofOrder(now, ranked)
-	if started, stop := p.proveFirst(ctx, now, v, order, ranked, present, nil); started || stop {
+	if started, stop := p.proveFirst(ctx, now, v, order, ranked, present, false); started || stop {
 		return
 	}
 	p.recheck(ctx, now, v, views, present)
@@ -186,30 +186,31 @@ func (p *probePolicy) recheck(ctx context.Context, now time.Time, v judge.Verdic
 			return
 		}
 	}
-	for _, s := range p.susp.Rank(v, views, p.domain, p.proofs.capped) {
+	all := p.susp.Rank(v, views, p.domain, p.proofs.capped)
+	for _, s := range all {
 		key := backoffKey(signalProbe, s.ID)
 		if p.ledger.pending(key, now) || p.proofs.resting(signalProbe, s.ID, now) && !p.ledger.acquittedLately(key, now) {
 			return
 		}
 	}
-	ranked := p.susp.Rank(v, views, p.domain, func(id string) bool {
-		return p.proofs.capped(id) || !p.ledger.recheckable(backoffKey(signalProbe, id), id, now)
+	// A suspect's score does not depend on who else is ranked: the
+	// ranking of those that may be proved again early is this one's.
+	ranked := slices.DeleteFunc(all, func(s judge.Suspect) bool {
+		return !p.ledger.recheckable(backoffKey(signalProbe, s.ID), s.ID, now)
 	})
 	if len(ranked) == 0 {
 		return
 	}
-	p.proveFirst(ctx, now, v, ranked, ranked, present, func(id string) {
-		p.ledger.takeRecheck(backoffKey(signalProbe, id), now)
-	})
+	p.proveFirst(ctx, now, v, ranked, ranked, present, true)
 }
 
 // proveFirst starts a proof on the first suspect of order that can be
 // proved: one with a CPU to read on that it does not run on and that shows
 // the contention. started says one did; stop says no suspect would fare
 // better now (where it would read, the contention does not show at a
-// proof's pace). before, if set, runs on the suspect's ID just before its
-// proof starts.
-func (p *probePolicy) proveFirst(ctx context.Context, now time.Time, v judge.Verdict, order, ranked []judge.Suspect, present map[string]sample, before func(id string)) (started, stop bool) {
+// proof's pace). recheck says the proof proves an acquittal again early
+// (see recheck): it takes the acquittal's evidence to continue.
+func (p *probePolicy) proveFirst(ctx context.Context, now time.Time, v judge.Verdict, order, ranked []judge.Suspect, present map[string]sample, recheck bool) (started, stop bool) {
 	for _, top := range order[:min(len(order), maxProveTries)] {
 		s, ok := present[top.ID]
 		if !ok {
@@ -221,15 +222,15 @@ func (p *probePolicy) proveFirst(ctx context.Context, now time.Time, v judge.Ver
 			continue
 		}
 		reason := fmt.Sprintf("%s; suspect score %.2f: %s", v.Reason, top.Score, strings.Join(top.Reasons, "; "))
-		if before != nil {
+		if recheck {
 			reason += "; acquitted lately, proved again early because the contention stayed and nobody else can be proved"
 		}
-		pr := &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe, recheck: before != nil}
+		pr := &proof{tenant: s.t, cpu: cpu, kind: kind, reason: reason, signal: signalProbe, recheck: recheck}
 		if !p.proofs.readable(pr, ratio) {
 			return false, true
 		}
-		if before != nil {
-			before(top.ID)
+		if recheck {
+			p.ledger.takeRecheck(backoffKey(signalProbe, top.ID), now)
 		}
 		p.proofs.journal(act.Event{Kind: "detection", Tenant: top.ID, Name: top.Name, Detail: reason, Evidence: DetectionEvidence{Ratio: v.Ratio, Suspects: ranked}})
 		p.proofs.startProof(ctx, now, pr, ratio)
