@@ -159,6 +159,10 @@ type Agent struct {
 	// the state shows while the probe rests.
 	quietSteps   int
 	lastReadings []sense.ProbeReading
+	// tenantCPUs are the CPUs a tenant busy in the last interval (or new,
+	// its use not known yet) may run on: never idle for the probe (see
+	// probeIdle).
+	tenantCPUs cpuset.Set
 
 	// health is how each sensor fared (health.go).
 	health *sensorHealth
@@ -296,9 +300,12 @@ func (a *Agent) Tick(ctx context.Context, now, next time.Time) time.Time {
 		if len(a.throttles.throttled) > 0 && !a.cfg.DryRun {
 			a.throttles.releaseStopped(ctx, now, a.d.Stats, a.d.Runnable)
 		}
+		// Read at every look, so that each read spans one look; before
+		// the watch, which reads on the CPUs this read finds idle.
+		r, woke := a.wake.look(now, a.WatchEvery(), a.cfg.Interval)
+		a.probes.idle = a.probeIdle(now)
 		due = a.probes.watch(a.prover.proof != nil || len(a.throttles.throttled) > 0)
-		// Read at every look, so that each read spans one look.
-		if r, woke := a.wake.look(now, a.WatchEvery(), a.cfg.Interval); woke {
+		if woke {
 			a.log.Debug("a CPU turned busy: the interval runs now", "cpu", r.CPU, "busy_before", fmt.Sprintf("%.2f", r.From), "busy", fmt.Sprintf("%.2f", r.To))
 			due = true
 		}
@@ -512,6 +519,8 @@ func (a *Agent) step(ctx context.Context, now time.Time) (soon time.Duration) {
 	if resting {
 		targets = nil
 	}
+	a.tenantCPUs = busyTenantCPUs(samples, a.allCPUs())
+	targets = onIdle(targets, a.domain, a.probeIdle(now), a.steps)
 	if n := len(targets); n > 1 {
 		// Start from a different CPU each interval and pause between CPUs:
 		// probing a CPU pauses the tenant running there, and whatever runs
@@ -664,6 +673,45 @@ func (a *Agent) noneBusy(samples []sample) bool {
 		}
 	}
 	return true
+}
+
+// allCPUs are the CPUs of the probe's domains.
+func (a *Agent) allCPUs() cpuset.Set {
+	var all cpuset.Set
+	for _, c := range a.domain {
+		all = all.Union(c)
+	}
+	return all
+}
+
+// probeIdle are the CPUs where the probe takes no tenant's time (see
+// onIdle): those the last look's /proc/stat read found idle, less every
+// CPU a busy tenant may run on; none with probe.prefer_idle off. The read
+// alone would take the CPU of a tenant that runs a few milliseconds at a
+// time for idle, and a polluter that runs so harms all the same; the
+// tenants alone would miss one that started since the last interval.
+func (a *Agent) probeIdle(now time.Time) cpuset.Set {
+	if !a.cfg.Probe.preferIdle() {
+		return cpuset.Set{}
+	}
+	return a.wake.idle(now, a.WatchEvery()).Difference(a.tenantCPUs)
+}
+
+// busyTenantCPUs is the union of the CPUs of the tenants that were busy
+// in the last interval, or are new (their use not known yet); a tenant
+// whose CPUs are not known may run on all of them.
+func busyTenantCPUs(samples []sample, all cpuset.Set) cpuset.Set {
+	var out cpuset.Set
+	for _, s := range samples {
+		if !s.fresh || s.usage >= judge.MinUsage {
+			cpus := s.t.CPUs
+			if cpus.IsEmpty() {
+				cpus = all
+			}
+			out = out.Union(cpus)
+		}
+	}
+	return out
 }
 
 // domainsOf lists the probe domains a tenant's CPUs touch.

@@ -39,6 +39,7 @@ type world struct {
 	stalled  bool
 	idle     bool          // no tenant uses any CPU
 	probed   int           // the probe's per-CPU measurements so far
+	probedOn []int         // the CPU of each
 	busyCPU  int           // a CPU whose probe never returns (-1: none)
 	counters bool          // report PMU counters
 	block    chan struct{} // closed to release a blocked probe
@@ -288,6 +289,7 @@ func (p fakeProbe) Measure() ([]sense.ProbeReading, error) {
 func (p fakeProbe) MeasureCPU(domain, cpu int, _ ...string) ([]sense.ProbeReading, error) {
 	p.w.mu.Lock()
 	p.w.probed++
+	p.w.probedOn = append(p.w.probedOn, cpu)
 	p.w.mu.Unlock()
 	if cpu == p.w.busyCPU {
 		// A CPU the probe cannot get onto. Released when the test ends,

@@ -252,7 +252,18 @@ type ProbeConfig struct {
 	// collector, and with it the whole agent, for seconds
 	// (sense.ProbeConfig.NoRealtime).
 	Realtime *bool `yaml:"realtime"`
+	// PreferIdle reads the probe on the idle CPUs of a domain where it
+	// has any (default true): those the last look's /proc/stat read found
+	// running for at most a quarter of it, and that no busy or new tenant
+	// may run on. The probe takes no tenant's CPU there, and no
+	// polluter's own CPU, where it would read quiet, is among them. false
+	// reads on every CPU in turn, busy or not.
+	PreferIdle *bool `yaml:"prefer_idle"`
 }
+
+// preferIdle reports whether the probe reads on idle CPUs where a domain
+// has any (ProbeConfig.PreferIdle).
+func (c ProbeConfig) preferIdle() bool { return c.PreferIdle == nil || *c.PreferIdle }
 
 // JudgeConfig holds the contention thresholds (ratios of probe latency to its quiet baseline).
 type JudgeConfig struct {
@@ -355,6 +366,9 @@ func (c *Config) fill() {
 	}
 	if c.Probe.Realtime == nil {
 		c.Probe.Realtime = ptrTo(true)
+	}
+	if c.Probe.PreferIdle == nil {
+		c.Probe.PreferIdle = ptrTo(true)
 	}
 	if c.Tenants.Builtin == nil {
 		c.Tenants.Builtin = ptrTo(true)

@@ -71,6 +71,9 @@ func TestExampleConfigIsTheDefaults(t *testing.T) {
 	if probe.CPUsPerDomain != 2 || probe.Chunks != 7 || probe.ProofChunks != 3 {
 		t.Errorf("example probe settings %+v; the probe defaults are 2 CPUs per domain, 7 chunks and 3 a proof's DRAM reading", probe)
 	}
+	if *c.Probe.PreferIdle != *d.Probe.PreferIdle || *c.Probe.Realtime != *d.Probe.Realtime {
+		t.Errorf("example probe prefer_idle %v and realtime %v; the defaults are %v and %v", *c.Probe.PreferIdle, *c.Probe.Realtime, *d.Probe.PreferIdle, *d.Probe.Realtime)
+	}
 }
 
 // deref prints a config section with its pointer fields followed, so two

@@ -47,12 +47,15 @@ type probePolicy struct {
 	// probe's domains and its cheap reading, watchN counts watches (for
 	// the CPU rotation), watchKind is the probe kind it reads (DRAM where
 	// the probe has it, else the first kind the intervals read), anyBusy
-	// says some tenant used CPU in the last interval.
+	// says some tenant used CPU in the last interval, and idle are the
+	// CPUs the look found idle, where it reads if a domain has any (see
+	// onIdle).
 	domains   func() []sense.ProbeDomain
 	quick     func(domain, cpu int, kind string) ([]sense.ProbeReading, error)
 	watchN    int
 	watchKind string
 	anyBusy   bool
+	idle      cpuset.Set
 }
 
 // probeProofs is what the probe policy needs of the proofs and throttles
@@ -434,6 +437,11 @@ func (p *probePolicy) watch(acting bool) bool {
 	p.watchN++
 	d := targets[p.watchN%len(targets)]
 	cpus := d.CPUs.List()
+	if free := d.CPUs.Intersect(p.idle); !free.IsEmpty() {
+		// Idle CPUs read the domain's contention without taking a
+		// tenant's CPU, and none is a polluter's own (see onIdle).
+		cpus = free.List()
+	}
 	if len(cpus) == 0 {
 		return false
 	}

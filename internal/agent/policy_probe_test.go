@@ -163,18 +163,24 @@ func TestProbePolicyRechecksAnAcquittalWhereNobodyElseCanBeProved(t *testing.T) 
 // The watch reads two CPUs of a domain a look, in turn, so that a look
 // is never blind for reading only the polluter's own CPU (where the probe
 // preempts it and reads quiet); a look that reads contention on either
-// brings the interval forward.
+// brings the interval forward. Where the domain has idle CPUs it reads
+// those only: none of them is a polluter's own.
 func TestProbePolicyWatchReadsTwoCPUsALook(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		cpus   string
+		idle   string
 		hotCPU int
 		// looks is what each look reads, in order.
 		looks [][]int
 	}{
-		{"two CPUs", "0-1", 0, [][]int{{0, 1}, {0, 1}}},
-		{"four CPUs", "0-3", 3, [][]int{{2, 3}, {0, 1}, {2, 3}}},
-		{"one CPU", "0", 0, [][]int{{0}, {0}}},
+		{"two CPUs", "0-1", "", 0, [][]int{{0, 1}, {0, 1}}},
+		{"four CPUs", "0-3", "", 3, [][]int{{2, 3}, {0, 1}, {2, 3}}},
+		{"one CPU", "0", "", 0, [][]int{{0}, {0}}},
+		{"four CPUs, two of them idle", "0-3", "1-2", 1, [][]int{{1, 2}, {1, 2}}},
+		{"four CPUs, three of them idle", "0-3", "0-2", 0, [][]int{{2, 0}, {1, 2}, {0, 1}}},
+		{"two CPUs, one idle", "0-1", "0", 0, [][]int{{0}, {0}}},
+		{"idle CPUs of no domain", "0-1", "5", 0, [][]int{{0, 1}, {0, 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{}
@@ -200,6 +206,7 @@ func TestProbePolicyWatchReadsTwoCPUsALook(t *testing.T) {
 			p := newProbePolicy(cfg, cont, map[int]cpuset.Set{0: set}, nil, quick, newProofLedger(cfg.Proof), &fakeProbeProofs{}, slog.New(slog.DiscardHandler))
 			p.domains = func() []sense.ProbeDomain { return []sense.ProbeDomain{{ID: 0, CPUs: set}} }
 			p.watchKind, p.anyBusy = sense.ProbeDRAM, true
+			p.idle = cpuset.MustParse(tc.idle)
 			for i, want := range tc.looks {
 				read = nil
 				due := p.watch(false)
