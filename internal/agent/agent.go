@@ -667,12 +667,7 @@ func (a *Agent) noneBusy(samples []sample) bool {
 	if a.prover.proof != nil || len(a.throttles.throttled) > 0 {
 		return false
 	}
-	for _, s := range samples {
-		if !s.fresh || s.usage >= judge.MinUsage {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(samples, sample.busyOrNew)
 }
 
 // allCPUs are the CPUs of the probe's domains.
@@ -703,7 +698,7 @@ func (a *Agent) probeIdle(now time.Time) cpuset.Set {
 func busyTenantCPUs(samples []sample, all cpuset.Set) cpuset.Set {
 	var out cpuset.Set
 	for _, s := range samples {
-		if !s.fresh || s.usage >= judge.MinUsage {
+		if s.busyOrNew() {
 			cpus := s.t.CPUs
 			if cpus.IsEmpty() {
 				cpus = all

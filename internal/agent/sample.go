@@ -40,6 +40,10 @@ type sample struct {
 	kernelBusLocksTotal float64
 }
 
+// busyOrNew says the tenant used judge.MinUsage of a CPU or more over its
+// last rates, or is new (no rates yet): it may pollute now.
+func (s sample) busyOrNew() bool { return !s.fresh || s.usage >= judge.MinUsage }
+
 // runDelayBudget is how many threads' run delay (a /proc/TID/schedstat
 // each) the agent reads per interval before it reads tenants in turns.
 const runDelayBudget = 400
