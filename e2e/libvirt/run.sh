@@ -302,7 +302,18 @@ start_agent() { # log-file
 stop_agent() { # pid signal
   kill "-$2" "$1" 2>/dev/null || true
   for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
-  fail "agent $1 did not exit after SIG$2"
+  fail "agent $1 did not exit after SIG$2 in 10 s: $(procstate "$1")"
+}
+# Where a process that outlives a signal sits: its state, and each thread's
+# state, kernel wait channel and kernel stack (a zombie its parent has not
+# reaped, or a thread in uninterruptible sleep in a cgroup or libvirt write).
+procstate() {
+  local p=$1 t
+  echo "state $(awk '/^State:/{print $2, $3}' "/proc/$p/status" 2>/dev/null), ppid $(awk '/^PPid:/{print $2}' "/proc/$p/status" 2>/dev/null)"
+  for t in /proc/"$p"/task/*; do
+    [ -d "$t" ] || continue
+    echo "  thread ${t##*/}: $(awk '/^State:/{print $2, $3}' "$t/status" 2>/dev/null) wchan $(cat "$t/wchan" 2>/dev/null) $(tr '\n' ' ' < "$t/stack" 2>/dev/null | cut -c1-300)"
+  done
 }
 # The victim's and the polluter's vCPU time and wait per second
 # (domstats vcpu.0.time and vcpu.0.delay), for the record.
