@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -82,5 +84,49 @@ func TestREADMEExplainExamples(t *testing.T) {
 		if !strings.Contains(out, "proved a polluter") {
 			t.Errorf("%s told no proof:\n%s", c, out)
 		}
+	}
+}
+
+// --verify scores each proof again from its readings: a recorded lab run
+// reproduces; a journal with a reading changed exits with an error; other
+// proof settings come from --config, which only --verify reads.
+func TestExplainVerify(t *testing.T) {
+	const lab = "../explain/testdata/lab-gen-6017.jsonl"
+	out, _, err := run(t, "explain", "--verify", "--journal", lab)
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if n := strings.Count(out, "checked: its readings, scored again"); n != 2 {
+		t.Errorf("%d proofs checked, want 2:\n%s", n, out)
+	}
+	out, _, err = run(t, "explain", "--verify", "--config", "../../examples/crosstalk.yaml", "--journal", lab, "--json")
+	if err != nil || !strings.Contains(out, `"checked_proofs": 2`) || strings.Contains(out, "unreproduced_proofs") {
+		t.Errorf("--config with the defaults' file, --json: %v:\n%s", err, out)
+	}
+
+	raw, err := os.ReadFile(lab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The innocent's first freed reading, read lower: its first trial
+	// scores otherwise.
+	tampered := strings.Replace(string(raw), `"freed":[`, `"freed":[0.5,`, 1)
+	if tampered == string(raw) {
+		t.Fatal("nothing to change in the journal")
+	}
+	p := filepath.Join(t.TempDir(), "journal.jsonl")
+	if err := os.WriteFile(p, []byte(tampered), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = run(t, "explain", "--verify", "--journal", p)
+	if err == nil || !strings.Contains(err.Error(), "1 of 2 proofs did not reproduce") || !strings.Contains(out, "NOT REPRODUCED") {
+		t.Errorf("a changed reading: %v:\n%s", err, out)
+	}
+
+	if _, _, err := run(t, "explain", "--journal", lab, "--config", "x.yaml"); err == nil || !strings.Contains(err.Error(), "add --verify") {
+		t.Errorf("--config without --verify: %v", err)
+	}
+	if _, _, err := run(t, "explain", "--verify", "--journal", lab, "--config", filepath.Join(t.TempDir(), "none.yaml")); err == nil {
+		t.Error("a --config that does not exist: no error")
 	}
 }

@@ -24,6 +24,10 @@ type Options struct {
 	Since time.Time
 	// All keeps every proof slot's cap and release as an entry of its own.
 	All bool
+	// Verify, where set, scores each proof's recorded trials again under
+	// these proof settings (see judge.Replay) and says whether they give
+	// the recorded verdict.
+	Verify *judge.ProofConfig
 }
 
 // Report is the journal told: entries in time order.
@@ -37,6 +41,10 @@ type Report struct {
 	// Skipped counts the lines that were not events.
 	Skipped int     `json:"skipped_lines"`
 	Entries []Entry `json:"entries"`
+	// Checked and Unreproduced count, with Options.Verify, the proofs
+	// scored again and those whose readings did not give their record.
+	Checked      int `json:"checked_proofs,omitempty"`
+	Unreproduced int `json:"unreproduced_proofs,omitempty"`
 }
 
 // Tenant is a tenant as the journal names it.
@@ -87,6 +95,24 @@ type Proof struct {
 	// FinalEvidence is the evidence after the last trial.
 	FinalEvidence float64             `json:"final_evidence"`
 	Evidence      agent.ProofEvidence `json:"evidence"`
+	// Check is the proof scored again from its readings (Options.Verify).
+	Check *Check `json:"check,omitempty"`
+}
+
+// Check is a proof's recorded trials scored again (judge.Replay).
+type Check struct {
+	// Reproduced: every trial scored as recorded, and the verdict is the
+	// recorded one (or none, for a proof stopped before its readings
+	// decided, recorded inconclusive).
+	Reproduced bool `json:"reproduced"`
+	// Verdict, Trials and Evidence are what the readings give ("" where
+	// they reach no verdict).
+	Verdict  string  `json:"verdict"`
+	Trials   int     `json:"trials"`
+	Evidence float64 `json:"evidence"`
+	// Diverged is the first trial (from 1) scored otherwise than recorded;
+	// 0 where none was.
+	Diverged int `json:"diverged_trial,omitempty"`
 }
 
 // Slots counts the caps of a proof or survey.
@@ -230,6 +256,9 @@ func build(events []event, opt Options) (*Report, error) {
 		case e.Kind == "proof" && len(e.Evidence) > 0:
 			en.Step = StepVerdict
 			en.Proof = verdict(e)
+			if opt.Verify != nil && len(en.Proof.Evidence.Trials) > 0 {
+				en.Proof.Check = check(*opt.Verify, en.Proof)
+			}
 			s := open[e.Tenant]
 			if s == nil || s.survey || s.verdict {
 				if s != nil {
@@ -262,6 +291,12 @@ func build(events []event, opt Options) (*Report, error) {
 			continue
 		}
 		en.Text = sentence(en)
+		if en.Proof != nil && en.Proof.Check != nil {
+			r.Checked++
+			if !en.Proof.Check.Reproduced {
+				r.Unreproduced++
+			}
+		}
 		r.Entries = append(r.Entries, *en)
 	}
 	return r, nil
@@ -297,6 +332,13 @@ func verdict(e event) *Proof {
 		p.FinalEvidence = t.Evidence
 	}
 	return p
+}
+
+// check scores a proof's recorded trials again under cfg.
+func check(cfg judge.ProofConfig, p *Proof) *Check {
+	r := judge.Replay(cfg, p.Evidence.Before, p.Evidence.Trials)
+	return &Check{Reproduced: r.Reproduces(p.Verdict, p.Trials), Verdict: r.Verdict, Trials: r.Trials,
+		Evidence: r.Evidence, Diverged: r.Diverged + 1}
 }
 
 // ParseSince reads --since: a duration back from now ("90m") or an RFC 3339

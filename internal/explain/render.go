@@ -48,6 +48,9 @@ func Render(w io.Writer, r *Report) error {
 			for i, t := range e.Proof.Evidence.Trials {
 				fmt.Fprintf(&b, "%25s trial %d %s\n", "", i+1, trialText(t))
 			}
+			if c := e.Proof.Check; c != nil {
+				fmt.Fprintf(&b, "%25s %s\n", "", checkText(e.Proof, c))
+			}
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -230,4 +233,23 @@ func level(rs []float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f×", math.Exp(sum/float64(n)))
+}
+
+// checkText tells a proof scored again from its readings.
+func checkText(p *Proof, c *Check) string {
+	got := c.Verdict
+	if got == "" {
+		got = "no verdict yet"
+	}
+	switch {
+	case c.Reproduced && c.Verdict == "":
+		return fmt.Sprintf("checked: its readings, scored again, give every trial as recorded and no verdict yet (evidence %.3g): the proof was stopped before they decided", c.Evidence)
+	case c.Reproduced:
+		return fmt.Sprintf("checked: its readings, scored again, give every trial as recorded and the same verdict (%s, evidence %.3g)", got, c.Evidence)
+	case c.Diverged > 0:
+		return fmt.Sprintf("NOT REPRODUCED: trial %d scores otherwise from its readings (they give %s after %d trial(s), evidence %.3g, against %s after %d recorded): another build, or other proof settings (--config)",
+			c.Diverged, got, c.Trials, c.Evidence, p.Verdict, p.Trials)
+	}
+	return fmt.Sprintf("NOT REPRODUCED: its readings give %s after %d trial(s), evidence %.3g, against %s after %d recorded: another build, or other proof settings (--config)",
+		got, c.Trials, c.Evidence, p.Verdict, p.Trials)
 }
