@@ -41,10 +41,12 @@ type Report struct {
 	// Skipped counts the lines that were not events.
 	Skipped int     `json:"skipped_lines"`
 	Entries []Entry `json:"entries"`
-	// Checked and Unreproduced count, with Options.Verify, the proofs
-	// scored again and those whose readings did not give their record.
-	Checked      int `json:"checked_proofs,omitempty"`
-	Unreproduced int `json:"unreproduced_proofs,omitempty"`
+	// Verified says the proofs were scored again (Options.Verify);
+	// Checked and Unreproduced count those told and those whose readings
+	// did not give their record.
+	Verified     bool `json:"verified,omitempty"`
+	Checked      int  `json:"checked_proofs,omitempty"`
+	Unreproduced int  `json:"unreproduced_proofs,omitempty"`
 }
 
 // Tenant is a tenant as the journal names it.
@@ -210,6 +212,7 @@ func build(events []event, opt Options) (*Report, error) {
 		s := opt.Since
 		r.Since = &s
 	}
+	r.Verified = opt.Verify != nil
 
 	var entries []*Entry
 	open := map[string]*slotter{}

@@ -53,6 +53,16 @@ func Render(w io.Writer, r *Report) error {
 			}
 		}
 	}
+	if r.Verified {
+		switch {
+		case r.Checked == 0:
+			b.WriteString("verified: no proof with recorded trials to score again\n")
+		case r.Unreproduced == 0:
+			fmt.Fprintf(&b, "verified: every one of %d proof(s) gives its recorded verdict from its readings\n", r.Checked)
+		default:
+			fmt.Fprintf(&b, "verified: %d of %d proof(s) NOT REPRODUCED from their readings\n", r.Unreproduced, r.Checked)
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

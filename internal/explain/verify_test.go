@@ -47,6 +47,17 @@ func TestVerifyReproducesARecordedRun(t *testing.T) {
 	if n := strings.Count(b.String(), "checked: its readings, scored again, give every trial as recorded and the same verdict"); n != 2 {
 		t.Errorf("%d proofs told as checked:\n%s", n, b.String())
 	}
+	if !strings.HasSuffix(b.String(), "verified: every one of 2 proof(s) gives its recorded verdict from its readings\n") {
+		t.Errorf("no summary at the end:\n%s", b.String())
+	}
+	// A journal with no proof says so.
+	r, err = Explain(fixture(t), Options{Verify: &cfg, Tenant: "shop/db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := mustRender(t, r); r.Checked != 0 || !strings.HasSuffix(out, "verified: no proof with recorded trials to score again\n") {
+		t.Errorf("a tenant never proved: checked %d:\n%s", r.Checked, out)
+	}
 
 	// Without Verify nothing is checked.
 	if r, _ := Explain(labJournal, Options{}); r.Checked != 0 || strings.Contains(mustRender(t, r), "checked:") {
@@ -95,7 +106,8 @@ func TestVerifyFindsWhatDoesNotReproduce(t *testing.T) {
 	if r.Checked != 2 || r.Unreproduced != 1 {
 		t.Fatalf("checked %d, %d not reproduced; want 2 and 1", r.Checked, r.Unreproduced)
 	}
-	if out := mustRender(t, r); !strings.Contains(out, "NOT REPRODUCED: trial 3 scores otherwise from its readings") {
+	if out := mustRender(t, r); !strings.Contains(out, "NOT REPRODUCED: trial 3 scores otherwise from its readings") ||
+		!strings.HasSuffix(out, "verified: 1 of 2 proof(s) NOT REPRODUCED from their readings\n") {
 		t.Errorf("the changed reading is not told:\n%s", out)
 	}
 
