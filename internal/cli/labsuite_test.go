@@ -108,15 +108,17 @@ func TestLabSuiteSmoke(t *testing.T) {
 			t.Errorf("no victim slowdown under %s: %v", p, r.VictimSlowdown)
 		}
 	}
-	// --out keeps the agent's journal of the run, and explain reads it.
+	// --out keeps the agent's journal of the run, and explain reads it;
+	// every proof the live agent ran gives its verdict again from the
+	// readings it journalled.
 	if want := filepath.Join(out, "journals", r.Name+"-1", "r1-crosstalk.jsonl"); r.Journal != want {
 		t.Errorf("journal %q, want %q", r.Journal, want)
 	}
-	told, _, err := run(t, "explain", "--journal", r.Journal)
+	told, _, err := run(t, "explain", "--verify", "--journal", r.Journal)
 	if err != nil {
-		t.Errorf("explain --journal %s: %v", r.Journal, err)
-	} else if r.Convicted && !strings.Contains(told, "polluter") {
-		t.Errorf("explain of a run that convicted the polluter does not name it:\n%s", told)
+		t.Errorf("explain --verify --journal %s: %v\n%s", r.Journal, err, told)
+	} else if r.Convicted && (!strings.Contains(told, "polluter") || !strings.Contains(told, "verified: every one of")) {
+		t.Errorf("explain of a run that convicted the polluter does not name it, or checked no proof:\n%s", told)
 	}
 	// A polluter on the victim's CPUs has its harm beyond CPU use measured
 	// (a cpu load in its place), and only such a polluter.
