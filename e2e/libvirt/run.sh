@@ -434,6 +434,10 @@ stop_agent "$A1" TERM
 [ "$(domquota ct-libvirt-polluter)" = "-1/100000" ] || fail "after SIGTERM the polluter's cgroup holds $(domquota ct-libvirt-polluter)"
 grep -q '"libvirt_sched"' "$W/state/state.json" && fail "state file still holds libvirt records after a clean stop"
 ok "SIGTERM: the polluter restored through libvirt (schedinfo -1/100000), state file clean"
+# Every proof the agent journalled gives its verdict again from its readings.
+"$CROSSTALK" explain --verify --config "$W/agent.yaml" --journal "$W/state/journal.jsonl" > "$W/verify.txt" 2>&1 ||
+  fail "the journal's proofs do not give their verdicts again: $(grep -m3 -e 'NOT REPRODUCED' -e 'verified' -e 'rror' "$W/verify.txt" | cut -c1-300)"
+ok "explain --verify: $(tail -n 1 "$W/verify.txt")"
 
 # ---- 4. must-hold: kill -9 while throttled, libvirtd down, restart without libvirt ----
 log "second round: polluter restarted after the victim's quiet waits are learned again"
