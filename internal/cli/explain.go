@@ -33,11 +33,11 @@ in its cgroup; one the journal does not know is an error that lists those it
 does, closest first. Lines that are not events are skipped and counted.
 
 --verify checks each verdict without trusting the agent that gave it: it
-scores every proof's recorded trials again (the readings of each capped and
-freed slot, and the coin that ordered them), with the proof settings of
---config or the defaults, and says under each proof whether they give every
-trial's score and the verdict as recorded. A proof that does not reproduce
-makes explain exit with status 1.`,
+scores every proof's recorded trials again from the readings of each capped
+and freed slot, with the proof settings of --config or the defaults, and says
+under each proof whether they give every trial's drop, score and evidence and
+the verdict as recorded. A proof that does not reproduce makes explain exit
+with status 1.`,
 		Example: `  crosstalk explain
   crosstalk explain vm-web-1 --since 2h
   crosstalk explain --journal /tmp/ct/journal.jsonl --since 2025-01-01T00:00:00Z --json
