@@ -11,7 +11,6 @@ type Replayed struct {
 	// the proof was stopped before, by the agent stopping, the suspect
 	// vanishing or its budget of cap time).
 	Verdict string
-	Why     string
 	// Trials is how many trials the verdict took; fewer than recorded
 	// means the recorded proof ran on past the point its readings decide.
 	Trials int
@@ -68,7 +67,7 @@ func replay(cfg ProofConfig, before, carry float64, trials []Trial) Replayed {
 		}
 		p.trials = append(p.trials, Trial{})
 	}
-	out.Verdict, out.Why, out.Evidence = p.verdict, p.why, p.evidence
+	out.Verdict, out.Evidence = p.verdict, p.evidence
 	return out
 }
 
