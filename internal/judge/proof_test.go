@@ -860,3 +860,59 @@ func TestProofPausesWhenContentionComesAndGoes(t *testing.T) {
 		t.Errorf("passes between quiet trials: %s after %d trials (%s), want guilty", v, len(p.Trials()), why)
 	}
 }
+
+// Capping a tenant that shares its CPU with a split-lock loop hands the
+// loop its CPU time: the capped slot reads the storm at full strength and
+// the freed one less. Such a trial acquits at once; the storm leaking into
+// a capped slot's first readings, a polluter's trial, does not, nor does a
+// capped slot that reads the storm while the freed one does too.
+func TestProofAcquitsATenantWhoseCapFeedsTheContention(t *testing.T) {
+	cfg := ProofConfig{}
+	cfg.Fill()
+	t0 := time.Unix(1000, 0)
+	slotted := func(capped, freed func(i int) float64) world {
+		n := 0
+		return func(_ time.Duration, isCapped bool) float64 {
+			i := n % cfg.Samples
+			n++
+			if isCapped {
+				return capped(i)
+			}
+			return freed(i)
+		}
+	}
+	const before = 5.0
+	p := driveToVerdict(t, NewProof(cfg, before, t0, 7), t0, slotted(
+		func(int) float64 { return 6 }, func(int) float64 { return 1.5 }))
+	v, why := p.Verdict()
+	if v != ProofInnocent || len(p.Trials()) != 1 || !strings.Contains(why, "went to whoever causes it") {
+		t.Fatalf("a cap that feeds the storm: %s after %d trials (%s), want innocent after one", v, len(p.Trials()), why)
+	}
+	// A storm that leaks into the capped slot's first three readings, and
+	// shows in every freed one: a polluter, convicted.
+	p = driveToVerdict(t, NewProof(cfg, before, t0, 7), t0, slotted(
+		func(i int) float64 {
+			if i < 3 {
+				return 6
+			}
+			return 1
+		}, func(int) float64 { return 5.5 }))
+	if v, why := p.Verdict(); v != ProofGuilty {
+		t.Errorf("a polluter whose cap leaks: %s after %d trials (%s), want guilty", v, len(p.Trials()), why)
+	}
+	// The storm in both slots alike: not this rule's (the ordinary
+	// futility acquits it after two trials).
+	p = driveToVerdict(t, NewProof(cfg, before, t0, 7), t0, slotted(
+		func(int) float64 { return 5 }, func(int) float64 { return 5 }))
+	if v, _ := p.Verdict(); v != ProofInnocent || len(p.Trials()) != 2 {
+		t.Errorf("a storm that capping changes nothing of: %s after %d trials, want innocent after two", v, len(p.Trials()))
+	}
+	// Under a weak contention, where a reading's scatter reaches √before,
+	// one trial does not acquit.
+	p = driveToVerdict(t, NewProof(cfg, 1.5, t0, 7), t0, slotted(
+		func(int) float64 { return 1.5 }, func(int) float64 { return 1.1 }))
+	if len(p.Trials()) < 2 {
+		v, why := p.Verdict()
+		t.Errorf("weak contention: %s after %d trial (%s), want more than one", v, len(p.Trials()), why)
+	}
+}
