@@ -26,7 +26,11 @@ type ProofEvidence struct {
 	// Kind is the probe kind read ("" = all kinds, or CPU wait).
 	Kind string `json:"kind"`
 	// Signal is what was read: the canary probes or the victims' CPU wait.
-	Signal string        `json:"signal"`
+	Signal string `json:"signal"`
+	// Carry is the evidence the proof began with: 1, or what an earlier
+	// proof of the suspect left (its chain continued). With it the first
+	// trial's bet is checked too (judge.ReplayFrom).
+	Carry  float64       `json:"carry,omitempty"`
 	Trials []judge.Trial `json:"trials"`
 	// FalseConvictionBound is the evidence a conviction needs.
 	FalseConvictionBound float64 `json:"false_conviction_bound"`

@@ -306,7 +306,7 @@ func (pr *prover) endProof(ctx context.Context, now time.Time, p *proof) {
 	verdict, why := p.p.Verdict()
 	pr.verdicts[verdict]++
 	pr.rec.journal(act.Event{Kind: "proof", Tenant: p.tenant.ID, Name: p.tenant.Name, Detail: verdict + ": " + why,
-		Evidence: ProofEvidence{Before: p.p.Before(), CPU: p.cpu.CPU, Kind: p.kind, Signal: p.signal, Trials: p.p.Trials(),
+		Evidence: ProofEvidence{Before: p.p.Before(), CPU: p.cpu.CPU, Kind: p.kind, Signal: p.signal, Carry: p.p.Carried(), Trials: p.p.Trials(),
 			FalseConvictionBound: pr.cfg.Proof.FalseConviction()}})
 	key := backoffKey(p.signal, p.tenant.ID)
 	if verdict != judge.ProofGuilty {

@@ -39,6 +39,10 @@ func (r Replayed) Reproduces(verdict string, trials int) bool {
 // the agent that gave it. The evidence the proof began
 // with (a chain continued from a previous proof) is taken from the first
 // trial's record.
+//
+// A journal from before proofs recorded the evidence they began with has
+// only the first trial's record to take it from, and so cannot check that
+// trial's bet; ReplayFrom, given the recorded start, checks every trial.
 func Replay(cfg ProofConfig, before float64, trials []Trial) Replayed {
 	if len(trials) == 0 {
 		return Replayed{Evidence: 1, Carry: 1, Diverged: -1}
@@ -47,6 +51,15 @@ func Replay(cfg ProofConfig, before float64, trials []Trial) Replayed {
 	carry := 1.0
 	if first.Evidence > 0 && trials[0].Evidence > 0 {
 		carry = trials[0].Evidence / first.Evidence
+	}
+	return replay(cfg, before, carry, trials)
+}
+
+// ReplayFrom is Replay from the evidence the proof began with, as its
+// record says (1 for a proof that continued none).
+func ReplayFrom(cfg ProofConfig, before, carry float64, trials []Trial) Replayed {
+	if len(trials) == 0 {
+		return Replayed{Evidence: carry, Carry: carry, Diverged: -1}
 	}
 	return replay(cfg, before, carry, trials)
 }

@@ -46,6 +46,12 @@ func TestReplayReproducesProofs(t *testing.T) {
 				if !r.Reproduces(v, len(p.Trials())) || r.Verdict != v || !near(r.Evidence, p.Carry()) || !near(r.Carry, carry) {
 					t.Fatalf("%s seed %d carry %g: recorded %s after %d trials, evidence %g; replayed %+v", name, seed, carry, v, len(p.Trials()), p.Carry(), r)
 				}
+				if p.Carried() != carry {
+					t.Fatalf("a proof begun at %g says it began at %g", carry, p.Carried())
+				}
+				if r2 := ReplayFrom(cfg, p.Before(), p.Carried(), p.Trials()); r2.Verdict != r.Verdict || r2.Trials != r.Trials || r2.Diverged != -1 || !near(r2.Evidence, r.Evidence) || !near(r2.Carry, r.Carry) {
+					t.Fatalf("%s seed %d carry %g: from the recorded start %+v, inferred %+v", name, seed, carry, r2, r)
+				}
 			}
 		}
 	}
@@ -80,6 +86,15 @@ func TestReplayReproducesProofs(t *testing.T) {
 			// The first trial's evidence sets the carry, so the second is
 			// the first a different bet shows in.
 			t.Errorf("replayed with bet 0.5: %+v, want trial 2 to diverge", r)
+		}
+		// From the recorded start the first trial's bet is checked too: a
+		// proof of one trial (an acquittal on the first) no longer
+		// reproduces under any bet.
+		if r := ReplayFrom(other, p.Before(), 1, trials); r.Reproduces(ProofGuilty, len(trials)) || r.Diverged != 0 {
+			t.Errorf("replayed from 1 with bet 0.5: %+v, want trial 1 to diverge", r)
+		}
+		if r := ReplayFrom(other, p.Before(), 1, trials[:1]); r.Diverged != 0 {
+			t.Errorf("one trial replayed from 1 with bet 0.5: %+v, want it to diverge", r)
 		}
 	})
 	t.Run("stopped before a verdict", func(t *testing.T) {
