@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/sense"
 )
 
 // Proof verdicts.
@@ -545,7 +547,7 @@ func (p *Proof) decide() bool {
 		t := p.trials[len(p.trials)-1]
 		p.verdict = ProofInnocent
 		p.why = fmt.Sprintf("capping it left the %.2f× contention at full strength and above its level while it ran free (trial %d: capped %.2f×, freed %.2f×, medians): its CPU time went to whoever causes it",
-			p.before, len(p.trials), median(t.Capped), median(t.Freed))
+			p.before, len(p.trials), sense.Median(t.Capped), sense.Median(t.Freed))
 		return true
 	case p.quietRun() >= quietStop && (p.evidence < LeanEvidence || p.quietRun() >= leaningQuietStop):
 		// The contention went away, whoever caused it: capping the
@@ -698,20 +700,9 @@ func (p *Proof) fedTheContention() bool {
 	if p.hit == 0 || len(t.Capped) == 0 || len(t.Freed) == 0 {
 		return false
 	}
-	capped, freed := math.Log(median(t.Capped)), math.Log(median(t.Freed))
+	capped, freed := math.Log(sense.Median(t.Capped)), math.Log(sense.Median(t.Freed))
 	l := math.Log(p.before)
 	return capped >= l/2 && capped-freed >= l/4
-}
-
-// median of a slot's readings.
-func median(rs []float64) float64 {
-	s := slices.Clone(rs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // quietRun counts the quiet trials at the end of the proof.
