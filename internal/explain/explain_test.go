@@ -506,3 +506,24 @@ func TestCPIProofSaysWhatItRead(t *testing.T) {
 		t.Errorf("a CPI proof told as a probe's:\n%s", got)
 	}
 }
+
+// A proof that continued an earlier one's evidence says where it began:
+// its evidence is the chain's, and the bound holds for the chain.
+func TestProofSaysWhereItsEvidenceBegan(t *testing.T) {
+	proof := func(carry float64) []act.Event {
+		return []act.Event{
+			{Time: at(0), Kind: "start", Detail: "agent started"},
+			{Time: at(1000), Kind: "proof", Tenant: noisyID, Name: "vm-noisy", Detail: "polluter: the probe read 2.1× higher with it free than capped",
+				Evidence: agent.ProofEvidence{Before: 5, CPU: 1, Kind: "dram", FalseConvictionBound: 100, Carry: carry,
+					Trials: []judge.Trial{trial(true, []float64{1.01, 1.02}, []float64{4.9, 5.1}, judge.TrialPass, 5.8*carry)}}},
+		}
+	}
+	if got := told(t, proof(32), Options{}); !strings.Contains(got, "evidence 186 (begun at 32, where its last proof left it), conviction at 100") {
+		t.Errorf("a continued proof does not say where it began:\n%s", got)
+	}
+	for _, carry := range []float64{1, 0} { // a fresh proof; a record from before carries were kept
+		if got := told(t, proof(carry), Options{}); strings.Contains(got, "begun at") || !strings.Contains(got, ", conviction at 100") {
+			t.Errorf("carry %g: %s", carry, got)
+		}
+	}
+}

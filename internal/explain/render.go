@@ -192,7 +192,12 @@ func verdictText(who string, e *Entry) string {
 	fmt.Fprintf(&b, ": %s", p.Why)
 	ev := p.Evidence
 	if ev.FalseConvictionBound > 0 {
-		fmt.Fprintf(&b, "; evidence %.3g, conviction at %.3g", p.FinalEvidence, ev.FalseConvictionBound)
+		fmt.Fprintf(&b, "; evidence %.3g", p.FinalEvidence)
+		if ev.Carry > 0 && ev.Carry != 1 {
+			// A chain: the bound holds for it as one proof.
+			fmt.Fprintf(&b, " (begun at %.3g, where its last proof left it)", ev.Carry)
+		}
+		fmt.Fprintf(&b, ", conviction at %.3g", ev.FalseConvictionBound)
 	}
 	switch {
 	case ev.Signal == agent.SignalCPUWait:
