@@ -3,7 +3,6 @@ package sense
 import (
 	"fmt"
 	"maps"
-	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -41,10 +40,9 @@ type ProbeConfig struct {
 	// ProofChunks is how many timed chunks a proof's DRAM reading
 	// (MeasureOnce) runs (default 3, or Chunks if fewer). A proof reads a dozen
 	// times a slot on a CPU that is often a victim's, and under a storm a
-	// whole chunk of the DRAM chase took about 0.1 ms of that CPU: with 7
-	// chunks a freed slot's readings took most of its 10 ms reading window
-	// on the dev VM beside the latency server (a chunk now stops at twice
-	// a quiet one's time: see dramChunk). The median of 3 still drops a chunk
+	// chunk of the DRAM chase takes about 0.1 ms of that CPU: with 7 chunks
+	// a freed slot's readings took most of its 10 ms reading window on the
+	// dev VM beside the latency server. The median of 3 still drops a chunk
 	// cut by preemption, and each DRAM load costs the same however many
 	// there are (it is flushed first), so the reading's level does not
 	// move, only its noise (a capped slot's readings spread 0.05-0.11 in
@@ -180,10 +178,6 @@ type Probe struct {
 	next     map[int]int
 	llcNext  map[int]int
 	sink     atomic.Uint64
-	// dramQuiet is the per-load time (float64 bits, ns) of the quietest
-	// whole chunk of the DRAM chase so far: the measure of a chunk's
-	// budget (see dramChunk). 0 until a chunk has run.
-	dramQuiet atomic.Uint64
 	// read times one reading of a kind (measure; tests replace it).
 	read func(kind string, chunks int) float64
 	// sleep waits between the pairs of a spread (time.Sleep; tests record it).
@@ -546,62 +540,14 @@ func (p *Probe) measure(kind string, chunks int) float64 {
 				pos = p.llc[pos*8]
 			}
 		case ProbeDRAM:
-			var at uint64
-			at, ops = p.dramChunk(sink%256, t0)
-			sink += at
+			ops = p.cfg.DRAMOps
+			sink += flushChase(&p.dram[0], sink%256, uint64(ops))
 		}
 		ns = append(ns, float64(time.Since(t0).Nanoseconds())/float64(ops))
 	}
 	p.sink.Add(sink + pos)
 	return Median(ns)
 }
-
-// dramChunk runs one timed chunk of the DRAM chase from slot start, begun
-// at t0: DRAMOps loads, or fewer once it has taken dramBudget times what
-// the quietest whole chunk so far took. It returns where the chase ended
-// and how many loads it made.
-//
-// Why: the chase's cost grows with the contention it reads. Under a
-// split-lock storm beside it on the dev VM each flushed load took 2.3-2.5
-// µs against 0.35 µs quiet, and a proof's reading (two of three chunks)
-// took 0.8 ms of its CPU against 0.13 ms; at a dozen readings a slot that
-// is half of a freed slot's CPU, taken at a real-time priority from the
-// CPU a victim runs on, just when the victim needs more of it. A chunk cut
-// short still times whole loads, and the storm it stopped for reads as
-// it did: the per-load latency is the same, from fewer loads. Quiet or
-// under contention below dramBudget, every chunk makes all its loads, as
-// before.
-func (p *Probe) dramChunk(start uint64, t0 time.Time) (end uint64, ops int) {
-	quiet := math.Float64frombits(p.dramQuiet.Load())
-	budget := time.Duration(quiet * float64(p.cfg.DRAMOps) * dramBudget)
-	end = start
-	for ops < p.cfg.DRAMOps {
-		n := min(dramStep, p.cfg.DRAMOps-ops)
-		end = flushChase(&p.dram[0], end, uint64(n))
-		ops += n
-		if quiet > 0 && ops >= dramMinOps && time.Since(t0) >= budget {
-			return end, ops
-		}
-	}
-	if per := float64(time.Since(t0).Nanoseconds()) / float64(ops); per > 0 {
-		for {
-			old := p.dramQuiet.Load()
-			if q := math.Float64frombits(old); q > 0 && q <= per || p.dramQuiet.CompareAndSwap(old, math.Float64bits(per)) {
-				break
-			}
-		}
-	}
-	return end, ops
-}
-
-// dramStep is how many loads the DRAM chase makes between looks at the
-// clock; dramMinOps the fewest a chunk makes; dramBudget how many times
-// the quietest whole chunk's time a chunk may take before it stops early.
-const (
-	dramStep   = 8
-	dramMinOps = 16
-	dramBudget = 2.0
-)
 
 // llcChunkDiv: a timed LLC chunk walks this fraction of the buffer, so
 // the timed walk of 7 chunks (the default) covers less than half of it.

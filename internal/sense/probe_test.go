@@ -2,7 +2,6 @@ package sense
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -318,43 +317,5 @@ func TestProbeRealtimeIsUndone(t *testing.T) {
 		}
 	case during.Policy != unix.SCHED_FIFO || during.Priority != 1:
 		t.Errorf("policy %d priority %d during, want SCHED_FIFO (%d) at 1", during.Policy, during.Priority, unix.SCHED_FIFO)
-	}
-}
-
-// A DRAM chunk makes all its loads until it has taken dramBudget times
-// what the quietest whole chunk took; past that it stops (at dramMinOps at
-// the least), so a storm that slows every load does not slow the probe's
-// CPU as much. Its first chunk, with nothing to measure by, makes all of
-// them and sets the measure.
-func TestDRAMChunkStopsAtItsBudget(t *testing.T) {
-	if !haveFlushChase {
-		t.Skip("no DRAM chase on this architecture")
-	}
-	topo := &topology.Topology{Online: cpuset.MustParse("0")}
-	p, err := NewProbe(topo, cpuset.MustParse("0"), ProbeConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ops := p.dramChunk(0, time.Now()); ops != p.cfg.DRAMOps {
-		t.Fatalf("first chunk made %d loads, want all %d", ops, p.cfg.DRAMOps)
-	}
-	quiet := math.Float64frombits(p.dramQuiet.Load())
-	if !(quiet > 0) {
-		t.Fatalf("after a whole chunk the quiet measure is %v, want its time per load", quiet)
-	}
-	// A chunk begun long ago has spent its budget at its first look.
-	if _, ops := p.dramChunk(0, time.Now().Add(-time.Second)); ops != dramMinOps {
-		t.Errorf("a chunk over its budget made %d loads, want %d", ops, dramMinOps)
-	}
-	if got := math.Float64frombits(p.dramQuiet.Load()); got != quiet {
-		t.Errorf("a chunk cut short moved the quiet measure from %v to %v", quiet, got)
-	}
-	// With a budget no chunk reaches, every one makes all its loads.
-	p.dramQuiet.Store(math.Float64bits(1e9))
-	if _, ops := p.dramChunk(0, time.Now()); ops != p.cfg.DRAMOps {
-		t.Errorf("a chunk within its budget made %d loads, want %d", ops, p.cfg.DRAMOps)
-	}
-	if got := math.Float64frombits(p.dramQuiet.Load()); got >= 1e9 {
-		t.Errorf("a quicker whole chunk left the quiet measure at %v", got)
 	}
 }
