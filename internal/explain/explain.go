@@ -339,9 +339,11 @@ func verdict(e event) *Proof {
 
 // check scores a proof's recorded trials again under cfg.
 func check(cfg judge.ProofConfig, p *Proof) *Check {
-	r := judge.Replay(cfg, p.Evidence.Before, p.Evidence.Trials)
+	var r judge.Replayed
 	if p.Evidence.Carry > 0 {
 		r = judge.ReplayFrom(cfg, p.Evidence.Before, p.Evidence.Carry, p.Evidence.Trials)
+	} else { // a record from before proofs kept where they began
+		r = judge.Replay(cfg, p.Evidence.Before, p.Evidence.Trials)
 	}
 	return &Check{Reproduced: r.Reproduces(p.Verdict, p.Trials), Verdict: r.Verdict, Trials: r.Trials,
 		Evidence: r.Evidence, Diverged: r.Diverged + 1}

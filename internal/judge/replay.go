@@ -44,15 +44,14 @@ func (r Replayed) Reproduces(verdict string, trials int) bool {
 // only the first trial's record to take it from, and so cannot check that
 // trial's bet; ReplayFrom, given the recorded start, checks every trial.
 func Replay(cfg ProofConfig, before float64, trials []Trial) Replayed {
-	if len(trials) == 0 {
-		return Replayed{Evidence: 1, Carry: 1, Diverged: -1}
-	}
-	first := replay(cfg, before, 1, trials[:1])
 	carry := 1.0
-	if first.Evidence > 0 && trials[0].Evidence > 0 {
-		carry = trials[0].Evidence / first.Evidence
+	if len(trials) > 0 {
+		first := replay(cfg, before, 1, trials[:1])
+		if first.Evidence > 0 && trials[0].Evidence > 0 {
+			carry = trials[0].Evidence / first.Evidence
+		}
 	}
-	return replay(cfg, before, carry, trials)
+	return ReplayFrom(cfg, before, carry, trials)
 }
 
 // ReplayFrom is Replay from the evidence the proof began with, as its
