@@ -341,7 +341,7 @@ func (pr *prover) endProof(ctx context.Context, now time.Time, p *proof) {
 const inconclusiveRetry = time.Second
 
 // retryAfter is how soon a suspect whose proof ended inconclusive with
-// this evidence may be proved again: a watch (watchEvery) when the
+// this evidence may be proved again: a watch (WatchPace) when the
 // evidence leans towards guilt (leanEvidence: its cap lowered the
 // contention more often than not), inconclusiveRetry otherwise. A polluter that shows in few readings (a split-lock storm the
 // host itself slows in bursts) often ends a proof by going quiet; its next
@@ -355,7 +355,7 @@ const inconclusiveRetry = time.Second
 // had passed.
 func (pr *prover) retryAfter(evidence float64) time.Duration {
 	if evidence >= leanEvidence {
-		return min(watchEvery(pr.cfg.Interval), inconclusiveRetry)
+		return min(WatchPace(pr.cfg.Interval), inconclusiveRetry)
 	}
 	return inconclusiveRetry
 }

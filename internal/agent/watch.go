@@ -15,10 +15,11 @@ import (
 // at least quickInterval. (Each look reads a DRAM spread on two CPUs,
 // about 1.3 ms of CPU on the dev VM: eight looks a second at the default
 // 500 ms interval, while some tenant is busy.)
-func (a *Agent) WatchEvery() time.Duration { return watchEvery(a.cfg.Interval) }
+func (a *Agent) WatchEvery() time.Duration { return WatchPace(a.cfg.Interval) }
 
-// watchEvery is the watch of an agent running at interval.
-func watchEvery(interval time.Duration) time.Duration { return max(interval/4, quickInterval) }
+// WatchPace is how often an agent running at interval looks between its
+// intervals: its watch, and the look for a CPU that turned busy.
+func WatchPace(interval time.Duration) time.Duration { return max(interval/4, quickInterval) }
 
 // minBusy is the CPU use (cores) of a busy tenant, for the watch.
 const minBusy = 0.05

@@ -362,7 +362,14 @@ func newLabOverheadCmd(g *globals) *cobra.Command {
 		Long: `Creates --tenants idle tenant cgroups, runs 'crosstalk run' on them as a separate
 process at --interval, and after --warmup measures that process's CPU time
 (/proc/PID/stat) and memory (VmRSS, VmHWM) over --duration. The cgroups are
-removed afterwards.`,
+removed afterwards.
+
+Over the same time the benchmark itself wakes at the pace of the agent's
+look between intervals (a quarter of --interval) and reads /proc/stat, and
+reports what that cost it: the host's price of waking that often, the floor
+under the agent's own share. On a VM, where each switch of a thread costs
+tens of microseconds, that floor can be a good part of the agent's share;
+the switches a second of both say how much.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opt, done, err := g.labOptions(nil, 0)
@@ -381,9 +388,10 @@ removed afterwards.`,
 			}
 			// The agent's CPU share is a small fraction of a percent: it
 			// keeps three decimals where humanize.Percent would round to one.
-			_, err = fmt.Fprintf(g.out, "agent watching %d idle tenants (it saw %d) at a %s interval, measured over %s:\n  CPU    %.3f%% of one core (%s of CPU)\n  memory %s RSS (peak %s)\n",
-				o.Tenants, o.Seen, humanize.Duration(o.Interval), humanize.Duration(o.Seconds), o.CorePercent, humanize.Duration(o.CPUSeconds),
-				humanize.Bytes(o.RSSMiB*(1<<20)), humanize.Bytes(o.PeakRSSMiB*(1<<20)))
+			_, err = fmt.Fprintf(g.out, "agent watching %d idle tenants (it saw %d) at a %s interval, measured over %s:\n  CPU    %.3f%% of one core (%s of CPU), %.0f switches a second\n  memory %s RSS (peak %s)\nreference, a process that only wakes every %s and reads /proc/stat, over the same time:\n  CPU    %.3f%% of one core, %.0f switches a second\n",
+				o.Tenants, o.Seen, humanize.Duration(o.Interval), humanize.Duration(o.Seconds), o.CorePercent, humanize.Duration(o.CPUSeconds), o.Switches,
+				humanize.Bytes(o.RSSMiB*(1<<20)), humanize.Bytes(o.PeakRSSMiB*(1<<20)),
+				humanize.Duration(o.Reference.Every), o.Reference.CorePercent, o.Reference.Switches)
 			return err
 		},
 	}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/crosstalk-project/crosstalk/internal/agent"
 	"github.com/crosstalk-project/crosstalk/internal/cgroup"
 	"github.com/crosstalk-project/crosstalk/internal/cpuset"
 	"github.com/crosstalk-project/crosstalk/internal/host"
@@ -44,6 +45,24 @@ type Overhead struct {
 	RSSMiB       float64 `json:"rss_mib"`
 	PeakRSSMiB   float64 `json:"peak_rss_mib"`
 	IntervalCPUs float64 `json:"agent_interval_cpu_seconds"` // the agent's own view of its last interval
+	// Switches is how often a second the agent's threads were switched
+	// in (voluntary and not, over the threads alive at the end). On a VM
+	// each switch costs tens of microseconds, so this, more than the work
+	// done, sets the agent's CPU share on an idle host.
+	Switches float64 `json:"switches_per_second"`
+	// Reference is the same measurement, over the same window, of a
+	// process that does nothing but wake at the agent's look pace and
+	// read /proc/stat (the benchmark itself): the host's price of waking
+	// that often, which no agent that looks as often pays less than.
+	Reference Reference `json:"reference"`
+}
+
+// Reference is what waking at a pace cost the benchmark's own process.
+type Reference struct {
+	Every       float64 `json:"every_seconds"`
+	CPUSeconds  float64 `json:"cpu_seconds"`
+	CorePercent float64 `json:"core_percent"`
+	Switches    float64 `json:"switches_per_second"`
 }
 
 // RunOverhead creates idle tenant cgroups, runs `crosstalk run` on them as a
@@ -120,21 +139,32 @@ func RunOverhead(ctx context.Context, oo OverheadOptions, opt Options) (*Overhea
 	if err := sleepCtx(ctx, oo.Warmup); err != nil {
 		return nil, err
 	}
-	cpu0, err := procCPU(cmd.Process.Pid)
+	pid, self := cmd.Process.Pid, os.Getpid()
+	every := agent.WatchPace(oo.Interval)
+	cpu0, err := procCPU(pid)
 	if err != nil {
 		return nil, err
 	}
+	sw0 := procSwitches(pid)
+	ref0, _ := procCPU(self)
+	refSw0 := procSwitches(self)
 	t0 := time.Now()
-	if err := sleepCtx(ctx, oo.Duration); err != nil {
+	if err := wakeEvery(ctx, opt.Host, every, oo.Duration); err != nil {
 		return nil, err
 	}
-	cpu1, err := procCPU(cmd.Process.Pid)
+	cpu1, err := procCPU(pid)
 	if err != nil {
 		return nil, err
 	}
+	sw1 := procSwitches(pid)
+	ref1, _ := procCPU(self)
+	refSw1 := procSwitches(self)
 	wall := time.Since(t0)
 	o := &Overhead{Tenants: oo.Tenants, Interval: oo.Interval.Seconds(), Seconds: wall.Seconds(), CPUSeconds: (cpu1 - cpu0).Seconds()}
 	o.CorePercent = 100 * o.CPUSeconds / o.Seconds
+	o.Switches = float64(sw1-sw0) / o.Seconds
+	o.Reference = Reference{Every: every.Seconds(), CPUSeconds: (ref1 - ref0).Seconds(), Switches: float64(refSw1-refSw0) / o.Seconds}
+	o.Reference.CorePercent = 100 * o.Reference.CPUSeconds / o.Seconds
 	o.RSSMiB, o.PeakRSSMiB = procRSS(cmd.Process.Pid)
 	var st struct {
 		Tenants     []json.RawMessage `json:"tenants"`
@@ -197,6 +227,46 @@ func procCPU(pid int) (time.Duration, error) {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+// wakeEvery wakes every every for d and reads /proc/stat each time, as the
+// agent's look does (raw reads through the host): the reference for what
+// waking costs.
+func wakeEvery(ctx context.Context, h *host.Host, every, d time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	end := time.After(d)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-end:
+			return nil
+		case <-t.C:
+			h.ReadFile("/proc/stat")
+		}
+	}
+}
+
+// procSwitches sums the context switches (voluntary and not) of a
+// process's threads.
+func procSwitches(pid int) int64 {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
 }
 
 // procRSS returns VmRSS and VmHWM in MiB.
