@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -165,7 +166,7 @@ func RunOverhead(ctx context.Context, oo OverheadOptions, opt Options) (*Overhea
 	o.Switches = float64(sw1-sw0) / o.Seconds
 	o.Reference = Reference{Every: every.Seconds(), CPUSeconds: (ref1 - ref0).Seconds(), Switches: float64(refSw1-refSw0) / o.Seconds}
 	o.Reference.CorePercent = 100 * o.Reference.CPUSeconds / o.Seconds
-	o.RSSMiB, o.PeakRSSMiB = procRSS(cmd.Process.Pid)
+	o.RSSMiB, o.PeakRSSMiB = procRSS(pid)
 	var st struct {
 		Tenants     []json.RawMessage `json:"tenants"`
 		IntervalCPU float64           `json:"interval_cpu_seconds"`
@@ -254,37 +255,37 @@ func procSwitches(pid int) int64 {
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
 	var n int64
 	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, ok := strings.Cut(line, ":")
-			if ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
-				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += x
-			}
-		}
+		v := procStatus(t, "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
+		n += int64(v["voluntary_ctxt_switches"] + v["nonvoluntary_ctxt_switches"])
 	}
 	return n
 }
 
 // procRSS returns VmRSS and VmHWM in MiB.
 func procRSS(pid int) (rss, peak float64) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	v := procStatus(fmt.Sprintf("/proc/%d/status", pid), "VmRSS", "VmHWM")
+	return v["VmRSS"] / 1024, v["VmHWM"] / 1024
+}
+
+// procStatus reads the named fields of a /proc status file ("Key:  value
+// [unit]"), each the number its value begins with; a field it lacks, or
+// a file it cannot read, is left out.
+func procStatus(file string, keys ...string) map[string]float64 {
+	out := map[string]float64{}
+	b, err := os.ReadFile(file)
 	if err != nil {
-		return 0, 0
+		return out
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && (f[0] == "VmRSS:" || f[0] == "VmHWM:") {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			if f[0] == "VmRSS:" {
-				rss = kb / 1024
-			} else {
-				peak = kb / 1024
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || !slices.Contains(keys, k) {
+			continue
+		}
+		if f := strings.Fields(v); len(f) > 0 {
+			if x, err := strconv.ParseFloat(f[0], 64); err == nil {
+				out[k] = x
 			}
 		}
 	}
-	return rss, peak
+	return out
 }

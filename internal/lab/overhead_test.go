@@ -53,4 +53,8 @@ func TestProcSwitchesCountsAProcessThatSleeps(t *testing.T) {
 	if n := procSwitches(-1); n != 0 {
 		t.Errorf("no such process: %d switches, want 0", n)
 	}
+	// The same status files give the memory.
+	if rss, peak := procRSS(os.Getpid()); !(rss > 0 && peak >= rss) {
+		t.Errorf("this process's memory: RSS %v MiB, peak %v MiB", rss, peak)
+	}
 }
