@@ -142,6 +142,11 @@ A scenario file:
       cpus: "0"
       start: 1s                       # offsets into the co-located phase
       stop: 4s
+    - name: lockbus
+      role: polluter
+      command: ["stress-ng", "--lockbus", "1", "--verbose"]
+      onset: ': started \[\d+\]'       # the line it prints as its work begins: its
+      cpus: "0"                       # reaction times count from there, not its exec
 
 Unknown fields are rejected; errors name the line.`,
 		Example: `  crosstalk lab run buslock

@@ -96,3 +96,20 @@ func TestLabRunConfig(t *testing.T) {
 		t.Errorf("lab run --help does not offer --config: %v\n%s", err, out)
 	}
 }
+
+// The scenario file in 'lab run --help' is one the lab accepts.
+func TestLabRunHelpScenarioParses(t *testing.T) {
+	long := newLabRunCmd(&globals{}).Long
+	_, rest, ok := strings.Cut(long, "A scenario file:\n")
+	body, _, ok2 := strings.Cut(rest, "\nUnknown fields")
+	if !ok || !ok2 {
+		t.Fatalf("no scenario file in the help:\n%s", long)
+	}
+	s, err := lab.Parse([]byte(body), "help")
+	if err != nil {
+		t.Fatalf("the help's scenario: %v\n%s", err, body)
+	}
+	if len(s.Tenants) != 3 || s.Tenants[2].Onset == "" {
+		t.Errorf("tenants %+v, want three, the last with its onset line", s.Tenants)
+	}
+}

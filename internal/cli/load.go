@@ -43,9 +43,10 @@ MB, GB, TB (powers of 1000). --rate caps splitlock's locked operations per
 second (default unlimited) and sets server's requests per second (default
 2000). --threads runs that many workers, each on its own OS thread.
 
-Output: one JSON line per --interval on stdout ({"type":"progress",...}), then
-the summary as the last JSON line ({"type":"summary",...}); a one-line human
-summary on stderr.`,
+Output: a first JSON line on stdout when the work begins, its setup done
+({"type":"start","at":TIME}), one per --interval ({"type":"progress",...}),
+then the summary as the last JSON line ({"type":"summary",...}); a one-line
+human summary on stderr.`,
 		Example: `  crosstalk load chase --duration 30s
   crosstalk load chase --size 256MiB
   taskset -c 0 crosstalk load splitlock --duration 5s --rate 100000

@@ -19,8 +19,8 @@ func TestLoadCmdOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) < 2 {
-		t.Fatalf("want progress lines and a summary, got:\n%s", out)
+	if len(lines) < 3 {
+		t.Fatalf("want a start line, progress lines and a summary, got:\n%s", out)
 	}
 	for i, l := range lines {
 		var m map[string]any
@@ -28,7 +28,10 @@ func TestLoadCmdOutput(t *testing.T) {
 			t.Fatalf("line %d not JSON: %v: %s", i, err, l)
 		}
 		want := "progress"
-		if i == len(lines)-1 {
+		switch i {
+		case 0:
+			want = "start"
+		case len(lines) - 1:
 			want = "summary"
 		}
 		if m["type"] != want || m["load"] != "chase" {

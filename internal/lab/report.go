@@ -774,6 +774,9 @@ func (s *svgDoc) eventMarkers(a plotArea, x linearScale, events []TenantEvent) [
 	seen := map[string]bool{}
 	var legend []legendItem
 	for i, e := range events {
+		if e.Kind == "onset" {
+			continue // a start line a moment after its start: one marker is enough
+		}
 		px := x.at(e.T)
 		color := roleColor(e.Role)
 		dash, verb := "", "starts"

@@ -48,7 +48,8 @@ type PolicyResult struct {
 	Tenants        map[string]TenantResult `json:"tenants"`
 	Actions        []Action                `json:"actions"`
 	Timeline       Timeline                `json:"timeline"`
-	// FirstActionSeconds: from a polluter's start to the first throttle of it
+	// FirstActionSeconds: from a polluter's onset (when its work began, where
+	// it said so, else its process start) to the first throttle of it
 	// (null when the policy never throttled it). ReleaseSeconds: from its stop
 	// to its quota being fully restored (null when it does not stop early or
 	// was never throttled).
@@ -87,7 +88,9 @@ type TenantEvent struct {
 	T      float64 `json:"t"`
 	Tenant string  `json:"tenant"`
 	Role   string  `json:"role"`
-	Kind   string  `json:"kind"` // "start", "stop", "pause" or "resume"
+	// Kind is "start" (its process), "onset" (its work began, where it
+	// said so), "stop", "pause" or "resume".
+	Kind string `json:"kind"`
 }
 
 // Slowdown orients a co-located value against solo so that > 1 is worse.

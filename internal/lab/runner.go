@@ -341,33 +341,40 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	return res, nil
 }
 
-// reactionTimes measures, for the first polluter, the time from its start
-// to the first "throttle" of it, and from its stop to the "release" that
-// restored its full quota.
+// reactionTimes measures, for the first polluter, the time from its onset
+// (its work's start where it said so, else its process start) to the first
+// "throttle" of it, and from its stop to the "release" that restored its
+// full quota.
 func reactionTimes(s *Scenario, out phaseOut) (first, release *float64) {
 	for _, t := range s.Tenants {
 		if t.Role != RolePolluter {
 			continue
 		}
-		var started, stopped *float64
+		var started, onset, stopped *float64
 		for _, e := range out.events {
 			if e.Tenant != t.Name {
 				continue
 			}
 			v := e.T
-			if e.Kind == "start" && started == nil {
+			switch {
+			case e.Kind == "start" && started == nil:
 				started = &v
-			}
-			if e.Kind == "stop" {
+			case e.Kind == "onset" && onset == nil:
+				onset = &v
+			case e.Kind == "stop":
 				stopped = &v
 			}
 		}
 		if started == nil {
 			continue
 		}
+		ref := *started
+		if onset != nil {
+			ref = *onset
+		}
 		for _, a := range out.actions {
 			if a.Tenant == t.Name && a.Kind == "throttle" && a.T >= *started {
-				first = ptr(a.T - *started)
+				first = ptr(max(0, a.T-ref))
 				break
 			}
 		}
@@ -553,6 +560,9 @@ func (r *runner) phase(ctx context.Context, name string, length, policyAt time.D
 			r.log.Warn("tenant reported no metric", "tenant", t.Name, "phase", name)
 		}
 		p.mu.Lock()
+		if p.onset != nil {
+			out.events = append(out.events, TenantEvent{T: p.onset.Seconds(), Tenant: t.Name, Role: t.Role, Kind: "onset"})
+		}
 		out.events = append(out.events, TenantEvent{T: p.exitedAt.Seconds(), Tenant: t.Name, Role: t.Role, Kind: "stop"})
 		if t.Role == RoleVictim {
 			out.victim = slices.Clone(p.samples)

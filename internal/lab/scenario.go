@@ -54,6 +54,11 @@ type Tenant struct {
 	// Command is any program (argv); its metric comes from Metric.
 	Command []string `yaml:"command" json:"command,omitempty"`
 	Metric  *Metric  `yaml:"metric" json:"metric,omitempty"`
+	// Onset, for a command, is a regular expression for the line it
+	// prints when its work begins (stress-ng --verbose: "started \["):
+	// reaction times count from that line instead of the process start.
+	// A built-in load says so itself (its "start" line).
+	Onset string `yaml:"onset" json:"onset,omitempty"`
 	// CPUs the tenant is pinned to, as a cpu list ("0", "2-3").
 	CPUs string `yaml:"cpus" json:"cpus"`
 	// Start and Stop are offsets into the co-located phase; Stop 0 = phase end.
@@ -65,9 +70,10 @@ type Tenant struct {
 	Pause  time.Duration `yaml:"pause" json:"pause,omitempty"`
 	Resume time.Duration `yaml:"resume" json:"resume,omitempty"`
 
-	line int // line of the tenant in the YAML, for errors
-	cpus cpuset.Set
-	re   *regexp.Regexp
+	line    int // line of the tenant in the YAML, for errors
+	cpus    cpuset.Set
+	re      *regexp.Regexp
+	onsetRe *regexp.Regexp
 }
 
 // Metric says how to read a command's performance from its output.
@@ -220,6 +226,9 @@ func (t *Tenant) validate(phase time.Duration) error {
 		if t.Metric != nil {
 			return errors.New("metric: built-in loads report their own metric")
 		}
+		if t.Onset != "" {
+			return errors.New("onset: built-in loads say when their work begins")
+		}
 		for _, a := range t.Args {
 			if a == "--duration" || strings.HasPrefix(a, "--duration=") {
 				return errors.New("args: the lab sets --duration from the phase, start and stop")
@@ -238,6 +247,13 @@ func (t *Tenant) validate(phase time.Duration) error {
 		}
 		if t.Metric != nil {
 			t.re = regexp.MustCompile(t.Metric.Regex)
+		}
+		if t.Onset != "" {
+			re, err := regexp.Compile(t.Onset)
+			if err != nil {
+				return fmt.Errorf("onset: %w", err)
+			}
+			t.onsetRe = re
 		}
 	}
 	cpus, err := cpuset.Parse(t.CPUs)

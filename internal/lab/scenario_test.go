@@ -1,10 +1,14 @@
 package lab
 
 import (
+	"encoding/json"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crosstalk-project/crosstalk/internal/load"
 )
 
 func TestBuiltinsParse(t *testing.T) {
@@ -87,6 +91,8 @@ func TestParseErrors(t *testing.T) {
 		{"regex without group", "name: x\nphase: 1s\ntenants:\n  - name: v\n    role: victim\n    command: [x]\n    metric: {regex: 'ops', direction: higher}\n    cpus: \"0\"\n", "capture group"},
 		{"bad direction", "name: x\nphase: 1s\ntenants:\n  - name: v\n    role: victim\n    command: [x]\n    metric: {regex: '(\\d+)', direction: up}\n    cpus: \"0\"\n", "direction \"up\""},
 		{"both load and command", "name: x\nphase: 1s\ntenants:\n  - {name: v, role: victim, load: cpu, command: [x], cpus: \"0\"}\n", "not both"},
+		{"onset on a built-in load", "name: x\nphase: 1s\ntenants:\n  - {name: v, role: victim, load: cpu, onset: go, cpus: \"0\"}\n", "built-in loads say when their work begins"},
+		{"bad onset regex", "name: x\nphase: 1s\ntenants:\n  - {name: v, role: bystander, command: [x], onset: \"(\", cpus: \"0\"}\n", "onset: error parsing regexp"},
 		{"duration in args", "name: x\nphase: 1s\ntenants:\n  - {name: v, role: victim, load: cpu, args: [--duration, 9s], cpus: \"0\"}\n", "sets --duration"},
 		{"stop before start", "name: x\nphase: 5s\ntenants:\n  - {name: v, role: victim, load: chase, cpus: \"1\"}\n  - {name: p, role: polluter, load: cpu, cpus: \"0\", start: 3s, stop: 2s}\n", "must come after start"},
 		{"start after phase", "name: x\nphase: 5s\ntenants:\n  - {name: v, role: victim, load: chase, cpus: \"1\"}\n  - {name: p, role: polluter, load: cpu, cpus: \"0\", start: 6s}\n", "not before the phase ends"},
@@ -231,5 +237,57 @@ tenants:
 func TestLoadMissing(t *testing.T) {
 	if _, err := Load("no-such-scenario"); err == nil || !strings.Contains(err.Error(), "buslock") {
 		t.Errorf("error should list built-ins: %v", err)
+	}
+}
+
+// A tenant's onset is when its work began, where it says so: a built-in
+// load's start line, stamped with its wall-clock time (the line itself may
+// wait in the pipe while its CPUs are busy), or a command's onset line, at
+// the moment it is read. The load's samples count from it.
+func TestOnsetFromTheTenantsOwnWord(t *testing.T) {
+	now := 2 * time.Second
+	phaseTime := func() time.Duration { return now }
+	stamp := func(ago time.Duration) string {
+		b, _ := json.Marshal(load.Progress{Type: "start", Load: "chase", At: time.Now().Add(-ago).UTC().Format(time.RFC3339Nano)})
+		return string(b)
+	}
+
+	p := &proc{t: Tenant{Name: "c", Load: "chase"}, startAt: time.Second, phaseTime: phaseTime}
+	p.read(strings.NewReader(stamp(300*time.Millisecond)+"\n"+`{"type":"progress","load":"chase","t":0.1,"ops":5,"metric":7}`+"\n"), false)
+	if p.onset == nil || (*p.onset-1700*time.Millisecond).Abs() > 50*time.Millisecond {
+		t.Fatalf("onset = %v, want about 1.7s (read at 2s, stamped 0.3s before)", p.onset)
+	}
+	if len(p.samples) != 1 || math.Abs(p.samples[0].T-(p.onset.Seconds()+0.1)) > 1e-9 {
+		t.Errorf("samples %+v, want one at the onset + 0.1s", p.samples)
+	}
+
+	early := &proc{t: Tenant{Name: "c", Load: "chase"}, startAt: time.Second, phaseTime: phaseTime}
+	early.read(strings.NewReader(stamp(5*time.Second)+"\n"), false)
+	if early.onset == nil || *early.onset != time.Second {
+		t.Errorf("a stamp before the process start: onset %v, want the start, 1s", early.onset)
+	}
+
+	s, err := Parse([]byte(`name: x
+phase: 4s
+tenants:
+  - {name: v, role: victim, load: chase, cpus: "1"}
+  - {name: p, role: polluter, command: [stress-ng, --lockbus, "1", -v], onset: '`+StressNGOnset+`', cpus: "0"}
+`), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := &proc{t: s.Tenants[1], startAt: time.Second, phaseTime: phaseTime}
+	cmd.read(strings.NewReader("stress-ng: info:  [7] dispatching hogs: 1 lockbus\nstress-ng: debug: [7] 1 stressor started\n"), false)
+	if cmd.onset != nil {
+		t.Fatalf("onset %v before its onset line", *cmd.onset)
+	}
+	cmd.read(strings.NewReader("stress-ng: debug: [9] lockbus: started [9] (instance 0)\n"), true)
+	if cmd.onset == nil || *cmd.onset != now {
+		t.Errorf("onset %v, want %v, when its line was read", cmd.onset, now)
+	}
+	none := &proc{t: s.Tenants[0], startAt: time.Second, phaseTime: phaseTime}
+	none.read(strings.NewReader(`{"type":"progress","load":"chase","t":0.1,"ops":5,"metric":7}`+"\n"), false)
+	if none.onset != nil || len(none.samples) != 1 || math.Abs(none.samples[0].T-1.1) > 1e-9 {
+		t.Errorf("no start line: onset %v samples %+v, want none and a sample at the process start + 0.1s", none.onset, none.samples)
 	}
 }

@@ -209,7 +209,11 @@ func suiteRunLine(r RunScore) string {
 		if r.Polluters > 1 {
 			line += fmt.Sprintf(" %d of %d polluters convicted,", r.PollutersConvicted, r.Polluters)
 		}
-		line += fmt.Sprintf(" cap %s convict %s release %s%s", fmtOptSecs(r.FirstCapSeconds), fmtOptSecs(r.ConvictionSeconds), fmtOptSecs(r.ReleaseSeconds), early)
+		cap := fmtOptSecs(r.FirstCapSeconds)
+		if f, c := r.FirstCapFromProcessSeconds, r.FirstCapSeconds; f != nil && c != nil && *f-*c >= 0.005 {
+			cap += " (" + secs2(*f) + " from its process start)"
+		}
+		line += fmt.Sprintf(" cap %s convict %s release %s%s", cap, fmtOptSecs(r.ConvictionSeconds), fmtOptSecs(r.ReleaseSeconds), early)
 		if r.Harm != nil {
 			line += " | harm " + fmtSlowdown(r.Harm)
 		}
@@ -248,7 +252,7 @@ func WriteSuiteText(w io.Writer, r *SuiteResult) error {
 	b.WriteString("\n")
 	rows := r.classRows()
 	WriteAttributionTable(&b, "RUNS", append(rows, r.breakdownRows()...))
-	b.WriteString("\n")
+	fmt.Fprintf(&b, "first cap from the polluters' process starts instead of their onsets: %s\n\n", fmtDist(r.Total.FirstCapFromProcess, secs2))
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VICTIM SLOWDOWN\tPOLICY\tWHOLE PHASE\tAFTER FIRST ACTION")
 	for _, row := range rows {
@@ -258,7 +262,7 @@ func WriteSuiteText(w io.Writer, r *SuiteResult) error {
 	}
 	tw.Flush()
 	writeRestoreTable(&b, rows)
-	fmt.Fprintf(&b, "\nmedian / p95 over runs; recall = polluter runs whose polluter was convicted; false conv. = runs with an innocent convicted;\npolluter, timing and placement rows count polluter runs only;\nharmful = polluter runs whose victim was at least %.1f× worse off with the polluter than without it, under no policy (harm);\nwhere the polluter shares the victim's CPUs, than with a cache-friendly cpu load in its place (harm beyond its CPU use);\nvictim restored = of the polluter runs whose victim no policy slowed %.1f× or more, those the agent acted on,\nand of these, those whose victim after the first action was within %.2f× of its solo level, and of its level with the polluter left out.\n", HarmThreshold, RestoreFrom, RestoredWithin)
+	fmt.Fprintf(&b, "\nmedian / p95 over runs; recall = polluter runs whose polluter was convicted; false conv. = runs with an innocent convicted;\npolluter, timing and placement rows count polluter runs only;\nfirst cap and conviction count from a polluter's onset: when its work began, where it said so (a built-in load's start line,\na command's onset line), else its process start;\nharmful = polluter runs whose victim was at least %.1f× worse off with the polluter than without it, under no policy (harm);\nwhere the polluter shares the victim's CPUs, than with a cache-friendly cpu load in its place (harm beyond its CPU use);\nvictim restored = of the polluter runs whose victim no policy slowed %.1f× or more, those the agent acted on,\nand of these, those whose victim after the first action was within %.2f× of its solo level, and of its level with the polluter left out.\n", HarmThreshold, RestoreFrom, RestoredWithin)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -259,6 +259,11 @@ func redisCommand(port int, quietOutput bool) []string {
 	return []string{"sh", "-c", fmt.Sprintf("redis-server --port %d --save '' --appendonly no --loglevel warning >&2 & sleep 0.3; while :; do %s; done", port, bench)}
 }
 
+// StressNGOnset matches the line a stress-ng stressor prints (with
+// --verbose) as it begins: "stress-ng: debug: [9] lockbus: started [9]
+// (instance 0)".
+const StressNGOnset = `: started \[\d+\]`
+
 // polluter draws the polluter: the built-in split-lock, bandwidth and
 // cache loads, or their stress-ng counterparts where installed.
 func (g *gen) polluter() (Tenant, string) {
@@ -270,8 +275,10 @@ func (g *gen) polluter() (Tenant, string) {
 	k := g.pick(kinds)
 	if st, ok := strings.CutPrefix(k, "stress-ng-"); ok {
 		// The lab stops it at its stop offset; the timeout only bounds it
-		// should the lab itself die.
-		t.Command = []string{"stress-ng", "--" + st, "1", "--timeout", "20", "--quiet"}
+		// should the lab itself die. Verbose, for the line its stressor
+		// prints as it begins: its onset, from which the reaction counts.
+		t.Command = []string{"stress-ng", "--" + st, "1", "--timeout", "20", "--verbose"}
+		t.Onset = StressNGOnset
 	} else {
 		t.Load = k
 	}

@@ -44,16 +44,23 @@ type RunScore struct {
 	// polluter: how many of them ran, and how many of those were convicted.
 	Polluters          int `json:"polluters,omitempty"`
 	PollutersConvicted int `json:"polluters_convicted,omitempty"`
-	// FirstCapSeconds and ConvictionSeconds run from the polluter's start
-	// (or the agent's, if later) to its first cap (proof or throttle; the
-	// start-up survey's moment with every busy tenant capped is none) and
-	// to its conviction; ReleaseSeconds from its early stop or pause to its
-	// quota back, when it was convicted before. With several polluters each
-	// is the slowest one's, and the first two are nil unless every polluter
-	// that ran got one: the time until all of them were acted on.
+	// FirstCapSeconds and ConvictionSeconds run from the polluter's onset
+	// (or the agent's start, if later) to its first cap (proof or
+	// throttle; the start-up survey's moment with every busy tenant capped
+	// is none) and to its conviction; ReleaseSeconds from its early stop or
+	// pause to its quota back, when it was convicted before. With several
+	// polluters each is the slowest one's, and the first two are nil
+	// unless every polluter that ran got one: the time until all of them
+	// were acted on. The onset is when its work began, where it said so (a
+	// built-in load's start line, a command's onset line), else its
+	// process start: a process on a busy CPU takes tenths of a second to
+	// begin, and nothing pollutes before that.
 	FirstCapSeconds   *float64 `json:"first_cap_seconds"`
 	ConvictionSeconds *float64 `json:"conviction_seconds"`
 	ReleaseSeconds    *float64 `json:"release_seconds"`
+	// FirstCapFromProcessSeconds is FirstCapSeconds counted from the
+	// polluter's process start (or the agent's start, if later) instead.
+	FirstCapFromProcessSeconds *float64 `json:"first_cap_from_process_seconds,omitempty"`
 	// Innocents (the victim and bystanders) capped for proofs and convicted:
 	// how many tenants, and their capped seconds summed.
 	InnocentsProofCapped     int     `json:"innocents_proof_capped"`
@@ -229,7 +236,7 @@ func ScoreAttribution(sc *RunScore, in Attribution) *float64 {
 	ran, convicted := 0, 0
 	// A run's first cap and conviction are its slowest polluter's, and
 	// only where every polluter that ran had one.
-	var firstCaps, convictions []*float64
+	var firstCaps, fromProcess, convictions []*float64
 	for _, name := range in.Guilty {
 		ps, ok := scorePolluter(in, name)
 		if !ok {
@@ -244,9 +251,11 @@ func ScoreAttribution(sc *RunScore, in Attribution) *float64 {
 			firstAction = ps.firstAction
 		}
 		firstCaps, convictions = append(firstCaps, ps.firstCap), append(convictions, ps.conviction)
+		fromProcess = append(fromProcess, ps.firstCapFromProcess)
 		sc.ReleaseSeconds = slowest(sc.ReleaseSeconds, ps.release)
 	}
 	sc.FirstCapSeconds, sc.ConvictionSeconds = slowestOfAll(firstCaps), slowestOfAll(convictions)
+	sc.FirstCapFromProcessSeconds = slowestOfAll(fromProcess)
 	sc.Convicted = ran > 0 && convicted == ran
 	if len(in.Guilty) > 1 {
 		sc.Polluters, sc.PollutersConvicted = ran, convicted
@@ -348,6 +357,7 @@ func slowestOfAll(ts []*float64) *float64 {
 type polluterScore struct {
 	alreadyRunning                bool
 	firstCap, conviction, release *float64 // as RunScore's; conviction nil: not convicted
+	firstCapFromProcess           *float64 // its first cap from its process start
 	firstAction                   *float64 // phase time of its first cap
 }
 
@@ -359,11 +369,12 @@ func scorePolluter(in Attribution, name string) (polluterScore, bool) {
 	if len(runs) == 0 {
 		return ps, false
 	}
-	ref := runs[0].from
+	ref, procRef := onsetIn(in.Events, name, runs[0]), runs[0].from
 	if in.PolicyStart > ref {
 		ref = in.PolicyStart
 		ps.alreadyRunning = true
 	}
+	procRef = max(procRef, in.PolicyStart)
 	var convictedAt *float64
 	for _, a := range in.Actions {
 		if a.Tenant != name || a.T < runs[0].from {
@@ -372,6 +383,7 @@ func scorePolluter(in Attribution, name string) (polluterScore, bool) {
 		if a.Quota > 0 && ps.firstAction == nil && !isSurveyCap(a) {
 			ps.firstAction = ptr(a.T)
 			ps.firstCap = ptr(max(0, a.T-ref))
+			ps.firstCapFromProcess = ptr(max(0, a.T-procRef))
 		}
 		if a.Kind == "throttle" && convictedAt == nil && within(runs, a.T, convictionSlack) {
 			convictedAt = ptr(a.T)
@@ -397,6 +409,17 @@ func scorePolluter(in Attribution, name string) (polluterScore, bool) {
 		break
 	}
 	return ps, true
+}
+
+// onsetIn is when the tenant's work began in its run window w, where it
+// said so (an "onset" event in w), else w's start.
+func onsetIn(events []TenantEvent, tenant string, w window) float64 {
+	for _, e := range events {
+		if e.Tenant == tenant && e.Kind == "onset" && e.T >= w.from && e.T <= w.to {
+			return e.T
+		}
+	}
+	return w.from
 }
 
 // isSurveyCap says whether a is a cap of the agent's start-up survey,
@@ -541,6 +564,7 @@ type Aggregate struct {
 	// they happened.
 	InnocentProofCapSeconds Dist            `json:"innocent_proof_cap_seconds"`
 	FirstCap                Dist            `json:"first_cap_seconds"`
+	FirstCapFromProcess     Dist            `json:"first_cap_from_process_seconds"`
 	Conviction              Dist            `json:"conviction_seconds"`
 	Release                 Dist            `json:"release_seconds"`
 	VictimSlowdown          map[string]Dist `json:"victim_slowdown"`
@@ -604,7 +628,7 @@ func (r *Restore) count(s RunScore) {
 // Summarize aggregates run scores.
 func Summarize(runs []RunScore) Aggregate {
 	a := Aggregate{VictimSlowdown: map[string]Dist{}, VictimSlowdownAfter: map[string]Dist{}}
-	var proofSecs, firstCap, conviction, release []float64
+	var proofSecs, firstCap, fromProcess, conviction, release []float64
 	slow, after := map[string][]float64{}, map[string][]float64{}
 	convicted, falseRuns := 0, 0
 	for _, r := range runs {
@@ -629,7 +653,7 @@ func Summarize(runs []RunScore) Aggregate {
 		for _, v := range []struct {
 			p   *float64
 			dst *[]float64
-		}{{r.FirstCapSeconds, &firstCap}, {r.ConvictionSeconds, &conviction}, {r.ReleaseSeconds, &release}} {
+		}{{r.FirstCapSeconds, &firstCap}, {r.FirstCapFromProcessSeconds, &fromProcess}, {r.ConvictionSeconds, &conviction}, {r.ReleaseSeconds, &release}} {
 			if v.p != nil {
 				*v.dst = append(*v.dst, *v.p)
 			}
@@ -661,6 +685,7 @@ func Summarize(runs []RunScore) Aggregate {
 	}
 	a.InnocentProofCapSeconds = distOf(proofSecs)
 	a.FirstCap, a.Conviction, a.Release = distOf(firstCap), distOf(conviction), distOf(release)
+	a.FirstCapFromProcess = distOf(fromProcess)
 	for p, v := range slow {
 		a.VictimSlowdown[p] = distOf(v)
 	}

@@ -96,6 +96,16 @@ func TestScoreRun(t *testing.T) {
 			events:  []TenantEvent{ev(0, "p", "start"), ev(3, "p", "pause"), ev(6, "p", "resume"), ev(8, "p", "stop")},
 			actions: []Action{act(4.5, "p", "throttle", 0.1)},
 			want:    RunScore{Class: ClassPolluter, FirstCapSeconds: fp(4.5)}, verdict: "missed"},
+		// A process on a busy CPU begins its work tenths of a second after
+		// it starts: the reaction counts from when it said it began.
+		{name: "counted from its onset", pol: ", start: 1s",
+			events:  []TenantEvent{ev(1, "p", "start"), ev(1.3, "p", "onset"), ev(8, "p", "stop")},
+			actions: []Action{act(1.5, "p", "proof", 0.5), act(2, "p", "throttle", 0.1)},
+			want:    RunScore{Class: ClassPolluter, Convicted: true, FirstCapSeconds: fp(0.2), FirstCapFromProcessSeconds: fp(0.5), ConvictionSeconds: fp(0.7)}, verdict: "caught"},
+		{name: "a process started before the agent whose work began after it", top: "policy_start: 2s\n", pol: "", policyStart: 2,
+			events:  []TenantEvent{ev(0, "p", "start"), ev(2.5, "p", "onset"), ev(8, "p", "stop")},
+			actions: []Action{act(2.7, "p", "proof", 0.5), act(3, "p", "throttle", 0.1)},
+			want:    RunScore{Class: ClassPolluter, Convicted: true, FirstCapSeconds: fp(0.2), FirstCapFromProcessSeconds: fp(0.7), ConvictionSeconds: fp(0.5)}, verdict: "caught"},
 		{name: "control run clean", pol: "-", events: []TenantEvent{ev(0, "v", "start")},
 			actions: []Action{act(2, "b", "proof", 0.5), act(2.5, "b", "release", 0)},
 			want:    RunScore{Class: ClassControl, InnocentsProofCapped: 1, InnocentProofCapSeconds: 0.5}, verdict: "clean"},
@@ -135,6 +145,11 @@ func TestScoreRun(t *testing.T) {
 			check("convicted", got.Convicted, w.Convicted)
 			check("already running", got.AlreadyRunning, w.AlreadyRunning)
 			check("first cap", got.FirstCapSeconds, w.FirstCapSeconds)
+			fromProcess := w.FirstCapFromProcessSeconds
+			if fromProcess == nil {
+				fromProcess = w.FirstCapSeconds // no onset line: the same
+			}
+			check("first cap from the process start", got.FirstCapFromProcessSeconds, fromProcess)
 			check("conviction", got.ConvictionSeconds, w.ConvictionSeconds)
 			check("release", got.ReleaseSeconds, w.ReleaseSeconds)
 			check("innocents proof capped", got.InnocentsProofCapped, w.InnocentsProofCapped)

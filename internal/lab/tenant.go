@@ -61,6 +61,9 @@ type proc struct {
 	group   *cgroup.Group
 	cmd     *exec.Cmd
 	startAt time.Duration // offset into the phase when it started
+	// onset is when its work began, where it said so (a built-in load's
+	// start line, a command's Onset line); nil until then.
+	onset *time.Duration
 
 	mu        sync.Mutex
 	samples   []Sample
@@ -161,6 +164,10 @@ func (p *proc) read(r io.Reader, isStderr bool) {
 				p.tail = p.tail[1:]
 			}
 		}
+		if p.onset == nil && p.t.onsetRe != nil && p.t.onsetRe.MatchString(line) {
+			d := time.Duration(now * float64(time.Second))
+			p.onset = &d
+		}
 		switch {
 		case p.t.Load != "" && !isStderr:
 			p.parseLoadLine(line)
@@ -188,10 +195,27 @@ func (p *proc) parseLoadLine(line string) {
 		return
 	}
 	switch head.Type {
+	case "start":
+		var pr load.Progress
+		if json.Unmarshal([]byte(line), &pr) != nil || p.onset != nil {
+			return
+		}
+		if at, err := time.Parse(time.RFC3339Nano, pr.At); err == nil {
+			// The phase time of its wall-clock stamp, not of this read:
+			// the line may wait in the pipe while its CPUs are busy.
+			d := max(p.startAt, p.phaseTime()-time.Since(at))
+			p.onset = &d
+		}
 	case "progress":
 		var pr load.Progress
 		if json.Unmarshal([]byte(line), &pr) == nil && pr.Ops > 0 {
-			p.samples = append(p.samples, Sample{T: p.startAt.Seconds() + pr.T, Value: pr.Metric, Ops: pr.Ops})
+			// Its clock starts at its onset: on a busy CPU tenths of a
+			// second after its process.
+			from := p.startAt
+			if p.onset != nil {
+				from = *p.onset
+			}
+			p.samples = append(p.samples, Sample{T: from.Seconds() + pr.T, Value: pr.Metric, Ops: pr.Ops})
 		}
 	case "summary":
 		var s load.Summary

@@ -154,6 +154,9 @@ func (s *spec) run(ctx context.Context, opt Options, r runner, progress func(Pro
 	st := newStopper(deadline)
 	stopOnCancel := context.AfterFunc(ctx, st.stop)
 	defer stopOnCancel()
+	if progress != nil {
+		progress(Progress{Type: "start", Load: s.Name, At: start.UTC().Format(time.RFC3339Nano)})
+	}
 	r.launch(st)
 
 	lr, _ := r.(latencyRunner)

@@ -91,10 +91,17 @@ type Options struct {
 	Until time.Time
 }
 
-// Progress is one report per interval, one JSON line.
+// Progress is one report per interval, one JSON line; and, before the
+// first, one of Type "start" that says when the work began.
 type Progress struct {
-	Type   string  `json:"type"` // "progress"
-	Load   string  `json:"load"`
+	Type string `json:"type"` // "start" or "progress"
+	Load string `json:"load"`
+	// At, in the start line only, is the wall-clock time (RFC 3339) the
+	// load's clock started, its setup done: a caller that times something
+	// against the load's work (the lab's reaction to a polluter) counts
+	// from it, not from the process start. On a busy CPU a process takes
+	// tenths of a second to get there.
+	At     string  `json:"at,omitempty"`
 	T      float64 `json:"t"`      // seconds since start, at the end of the interval
 	Ops    uint64  `json:"ops"`    // operations completed in this interval
 	Rate   float64 `json:"rate"`   // operations per second in this interval

@@ -133,10 +133,25 @@ func TestEachKind(t *testing.T) {
 			if len(ps) < 1 {
 				t.Fatal("no progress")
 			}
+			// The start line first, at the clock's start.
+			if ps[0].Type != "start" || ps[0].Load != k.Name || ps[0].T != 0 {
+				t.Fatalf("first line %+v, want the start", ps[0])
+			}
+			began, err := time.Parse(time.RFC3339Nano, ps[0].At)
+			if err != nil {
+				t.Fatalf("start line's time: %v", err)
+			}
+			if d := time.Since(began); d < time.Duration(s.Seconds*0.9*float64(time.Second)) || d > 10*time.Second {
+				t.Errorf("start line says the clock started %v ago, the load ran %.3f s", d, s.Seconds)
+			}
+			ps = ps[1:]
+			if len(ps) < 1 {
+				t.Fatal("no progress")
+			}
 			var sum uint64
 			prevT := 0.0
 			for _, p := range ps {
-				if p.Type != "progress" || p.Load != k.Name || p.T <= prevT {
+				if p.Type != "progress" || p.Load != k.Name || p.T <= prevT || p.At != "" {
 					t.Errorf("bad progress line %+v after t=%v", p, prevT)
 				}
 				prevT = p.T
