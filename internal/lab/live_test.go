@@ -239,10 +239,20 @@ tenants:
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(1200 * time.Millisecond) // inside the victim's solo phase
-			if procs, groups := leftovers(t, h, l, cmd.Process.Pid); len(procs) < 2 || len(groups) == 0 {
-				t.Errorf("lab not running as expected: %v %v", procs, groups)
+			// Inside the victim's solo phase: wait for its tenant, not a
+			// fixed time (beside other packages' tests the lab takes
+			// longer to start it).
+			for deadline := time.Now().Add(8 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				procs, groups := leftovers(t, h, l, cmd.Process.Pid)
+				if len(procs) >= 2 && len(groups) > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					t.Fatalf("lab not running as expected after 8s: %v %v", procs, groups)
+				}
 			}
+			time.Sleep(200 * time.Millisecond)
 			cmd.Process.Signal(sig)
 			err := cmd.Wait()
 			var ee *exec.ExitError
