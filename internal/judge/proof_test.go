@@ -165,7 +165,12 @@ func TestProofSmallEffect(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 17))
 			return func(time.Duration) float64 { return 1.58 * math.Exp(0.02*rng.NormFloat64()) }
 		}},
-		{"an innocent's whole share, steady 2×", 2, 0.25, func(seed uint64) func(time.Duration) float64 {
+		// The whole share at 2×: a quarter of the log-ratio would be a
+		// 19% drop, over the 15% the share is clamped to (maxShare). A
+		// cap that removes more than the share moves the evidence up by a
+		// little each trial, and a long enough proof, or a chain of them,
+		// convicts it.
+		{"an innocent's whole share, steady 2×", 2, maxShare / math.Ln2, func(seed uint64) func(time.Duration) float64 {
 			rng := rand.New(rand.NewPCG(seed, 19))
 			return func(time.Duration) float64 { return 2 * math.Exp(0.05*rng.NormFloat64()) }
 		}},
@@ -916,4 +921,49 @@ func TestProofAcquitsATenantWhoseCapFeedsTheContention(t *testing.T) {
 		v, why := p.Verdict()
 		t.Errorf("weak contention: %s after %d trial (%s), want more than one", v, len(p.Trials()), why)
 	}
+}
+
+// A proof whose budget is spent runs on while its evidence stands within a
+// tenth of the bar, up to twice the budget, and only then: a weak polluter
+// (its cap removes a quarter of a scattered 3× contention's log-ratio) is
+// convicted in one proof more often so, and no proof runs on from further
+// away.
+func TestProofRunsOnNearConviction(t *testing.T) {
+	cfg := ProofConfig{}
+	cfg.Fill()
+	t0 := time.Unix(1000, 0)
+	ranOn, ranOnConvicted := 0, 0
+	for seed := range uint64(400) {
+		rng := rand.New(rand.NewPCG(seed, 23))
+		w := capLowers(func(time.Duration) float64 { return 3 * math.Exp(0.35*rng.NormFloat64()) }, math.Exp(-math.Log(3)/4))
+		p := driveToVerdict(t, NewProof(cfg, 3, t0, seed*7+3), t0, w)
+		trials := p.Trials()
+		evidence := 1.0
+		for i, tr := range trials {
+			if i == cfg.Trials {
+				if evidence < nearConviction/cfg.Alpha {
+					t.Fatalf("seed %d ran past trial %d from evidence %.2f, under a tenth of the bar", seed, cfg.Trials, evidence)
+				}
+			}
+			evidence *= 1 + cfg.Bet*tr.Score
+		}
+		if math.Abs(evidence-p.Carry()) > 1e-9*evidence {
+			t.Fatalf("seed %d: the trials' bets make %.4f, the proof says %.4f", seed, evidence, p.Carry())
+		}
+		switch n := len(trials); {
+		case n > 2*cfg.Trials:
+			t.Fatalf("seed %d ran %d trials, past twice the budget", seed, n)
+		case n > cfg.Trials:
+			ranOn++
+			if verdictOf(p) == ProofGuilty {
+				ranOnConvicted++
+			}
+		case n == cfg.Trials && verdictOf(p) == ProofInconclusive && evidence >= nearConviction/cfg.Alpha:
+			t.Fatalf("seed %d stopped at its budget with evidence %.1f, within a tenth of the bar", seed, evidence)
+		}
+	}
+	if ranOn == 0 || ranOnConvicted == 0 {
+		t.Errorf("%d proofs ran on, %d of them convicted: want some of each", ranOn, ranOnConvicted)
+	}
+	t.Logf("%d of 400 proofs ran on past %d trials, %d of them to a conviction", ranOn, cfg.Trials, ranOnConvicted)
 }
