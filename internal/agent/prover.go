@@ -116,7 +116,7 @@ func (pr *prover) start(ctx context.Context, now time.Time, p *proof, before flo
 		p.p.ReadsOn("the victims' CPI")
 	}
 	pr.proof = p
-	what := fmt.Sprintf("proving it, %d randomized capped/freed trials at most, %d near conviction: ", pr.cfg.Proof.Trials, 2*pr.cfg.Proof.Trials)
+	what := fmt.Sprintf("proving it, %d randomized capped/freed trials at most, %d near conviction: ", pr.cfg.Proof.Trials, pr.cfg.Proof.MostTrials())
 	if p.survey {
 		what = "start-up CPI survey: capped for a moment to read its neighbours' CPI without it: "
 	}

@@ -688,8 +688,12 @@ const nearConviction = 0.1
 // the agent started) its proof ended at evidence 89 of 100 after 24
 // trials, and the phase ended before the next.
 func (p *Proof) extends(n int) bool {
-	return n < 2*p.cfg.Trials && p.evidence >= nearConviction/p.cfg.Alpha
+	return n < p.cfg.MostTrials() && p.evidence >= nearConviction/p.cfg.Alpha
 }
+
+// MostTrials is the most trials a proof runs, near conviction (see
+// extends): twice Trials.
+func (c ProofConfig) MostTrials() int { return 2 * c.Trials }
 
 // quietStop is how many quiet trials in a row end a proof, and
 // leaningQuietStop how many end one whose evidence leans to guilt.

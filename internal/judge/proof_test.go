@@ -951,7 +951,7 @@ func TestProofRunsOnNearConviction(t *testing.T) {
 			t.Fatalf("seed %d: the trials' bets make %.4f, the proof says %.4f", seed, evidence, p.Carry())
 		}
 		switch n := len(trials); {
-		case n > 2*cfg.Trials:
+		case n > cfg.MostTrials():
 			t.Fatalf("seed %d ran %d trials, past twice the budget", seed, n)
 		case n > cfg.Trials:
 			ranOn++

@@ -127,6 +127,12 @@ func TestReactionTimes(t *testing.T) {
 	if first == nil || math.Abs(*first-0.7) > 1e-9 || release == nil || math.Abs(*release-1.2) > 1e-9 {
 		t.Errorf("first %v release %v", first, release)
 	}
+	// Where it said when its work began, the first throttle counts from there.
+	onset := out
+	onset.events = append([]TenantEvent{{T: 1.2, Tenant: "polluter", Kind: "onset"}}, out.events...)
+	if first, _ := reactionTimes(s, onset); first == nil || math.Abs(*first-0.5) > 1e-9 {
+		t.Errorf("first %v after an onset at 1.2s, want 0.5", first)
+	}
 	s2, _ := Load("buslock") // polluter runs to the end: no release time
 	if _, rel := reactionTimes(s2, out); rel != nil {
 		t.Errorf("release for a polluter that never stops early: %v", *rel)

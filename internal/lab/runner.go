@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -350,28 +351,23 @@ func reactionTimes(s *Scenario, out phaseOut) (first, release *float64) {
 		if t.Role != RolePolluter {
 			continue
 		}
-		var started, onset, stopped *float64
+		var started, stopped *float64
 		for _, e := range out.events {
 			if e.Tenant != t.Name {
 				continue
 			}
 			v := e.T
-			switch {
-			case e.Kind == "start" && started == nil:
+			if e.Kind == "start" && started == nil {
 				started = &v
-			case e.Kind == "onset" && onset == nil:
-				onset = &v
-			case e.Kind == "stop":
+			}
+			if e.Kind == "stop" {
 				stopped = &v
 			}
 		}
 		if started == nil {
 			continue
 		}
-		ref := *started
-		if onset != nil {
-			ref = *onset
-		}
+		ref := onsetIn(out.events, t.Name, window{*started, math.Inf(1)})
 		for _, a := range out.actions {
 			if a.Tenant == t.Name && a.Kind == "throttle" && a.T >= *started {
 				first = ptr(max(0, a.T-ref))
