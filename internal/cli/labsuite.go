@@ -35,7 +35,8 @@ memory bandwidth, cache thrashing, built in or stress-ng) that runs the whole
 phase, starts late, stops early, pauses and comes back, or is already running
 when the agent starts; 0-3 innocent bystanders; and about one run in five a
 control run with no polluter at all. Built-in scenarios (--builtins) and
-scenario files can be added. Each run has the victim's solo phase and one
+scenario files can be added; scenarios named on the command line (built-in
+names or files) run alone unless --runs is given too. Each run has the victim's solo phase and one
 co-located phase per policy; a polluter run under the none policy has one more
 without the polluter (its harm) and, where the polluter shares the victim's
 CPUs, one with a cache-friendly cpu load in its place (its harm beyond the CPU
@@ -53,7 +54,8 @@ polluter runs by polluter kind, timing and placement.
 
 Needs root (it creates cgroups), except --list.`,
 		Example: `  crosstalk lab suite --seed 1 --runs 30 --list
-  crosstalk lab suite --seed 1 --runs 1 --duration 2s`,
+  crosstalk lab suite --seed 1 --runs 1 --duration 2s
+  crosstalk lab suite buslock examples/lab/lockbus-redis.yaml --repetitions 3 --list`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			h, err := g.openHost()
 			if err != nil {
@@ -66,6 +68,11 @@ Needs root (it creates cgroups), except --list.`,
 			}
 			plan.Programs = lab.FindPrograms(exec.LookPath)
 			plan.Files = args
+			if len(args) > 0 && !cmd.Flags().Changed("runs") {
+				// Named scenarios are what the operator asked to score:
+				// ten generated runs more would take minutes unasked.
+				plan.Runs = 0
+			}
 			cases, err := lab.SuiteCases(plan)
 			if err != nil {
 				return err
@@ -122,7 +129,7 @@ Needs root (it creates cgroups), except --list.`,
 	}
 	f := cmd.Flags()
 	f.Int64Var(&plan.Seed, "seed", 1, "seed of the first generated run (run i uses seed+i)")
-	f.IntVar(&plan.Runs, "runs", 10, "generated runs")
+	f.IntVar(&plan.Runs, "runs", 10, "generated runs (none by default where scenarios are named)")
 	f.BoolVar(&plan.Builtins, "builtins", false, "also run every built-in scenario")
 	f.DurationVar(&plan.Phase, "duration", 0, "override every scenario's phase length (offsets scale with it)")
 	f.IntVar(&reps, "repetitions", 1, "runs of each scenario, each scored")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -237,6 +238,26 @@ func TestLabSuiteList(t *testing.T) {
 	for i := range 3 {
 		if la[2+i] != lb[i] {
 			t.Errorf("seed %d listed differently:\n%s\n%s", 42+i, la[2+i], lb[i])
+		}
+	}
+	// Named scenarios run alone, unless --runs asks for generated ones too.
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"buslock", "latency"}, []string{"buslock", "latency"}},
+		{[]string{"buslock", "--runs", "2", "--seed", "42"}, []string{"gen-42", "gen-43", "buslock"}},
+	} {
+		out, _, err := run(t, append([]string{"lab", "suite", "--list"}, c.args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			got = append(got, strings.Fields(l)[0])
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("lab suite --list %s listed %v, want %v", strings.Join(c.args, " "), got, c.want)
 		}
 	}
 	if _, _, err := run(t, "lab", "suite", "--runs", "0", "--list"); err == nil || !strings.Contains(err.Error(), "nothing to run") {
