@@ -152,7 +152,8 @@ Unknown fields are rejected; errors name the line.`,
 		Example: `  crosstalk lab run buslock
   crosstalk lab run membw --policy none,static --json
   crosstalk lab run my-scenario.yaml --duration 10s --out /tmp/report`,
-		Args: cobra.ExactArgs(1),
+		Args:    cobra.ExactArgs(1),
+		PreRunE: positiveFlags("duration", "repetitions", "interval"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := lab.Load(args[0])
 			if err != nil {
@@ -319,7 +320,8 @@ policy), and prints the victim-slowdown matrix with two rankings, as in Kyoto's
 evaluation: aggressiveness (mean slowdown a polluter inflicts) and sensitivity
 (mean slowdown a victim suffers). With all 7 loads and 3 s phases it takes
 about 3 minutes.`,
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
+		PreRunE: positiveFlags("duration"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			vc, err := cpuset.Parse(vcpus)
 			if err != nil {
@@ -375,7 +377,8 @@ reports what that cost it: the host's price of waking that often, the floor
 under the agent's own share. On a VM, where each switch of a thread costs
 tens of microseconds, that floor can be a good part of the agent's share;
 the switches a second of both say how much.`,
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
+		PreRunE: positiveFlags("tenants", "interval", "warmup", "duration"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opt, done, err := g.labOptions(nil, 0)
 			if err != nil {

@@ -56,6 +56,7 @@ Needs root (it creates cgroups), except --list.`,
 		Example: `  crosstalk lab suite --seed 1 --runs 30 --list
   crosstalk lab suite --seed 1 --runs 1 --duration 2s
   crosstalk lab suite buslock examples/lab/lockbus-redis.yaml --repetitions 3 --list`,
+		PreRunE: positiveFlags("runs=0", "repetitions", "duration", "interval"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			h, err := g.openHost()
 			if err != nil {

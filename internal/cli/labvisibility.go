@@ -55,7 +55,8 @@ Needs root (it creates cgroups).`,
 		Example: `  crosstalk lab visibility
   crosstalk lab visibility --loads splitlock,stream,cachethrash,cpu --duration 5s --json
   crosstalk lab visibility --command 'stress-ng --stream 1 -q' --command 'stress-ng --cache 1 -q'`,
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
+		PreRunE: positiveFlags("duration", "every"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			lc, err := cpuset.Parse(lcpus)
 			if err != nil {

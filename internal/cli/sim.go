@@ -92,7 +92,8 @@ Scenario YAML (unknown keys are errors, with their line):
 
 The model, its constants and their sources: see docs/simulator.md and
 'go doc ./internal/sim'.`,
-		Args: cobra.ExactArgs(1),
+		Args:    cobra.ExactArgs(1),
+		PreRunE: positiveFlags("duration"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sc, err := sim.Load(args[0])
 			if err != nil {
