@@ -472,7 +472,7 @@ func ptrTo[T any](v T) *T { return &v }
 func LoadConfig(file string) (Config, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return Config{}, err
+		return Config{}, fmt.Errorf("configuration: %w", err)
 	}
 	return ParseConfig(b, file)
 }
