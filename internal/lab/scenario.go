@@ -91,16 +91,32 @@ type Metric struct {
 func (t Tenant) CPUSet() cpuset.Set { return t.cpus }
 
 // Program names what the tenant runs: its built-in load, or its command's
-// program ("" when it has neither).
+// program ("" when it has neither). A shell running a script (sh -c
+// SCRIPT) is named by the program the script starts with, or by the
+// tenant's name where the script starts with shell syntax: "sh" says
+// nothing of what it runs.
 func (t Tenant) Program() string {
 	if t.Load != "" {
 		return t.Load
 	}
-	if len(t.Command) > 0 {
-		return path.Base(t.Command[0])
+	if len(t.Command) == 0 {
+		return ""
 	}
-	return ""
+	prog := path.Base(t.Command[0])
+	if !shells[prog] || len(t.Command) < 3 || t.Command[1] != "-c" {
+		return prog
+	}
+	if f := strings.Fields(t.Command[2]); len(f) > 0 && !strings.ContainsAny(f[0], "=$`'\"(){}[];&|<>*?~\\") && !shellWords[f[0]] {
+		return path.Base(f[0])
+	}
+	if t.Name != "" {
+		return t.Name
+	}
+	return prog
 }
+
+// shells are the programs whose -c runs a script.
+var shells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true}
 
 // RunLength is how long the tenant runs in a phase of length phase.
 func (t Tenant) RunLength(phase time.Duration) time.Duration {

@@ -291,3 +291,22 @@ tenants:
 		t.Errorf("no start line: onset %v samples %+v, want none and a sample at the process start + 0.1s", none.onset, none.samples)
 	}
 }
+
+func TestTenantProgram(t *testing.T) {
+	for _, c := range []struct {
+		t    Tenant
+		want string
+	}{
+		{Tenant{Name: "v", Load: "chase"}, "chase"},
+		{Tenant{Name: "p", Command: []string{"/usr/bin/stress-ng", "--lockbus", "1"}}, "stress-ng"},
+		{Tenant{Name: "redis", Command: []string{"sh", "-c", "redis-server --port 1 & sleep 0.3; redis-benchmark"}}, "redis-server"},
+		{Tenant{Name: "loop", Command: []string{"/bin/bash", "-c", "while :; do xz -9 </dev/urandom >/dev/null; done"}}, "loop"},
+		{Tenant{Name: "env", Command: []string{"sh", "-c", "FOO=1 python3 x.py"}}, "env"},
+		{Tenant{Name: "s", Command: []string{"sh", "script.sh"}}, "sh"},
+		{Tenant{Name: "n"}, ""},
+	} {
+		if got := c.t.Program(); got != c.want {
+			t.Errorf("%s %q: Program() = %q, want %q", c.t.Name, c.t.Command, got, c.want)
+		}
+	}
+}
