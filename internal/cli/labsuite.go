@@ -17,6 +17,7 @@ import (
 func newLabSuiteCmd(g *globals) *cobra.Command {
 	var (
 		plan       lab.SuitePlan
+		polluters  []string
 		reps       int
 		policies   []string
 		configFile string
@@ -34,7 +35,10 @@ latency server, redis or stress-ng where installed), a polluter (split locks,
 memory bandwidth, cache thrashing, built in or stress-ng) that runs the whole
 phase, starts late, stops early, pauses and comes back, or is already running
 when the agent starts; 0-3 innocent bystanders; and about one run in five a
-control run with no polluter at all. Built-in scenarios (--builtins) and
+control run with no polluter at all. --polluters draws the polluters from
+the kinds named instead, among them splitlock-paced (the built-in split-lock
+loop paced to 150k, 200k or 300k locks a second: short bursts, which most of
+the probe's readings miss), which is drawn only when named. Built-in scenarios (--builtins) and
 scenario files can be added; scenarios named on the command line (built-in
 names or files) run alone unless --runs is given too. Each run has the victim's solo phase and one
 co-located phase per policy; a polluter run under the none policy has one more
@@ -55,6 +59,7 @@ polluter runs by polluter kind, timing and placement.
 Needs root (it creates cgroups), except --list.`,
 		Example: `  crosstalk lab suite --seed 1 --runs 30 --list
   crosstalk lab suite --seed 1 --runs 1 --duration 2s
+  crosstalk lab suite --seed 1 --runs 20 --polluters splitlock,splitlock-paced --list
   crosstalk lab suite buslock examples/lab/lockbus-redis.yaml --repetitions 3 --list`,
 		PreRunE: positiveFlags("runs=0", "repetitions", "duration", "interval"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -68,6 +73,7 @@ Needs root (it creates cgroups), except --list.`,
 				return err
 			}
 			plan.Programs = lab.FindPrograms(exec.LookPath)
+			plan.Programs.Polluters = polluters
 			plan.Files = args
 			if len(args) > 0 && !cmd.Flags().Changed("runs") {
 				// Named scenarios are what the operator asked to score:
@@ -131,6 +137,7 @@ Needs root (it creates cgroups), except --list.`,
 	f := cmd.Flags()
 	f.Int64Var(&plan.Seed, "seed", 1, "seed of the first generated run (run i uses seed+i)")
 	f.IntVar(&plan.Runs, "runs", 10, "generated runs (none by default where scenarios are named)")
+	f.StringSliceVar(&polluters, "polluters", nil, "polluter kinds to draw from, comma separated: splitlock, stream, cachethrash, stress-ng-lockbus, stress-ng-stream, stress-ng-cache, splitlock-paced (default: all but splitlock-paced, stress-ng's where installed; another list draws other runs from the same seeds)")
 	f.BoolVar(&plan.Builtins, "builtins", false, "also run every built-in scenario")
 	f.DurationVar(&plan.Phase, "duration", 0, "override every scenario's phase length (offsets scale with it)")
 	f.IntVar(&reps, "repetitions", 1, "runs of each scenario, each scored")

@@ -38,6 +38,9 @@ type SuitePlan struct {
 // SuiteCases draws and loads the suite's scenarios, each with one
 // repetition (the suite repeats runs itself, scoring each).
 func SuiteCases(p SuitePlan) ([]SuiteCase, error) {
+	if err := p.Programs.checkPolluters(); err != nil {
+		return nil, fmt.Errorf("suite: %w", err)
+	}
 	var out []SuiteCase
 	for i := range p.Runs {
 		g, err := Generate(p.Seed+int64(i), p.CPUs, p.Programs)

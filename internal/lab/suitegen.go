@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,10 +40,48 @@ const (
 	PlaceWithVictim    = "with-victim"    // sharing the victim's CPU
 )
 
-// Programs says which external programs the generator may draw tenants from.
+// Programs says which external programs the generator may draw tenants from,
+// and which polluter kinds.
 type Programs struct {
 	StressNG bool // stress-ng
 	Redis    bool // redis-server and redis-benchmark
+	// Polluters are the polluter kinds to draw from (nil: every kind of
+	// DefaultPolluters). Drawing from another list draws other runs from
+	// the same seeds.
+	Polluters []string
+}
+
+// PolluterSplitLockPaced is the built-in split-lock loop paced to 150k,
+// 200k or 300k locks a second (drawn): bursts of 256 locks about a
+// millisecond apart, shorter than most of the probe's readings, against
+// the loop's 800k or so a second unpaced. Only drawn when asked for
+// (Programs.Polluters), so that the default draws stay as they were.
+const PolluterSplitLockPaced = "splitlock-paced"
+
+// DefaultPolluters is what the generator draws polluters from with progs:
+// the built-in split-lock, bandwidth and cache loads, and their stress-ng
+// counterparts where installed.
+func DefaultPolluters(progs Programs) []string {
+	kinds := []string{"splitlock", "stream", "cachethrash"}
+	if progs.StressNG {
+		kinds = append(kinds, "stress-ng-lockbus", "stress-ng-stream", "stress-ng-cache")
+	}
+	return kinds
+}
+
+// checkPolluters reports a polluter kind the generator does not know, or
+// whose program is not installed here.
+func (p Programs) checkPolluters() error {
+	known := append(DefaultPolluters(Programs{StressNG: true}), PolluterSplitLockPaced)
+	for _, k := range p.Polluters {
+		if !slices.Contains(known, k) {
+			return fmt.Errorf("no polluter kind %q (have %s)", k, strings.Join(known, ", "))
+		}
+		if strings.HasPrefix(k, "stress-ng-") && !p.StressNG {
+			return fmt.Errorf("polluter kind %s: stress-ng is not installed here (or not on PATH)", k)
+		}
+	}
+	return nil
 }
 
 // FindPrograms looks the external programs up with lookPath (exec.LookPath).
@@ -265,14 +304,19 @@ func redisCommand(port int, quietOutput bool) []string {
 const StressNGOnset = `: started \[\d+\]`
 
 // polluter draws the polluter: the built-in split-lock, bandwidth and
-// cache loads, or their stress-ng counterparts where installed.
+// cache loads, or their stress-ng counterparts where installed (see
+// DefaultPolluters), or the kinds asked for.
 func (g *gen) polluter() (Tenant, string) {
-	kinds := []string{"splitlock", "stream", "cachethrash"}
-	if g.progs.StressNG {
-		kinds = append(kinds, "stress-ng-lockbus", "stress-ng-stream", "stress-ng-cache")
+	kinds := g.progs.Polluters
+	if len(kinds) == 0 {
+		kinds = DefaultPolluters(g.progs)
 	}
 	t := Tenant{Name: "polluter", Role: RolePolluter}
 	k := g.pick(kinds)
+	if k == PolluterSplitLockPaced {
+		t.Load, t.Args = "splitlock", []string{"--rate", g.pick([]string{"150000", "200000", "300000"})}
+		return t, k
+	}
 	if st, ok := strings.CutPrefix(k, "stress-ng-"); ok {
 		// The lab stops it at its stop offset; the timeout only bounds it
 		// should the lab itself die. Verbose, for the line its stressor

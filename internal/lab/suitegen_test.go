@@ -243,7 +243,7 @@ func TestFindPrograms(t *testing.T) {
 		{[]string{"redis-server", "redis-benchmark", "stress-ng"}, Programs{StressNG: true, Redis: true}},
 	}
 	for _, tc := range tests {
-		if got := FindPrograms(only(tc.have...)); got != tc.want {
+		if got := FindPrograms(only(tc.have...)); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("FindPrograms(%v) = %+v, want %+v", tc.have, got, tc.want)
 		}
 	}
@@ -289,6 +289,66 @@ func writeTree(t *testing.T, root string, files map[string]string) {
 		}
 		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// --polluters narrows or extends the kinds drawn; naming the default kinds
+// draws the default runs, and splitlock-paced is a built-in split-lock loop
+// at one of its three paces.
+func TestGeneratePolluterKinds(t *testing.T) {
+	cpus := cpuset.Of(0, 1)
+	named := allPrograms
+	named.Polluters = DefaultPolluters(allPrograms)
+	paced := allPrograms
+	paced.Polluters = []string{PolluterSplitLockPaced}
+	rates := map[string]int{}
+	for seed := int64(1); seed <= 60; seed++ {
+		a, err := Generate(seed, cpus, allPrograms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Generate(seed, cpus, named)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(a.Scenario, b.Scenario) {
+			t.Fatalf("seed %d: the default kinds named drew another run:\n%s\n%s", seed, a.Describe(), b.Describe())
+		}
+		p, err := Generate(seed, cpus, paced)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Class == ClassControl {
+			continue
+		}
+		if p.Polluter != PolluterSplitLockPaced {
+			t.Fatalf("seed %d drew polluter %s, want %s only", seed, p.Polluter, PolluterSplitLockPaced)
+		}
+		for _, tn := range p.Scenario.Tenants {
+			if tn.Role != RolePolluter {
+				continue
+			}
+			if tn.Load != "splitlock" || len(tn.Args) != 2 || tn.Args[0] != "--rate" {
+				t.Fatalf("seed %d: paced polluter runs %s %v", seed, tn.Load, tn.Args)
+			}
+			rates[tn.Args[1]]++
+		}
+	}
+	if len(rates) != 3 {
+		t.Errorf("paced polluters drew rates %v, want all three", rates)
+	}
+	for _, c := range []struct {
+		progs Programs
+		err   string
+	}{
+		{Programs{Polluters: []string{"nosuch"}}, `no polluter kind "nosuch"`},
+		{Programs{Polluters: []string{"splitlock", "stress-ng-lockbus"}}, "stress-ng is not installed"},
+		{Programs{StressNG: true, Polluters: []string{"stress-ng-lockbus", PolluterSplitLockPaced}}, ""},
+	} {
+		_, err := SuiteCases(SuitePlan{Seed: 1, Runs: 2, CPUs: cpus, Programs: c.progs})
+		if c.err == "" && err != nil || c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("polluters %v: %v, want %q", c.progs.Polluters, err, c.err)
 		}
 	}
 }
