@@ -106,7 +106,7 @@ func (t Tenant) Program() string {
 	if !shells[prog] || len(t.Command) < 3 || t.Command[1] != "-c" {
 		return prog
 	}
-	if f := strings.Fields(t.Command[2]); len(f) > 0 && !strings.ContainsAny(f[0], "=$`'\"(){}[];&|<>*?~\\") && !shellWords[f[0]] {
+	if f := strings.Fields(t.Command[2]); len(f) > 0 && !shellSyntax(f[0]) {
 		return path.Base(f[0])
 	}
 	if t.Name != "" {

@@ -332,13 +332,19 @@ func findProgram(line string, lookPath func(string) (string, error)) error {
 		return errors.New("an empty command")
 	}
 	prog := fields[0]
-	if strings.ContainsAny(prog, "=$`'\"(){}[];&|<>*?~\\") || shellWords[prog] {
+	if shellSyntax(prog) {
 		return nil
 	}
 	if _, err := lookPath(prog); err != nil {
 		return fmt.Errorf("command %q: %s is not installed here (or not on PATH)", line, prog)
 	}
 	return nil
+}
+
+// shellSyntax reports whether the first word of a command line is the
+// shell's (an assignment, a quote, a keyword ...) rather than a program.
+func shellSyntax(word string) bool {
+	return strings.ContainsAny(word, "=$`'\"(){}[];&|<>*?~\\") || shellWords[word]
 }
 
 // shellWords are the shell's own words that may start a command line:
