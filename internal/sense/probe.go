@@ -178,9 +178,8 @@ type Probe struct {
 	next     map[int]int
 	llcNext  map[int]int
 	sink     atomic.Uint64
-	// read times one reading of a kind, each chunk's per-operation
-	// latency (measureChunks; tests replace it).
-	read func(kind string, chunks int) []float64
+	// read times one reading of a kind (measure; tests replace it).
+	read func(kind string, chunks int) float64
 	// sleep waits between the pairs of a spread (time.Sleep; tests record it).
 	sleep func(time.Duration)
 	// spentMu guards spent: the probe's CPU time by CPU and reading
@@ -225,7 +224,7 @@ func NewProbe(topo *topology.Topology, allowed cpuset.Set, cfg ProbeConfig) (*Pr
 	}
 	cfg.fill(l2)
 	p := &Probe{cfg: cfg, domains: domains, next: map[int]int{}, llcNext: map[int]int{}, spent: map[ProbeSpent]time.Duration{}}
-	p.read = p.measureChunks
+	p.read = p.measure
 	p.sleep = time.Sleep
 	p.llc = cycle(int(cfg.LLCBytes / 64))
 	p.llcOrder = cycleOrder(p.llc)
@@ -416,8 +415,7 @@ func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, sprea
 		if kind == ProbeDRAM {
 			chunks = dramChunks
 		}
-		cs := p.read(kind, chunks)
-		r := ProbeReading{Domain: domain, CPU: cpu, Kind: kind, Ns: Median(cs)}
+		r := ProbeReading{Domain: domain, CPU: cpu, Kind: kind, Ns: p.read(kind, chunks)}
 		if kind == ProbeDRAM && spread > 1 {
 			all := []float64{r.Ns}
 			for i := 1; i < spread; i++ {
@@ -425,15 +423,13 @@ func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, sprea
 					// A new pair: see ProbeConfig.Spread.
 					p.sleep(p.cfg.SpreadGap)
 				}
-				c := p.read(kind, chunks)
-				all = append(all, Median(c))
-				cs = append(cs, c...)
+				all = append(all, p.read(kind, chunks))
 			}
-			r.Ns, r.Peak = Median(all), max(slices.Max(all), burstLevel(cs))
+			r.Ns, r.Peak = Median(all), slices.Max(all)
 		}
 		if kind == ProbeDRAM {
 			for i := 1; i < worstOf; i++ {
-				r.Ns = max(r.Ns, Median(p.read(kind, chunks)))
+				r.Ns = max(r.Ns, p.read(kind, chunks))
 			}
 		}
 		out = append(out, r)
@@ -508,42 +504,12 @@ func (p *Probe) Spent() map[ProbeSpent]time.Duration {
 	return maps.Clone(p.spent)
 }
 
-// burstChunks is how many of a spread's chunks a storm in short bursts
-// must slow for the spread's peak to read it (see burstLevel).
-const burstChunks = 4
-
-// burstLevel is the level a spread's chunks read at in a storm that comes
-// in bursts shorter than a reading: the burstChunks-th slowest of them. A
-// reading is the median of its chunks, so that a chunk cut by preemption
-// does not count; a split-lock loop paced to 150k-300k locks a second
-// locks the bus in bursts of about 0.3 ms, which slow two or three of a
-// reading's seven chunks (0.12 ms each in a storm) and move its median
-// not at all. Measured on the dev VM (the spread on CPU 1, the paced loop
-// on CPU 0, 2 s each): the worst reading of a spread read 4× or more in 5
-// of 78 spreads at 200k and 56 of 73 at 300k. One slow chunk, or three, is
-// what an interrupt or the host's preemption of the vCPU makes; four
-// chunks slowed as much is a storm.
-func burstLevel(chunks []float64) float64 {
-	if len(chunks) < burstChunks {
-		return 0
-	}
-	s := slices.Clone(chunks)
-	slices.Sort(s)
-	return s[len(s)-burstChunks]
-}
-
 // measure times Chunks chunks of one kind and returns the median of their
-// per-operation latencies.
-func (p *Probe) measure(kind string, chunks int) float64 {
-	return Median(p.measureChunks(kind, chunks))
-}
-
-// measureChunks times Chunks chunks of one kind and returns their
 // per-operation latencies. The LLC chase first walks its whole buffer
 // untimed, so the timed walk measures L3 hits on this CPU whatever ran here
 // since the last interval (otherwise the first CPU probed pays for the
 // buffer's eviction and the next one finds it warm).
-func (p *Probe) measureChunks(kind string, chunks int) []float64 {
+func (p *Probe) measure(kind string, chunks int) float64 {
 	ns := make([]float64, 0, chunks)
 	var sink uint64
 	slots := uint64(len(p.llc) / 8)
@@ -580,7 +546,7 @@ func (p *Probe) measureChunks(kind string, chunks int) []float64 {
 		ns = append(ns, float64(time.Since(t0).Nanoseconds())/float64(ops))
 	}
 	p.sink.Add(sink + pos)
-	return ns
+	return Median(ns)
 }
 
 // llcChunkDiv: a timed LLC chunk walks this fraction of the buffer, so

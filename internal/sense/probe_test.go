@@ -24,14 +24,14 @@ func scriptedProbe(t *testing.T, cfg ProbeConfig, script map[string][]float64) (
 		t.Fatal(err)
 	}
 	var calls []string
-	p.read = func(kind string, chunks int) []float64 {
+	p.read = func(kind string, chunks int) float64 {
 		calls = append(calls, fmt.Sprintf("%s/%d", kind, chunks))
 		v := script[kind]
 		if len(v) == 0 {
 			t.Fatalf("no reading of %s left", kind)
 		}
 		script[kind] = v[1:]
-		return []float64{v[0]} // one chunk: the reading is its value
+		return v[0]
 	}
 	p.sleep = func(d time.Duration) { calls = append(calls, "gap "+d.String()) }
 	return p, &calls
@@ -317,58 +317,5 @@ func TestProbeRealtimeIsUndone(t *testing.T) {
 		}
 	case during.Policy != unix.SCHED_FIFO || during.Priority != 1:
 		t.Errorf("policy %d priority %d during, want SCHED_FIFO (%d) at 1", during.Policy, during.Priority, unix.SCHED_FIFO)
-	}
-}
-
-// A storm in bursts shorter than a reading slows a few chunks of several
-// readings and no reading's median: the spread's peak reads it once four of
-// its chunks are that slow, and not for three (an interrupt, the host
-// preempting the vCPU).
-func TestProbeSpreadPeakReadsBurstsShorterThanAReading(t *testing.T) {
-	quiet := []float64{350, 352, 348, 351, 349, 353, 350}
-	burst := func(slow ...int) []float64 {
-		c := slices.Clone(quiet)
-		for _, i := range slow {
-			c[i] = 2450
-		}
-		return c
-	}
-	for _, c := range []struct {
-		name     string
-		readings [][]float64 // the spread's eight readings' chunks
-		peak     float64
-	}{
-		{"quiet", [][]float64{quiet, quiet, quiet, quiet, quiet, quiet, quiet, quiet}, 353},
-		{"bursts: two chunks in each of three readings", [][]float64{burst(5, 6), quiet, quiet, burst(0, 1), quiet, quiet, burst(3, 4), quiet}, 2450},
-		{"three slow chunks, in three readings", [][]float64{burst(6), quiet, quiet, burst(2), quiet, quiet, quiet, burst(4)}, 353},
-		{"a storm through one reading: its median", [][]float64{quiet, quiet, burst(0, 1, 2, 3, 4, 5, 6), quiet, quiet, quiet, quiet, quiet}, 2450},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			topo := &topology.Topology{Online: cpuset.MustParse("0")}
-			p, err := NewProbe(topo, cpuset.MustParse("0"), ProbeConfig{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p.dram == nil {
-				t.Skip("no DRAM probe in this build")
-			}
-			i := 0
-			p.read = func(kind string, chunks int) []float64 {
-				if kind != ProbeDRAM {
-					return []float64{1}
-				}
-				r := c.readings[i]
-				i++
-				return r
-			}
-			p.sleep = func(time.Duration) {}
-			rs, err := p.MeasureQuick(0, 0, ProbeDRAM)
-			if err != nil {
-				t.Skipf("cannot pin to CPU 0 here: %v", err)
-			}
-			if got := rs[0]; got.Peak != c.peak || got.Ns > 353 {
-				t.Errorf("Ns %.0f, Peak %.0f; want Ns quiet and Peak %.0f", got.Ns, got.Peak, c.peak)
-			}
-		})
 	}
 }
