@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -15,10 +16,7 @@ import (
 func positiveFlags(names ...string) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
 		for _, n := range names {
-			zeroOK := false
-			if len(n) > 2 && n[len(n)-2:] == "=0" {
-				n, zeroOK = n[:len(n)-2], true
-			}
+			n, zeroOK := strings.CutSuffix(n, "=0")
 			f := cmd.Flags().Lookup(n)
 			if f == nil || !f.Changed {
 				continue

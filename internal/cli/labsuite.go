@@ -38,13 +38,14 @@ when the agent starts; 0-3 innocent bystanders; and about one run in five a
 control run with no polluter at all. --polluters draws the polluters from
 the kinds named instead, among them splitlock-paced (the built-in split-lock
 loop paced to 150k, 200k or 300k locks a second: short bursts, which most of
-the probe's readings miss), which is drawn only when named. Built-in scenarios (--builtins) and
-scenario files can be added; scenarios named on the command line (built-in
-names or files) run alone unless --runs is given too. Each run has the victim's solo phase and one
-co-located phase per policy; a polluter run under the none policy has one more
-without the polluter (its harm) and, where the polluter shares the victim's
-CPUs, one with a cache-friendly cpu load in its place (its harm beyond the CPU
-time it takes there). Harmful runs (at least 1.2x) are scored apart.
+the probe's readings miss), which is drawn only when named. Built-in
+scenarios (--builtins) and scenario files can be added; scenarios named on
+the command line (built-in names or files) run alone unless --runs is given
+too. Each run has the victim's solo phase and one co-located phase per
+policy; a polluter run under the none policy has one more without the
+polluter (its harm) and, where the polluter shares the victim's CPUs, one
+with a cache-friendly cpu load in its place (its harm beyond the CPU time it
+takes there). Harmful runs (at least 1.2x) are scored apart.
 
 Each run is scored from the crosstalk policy's actions: the polluter convicted
 or not, the time to its first cap and to its conviction, its release after it
@@ -137,7 +138,7 @@ Needs root (it creates cgroups), except --list.`,
 	f := cmd.Flags()
 	f.Int64Var(&plan.Seed, "seed", 1, "seed of the first generated run (run i uses seed+i)")
 	f.IntVar(&plan.Runs, "runs", 10, "generated runs (none by default where scenarios are named)")
-	f.StringSliceVar(&polluters, "polluters", nil, "polluter kinds to draw from, comma separated: splitlock, stream, cachethrash, stress-ng-lockbus, stress-ng-stream, stress-ng-cache, splitlock-paced (default: all but splitlock-paced, stress-ng's where installed; another list draws other runs from the same seeds)")
+	f.StringSliceVar(&polluters, "polluters", nil, "polluter kinds to draw from, comma separated: "+strings.Join(lab.PolluterKinds(), ", ")+" (default: all but "+lab.PolluterSplitLockPaced+", stress-ng's where installed; another list draws other runs from the same seeds)")
 	f.BoolVar(&plan.Builtins, "builtins", false, "also run every built-in scenario")
 	f.DurationVar(&plan.Phase, "duration", 0, "override every scenario's phase length (offsets scale with it)")
 	f.IntVar(&reps, "repetitions", 1, "runs of each scenario, each scored")

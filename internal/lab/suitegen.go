@@ -69,10 +69,16 @@ func DefaultPolluters(progs Programs) []string {
 	return kinds
 }
 
+// PolluterKinds is every polluter kind the generator can draw: the default
+// ones with stress-ng's, and those drawn only when named.
+func PolluterKinds() []string {
+	return append(DefaultPolluters(Programs{StressNG: true}), PolluterSplitLockPaced)
+}
+
 // checkPolluters reports a polluter kind the generator does not know, or
 // whose program is not installed here.
 func (p Programs) checkPolluters() error {
-	known := append(DefaultPolluters(Programs{StressNG: true}), PolluterSplitLockPaced)
+	known := PolluterKinds()
 	for _, k := range p.Polluters {
 		if !slices.Contains(known, k) {
 			return fmt.Errorf("no polluter kind %q (have %s)", k, strings.Join(known, ", "))
