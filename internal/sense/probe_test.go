@@ -24,14 +24,14 @@ func scriptedProbe(t *testing.T, cfg ProbeConfig, script map[string][]float64) (
 		t.Fatal(err)
 	}
 	var calls []string
-	p.read = func(kind string, chunks int) float64 {
+	p.read = func(kind string, chunks int) []float64 {
 		calls = append(calls, fmt.Sprintf("%s/%d", kind, chunks))
 		v := script[kind]
 		if len(v) == 0 {
 			t.Fatalf("no reading of %s left", kind)
 		}
 		script[kind] = v[1:]
-		return v[0]
+		return []float64{v[0]} // one chunk: the reading is its value
 	}
 	p.sleep = func(d time.Duration) { calls = append(calls, "gap "+d.String()) }
 	return p, &calls
@@ -317,5 +317,70 @@ func TestProbeRealtimeIsUndone(t *testing.T) {
 		}
 	case during.Policy != unix.SCHED_FIFO || during.Priority != 1:
 		t.Errorf("policy %d priority %d during, want SCHED_FIFO (%d) at 1", during.Policy, during.Priority, unix.SCHED_FIFO)
+	}
+}
+
+// A storm in bursts shorter than a reading slows a few adjacent chunks of a
+// reading and no reading's median: the spread's peak reads it at the level
+// two adjacent chunks both reach. Slow chunks that are not side by side (an
+// interrupt, the host preempting the vCPU, each slowing one chunk) do not
+// count, however many readings have one.
+func TestProbeSpreadPeakReadsBurstsShorterThanAReading(t *testing.T) {
+	quiet := []float64{350, 352, 348, 351, 349, 353, 350}
+	burst := func(slow ...int) []float64 {
+		c := slices.Clone(quiet)
+		for _, i := range slow {
+			c[i] = 2450
+		}
+		return c
+	}
+	for _, c := range []struct {
+		name     string
+		readings [][]float64 // the spread's eight readings' chunks
+		peak     float64     // 0: no slower than a quiet chunk (353)
+	}{
+		{"quiet", [][]float64{quiet, quiet, quiet, quiet, quiet, quiet, quiet, quiet}, 0},
+		{"a burst over two adjacent chunks of one reading", [][]float64{quiet, quiet, quiet, burst(3, 4), quiet, quiet, quiet, quiet}, 2450},
+		{"a burst at a reading's end", [][]float64{quiet, burst(5, 6), quiet, quiet, quiet, quiet, quiet, quiet}, 2450},
+		{"the pair's faster chunk is the level", [][]float64{quiet, quiet, {350, 352, 1400, 2450, 349, 353, 350}, quiet, quiet, quiet, quiet, quiet}, 1400},
+		{"slow chunks apart in one reading", [][]float64{quiet, burst(0, 2, 4), quiet, quiet, quiet, quiet, quiet, burst(1, 6)}, 0},
+		{"one slow chunk in each reading", [][]float64{burst(6), burst(0), burst(2), burst(3), burst(1), burst(5), burst(4), burst(6)}, 0},
+		{"the last chunk of one reading and the first of the next", [][]float64{burst(6), burst(0), quiet, quiet, quiet, quiet, quiet, quiet}, 0},
+		{"a storm through one reading: its median", [][]float64{quiet, quiet, burst(0, 1, 2, 3, 4, 5, 6), quiet, quiet, quiet, quiet, quiet}, 2450},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			topo := &topology.Topology{Online: cpuset.MustParse("0")}
+			p, err := NewProbe(topo, cpuset.MustParse("0"), ProbeConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.dram == nil {
+				t.Skip("no DRAM probe in this build")
+			}
+			i := 0
+			p.read = func(kind string, chunks int) []float64 {
+				if kind != ProbeDRAM {
+					return []float64{1}
+				}
+				r := c.readings[i]
+				i++
+				return r
+			}
+			p.sleep = func(time.Duration) {}
+			rs, err := p.MeasureQuick(0, 0, ProbeDRAM)
+			if err != nil {
+				t.Skipf("cannot pin to CPU 0 here: %v", err)
+			}
+			got := rs[0]
+			if got.Ns > 353 {
+				t.Errorf("Ns %.0f, want quiet (353 or less)", got.Ns)
+			}
+			if c.peak == 0 && got.Peak > 353 {
+				t.Errorf("Peak %.0f, want quiet (353 or less)", got.Peak)
+			}
+			if c.peak != 0 && got.Peak != c.peak {
+				t.Errorf("Peak %.0f, want %.0f", got.Peak, c.peak)
+			}
+		})
 	}
 }
