@@ -58,7 +58,7 @@ type ProbeConfig struct {
 	// Spread is how many readings one DRAM reading of MeasureCPU and
 	// MeasureQuick takes, in pairs: the two of a pair back to back, the
 	// pairs SpreadGap apart. Its value is their median, its Peak the worst
-	// of them (default 8; 1 turns it off). A split-lock storm whose
+	// of them or of its bursts (see burstLevel; default 8, 1 turns it off). A split-lock storm whose
 	// polluter shares its CPU comes and goes: beside a paced service,
 	// within a millisecond (each of the service's wakes takes the CPU from
 	// the polluter for a moment); among busy tenants, in scheduler slices
@@ -154,7 +154,9 @@ type ProbeReading struct {
 	CPU    int     `json:"cpu"`
 	Kind   string  `json:"kind"`
 	Ns     float64 `json:"ns"` // per operation, median of the chunks (of a spread: the median of its readings)
-	// Peak is the worst reading of a spread (0: one reading). The judge
+	// Peak is the worst reading of a spread, or the level two adjacent
+	// chunks of one of its readings both reach where that is worse (see
+	// burstLevel); 0: one reading. The judge
 	// counts it only where it is strong enough to count at once: a storm
 	// that comes and goes shows in it, while the moderate ups and downs
 	// of busy neighbours' memory traffic, which the worst of four would
