@@ -183,28 +183,36 @@ type Verdict struct {
 // RatedReading is a probe reading against its baseline.
 type RatedReading struct {
 	sense.ProbeReading
-	// Latency is what the reading counts at: its Ns, or its Peak where
-	// the peak is strong (see Contention.latency).
+	// Latency is what the reading counts at: its Ns, or its Peak or Burst
+	// where that is strong (see Contention.latency); Counted says which, in
+	// words ("" for its Ns).
 	Latency  float64
+	Counted  string
 	Baseline float64
 	Ratio    float64
 }
 
-// latency is what a reading counts at: its Ns (a spread's median), or
-// its Peak (a spread's worst) where the peak is over the kind's strong
-// ratio and far outside the baseline's noise, as a reading that counts at
-// once must be. A split-lock storm that comes and goes shows in the peak
-// of most spreads and moves the probe 5-15×; busy neighbours' memory
-// traffic now and then lifts one reading of four moderately, and counting
-// every peak would make that contention four times as often.
-func (c *Contention) latency(r sense.ProbeReading, b *Baseline) float64 {
-	if r.Peak > r.Ns {
+// latency is what a reading counts at, and which of its values that is:
+// its Ns (a spread's median), or the worse of its Peak (a spread's worst)
+// and its Burst (the level of a storm in bursts shorter than a reading)
+// where that is over the kind's strong ratio and far outside the
+// baseline's noise, as a reading that counts at once must be. A split-lock
+// storm that comes and goes shows in the peak of most spreads and moves
+// the probe 5-15×; busy neighbours' memory traffic now and then lifts one
+// reading of four moderately, and counting every peak would make that
+// contention four times as often.
+func (c *Contention) latency(r sense.ProbeReading, b *Baseline) (float64, string) {
+	worst, counted := r.Peak, "the worst reading of its spread"
+	if r.Burst > worst {
+		worst, counted = r.Burst, "in bursts: two adjacent chunks of one reading"
+	}
+	if worst > r.Ns {
 		_, strong := c.th.For(r.Kind)
-		if b.Above(r.Peak, strong, 2*c.th.Noise) {
-			return r.Peak
+		if b.Above(worst, strong, 2*c.th.Noise) {
+			return worst, counted
 		}
 	}
-	return r.Ns
+	return r.Ns, ""
 }
 
 // Rate compares readings with their baselines without learning from them.
@@ -212,8 +220,8 @@ func (c *Contention) Rate(rs []sense.ProbeReading) []RatedReading {
 	out := make([]RatedReading, 0, len(rs))
 	for _, r := range rs {
 		b := c.baseline(r.Domain, r.Kind)
-		l := c.latency(r, b)
-		out = append(out, RatedReading{ProbeReading: r, Latency: l, Baseline: b.Level, Ratio: b.Ratio(l)})
+		l, counted := c.latency(r, b)
+		out = append(out, RatedReading{ProbeReading: r, Latency: l, Counted: counted, Baseline: b.Level, Ratio: b.Ratio(l)})
 	}
 	return out
 }
@@ -275,7 +283,11 @@ func (c *Contention) Update(rs []sense.ProbeReading) Verdict {
 		if b.Above(r.Latency, strong, 2*c.th.Noise) || c.above[k] >= 2 {
 			contendedDomains[k.domain] = true
 			if v.Reason == "" || r.Ratio >= c.th.Strong {
-				v.Reason = fmt.Sprintf("%s probe on CPU %d at %.0f ns, %.1f× its quiet %.0f ns", k.kind, r.CPU, r.Latency, r.Ratio, b.Level)
+				at := fmt.Sprintf("%.0f ns", r.Latency)
+				if r.Counted != "" {
+					at += " (" + r.Counted + ")"
+				}
+				v.Reason = fmt.Sprintf("%s probe on CPU %d at %s, %.1f× its quiet %.0f ns", k.kind, r.CPU, at, r.Ratio, b.Level)
 			}
 		}
 	}

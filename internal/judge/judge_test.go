@@ -108,15 +108,16 @@ func TestContentionVerdict(t *testing.T) {
 	}
 }
 
-// A DRAM spread's peak (its worst reading) counts only where it is strong:
-// a storm that comes and goes shows in the peak and counts at once, in an
-// interval and in a watch; a moderate peak from a neighbour's memory
-// traffic counts for nothing, the median decides; and a reading whose peak
-// counted does not teach the baseline.
+// A DRAM spread's peak (its worst reading) or burst level (two adjacent
+// chunks of one reading) counts only where it is strong: a storm that comes
+// and goes shows in them and counts at once, in an interval and in a watch,
+// and the reason says which counted; a moderate peak from a neighbour's
+// memory traffic counts for nothing, the median decides; and a reading
+// whose peak counted does not teach the baseline.
 func TestContentionCountsAStrongPeak(t *testing.T) {
 	quiet := []sense.ProbeReading{{Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: 300}}
-	spread := func(ns, peak float64) []sense.ProbeReading {
-		return []sense.ProbeReading{{Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: ns, Peak: peak}}
+	spread := func(ns, peak, burst float64) []sense.ProbeReading {
+		return []sense.ProbeReading{{Domain: 0, CPU: 1, Kind: sense.ProbeDRAM, Ns: ns, Peak: peak, Burst: burst}}
 	}
 	fresh := func() *Contention {
 		c := NewContention(Thresholds{})
@@ -127,32 +128,35 @@ func TestContentionCountsAStrongPeak(t *testing.T) {
 		return c
 	}
 	tests := []struct {
-		name      string
-		ns, peak  float64
-		contended bool
-		ratioFrom float64 // the verdict's ratio at least, and under ratioTo
-		ratioTo   float64
+		name            string
+		ns, peak, burst float64
+		contended       bool
+		ratioFrom       float64 // the verdict's ratio at least, and under ratioTo
+		ratioTo         float64
+		counted         string // the reason names the latency that counted so, where contended
 	}{
-		{"a storm in one reading of four: counts at once", 305, 2400, true, 7.5, 8.5},
-		{"a moderate peak: the median decides, quiet", 305, 700, false, 0.9, 1.1},
-		{"a peak at 3.5×, under strong: quiet", 305, 1050, false, 0.9, 1.1},
-		{"no spread (a single reading at 8×): counts at once", 2400, 0, true, 7.5, 8.5},
+		{"a storm in one reading of four: counts at once", 305, 2400, 330, true, 7.5, 8.5, "at 2400 ns (the worst reading of its spread), "},
+		{"a storm in bursts shorter than a reading: counts at once", 305, 320, 2400, true, 7.5, 8.5, "at 2400 ns (in bursts: two adjacent chunks of one reading), "},
+		{"a moderate peak: the median decides, quiet", 305, 700, 0, false, 0.9, 1.1, ""},
+		{"a peak at 3.5×, under strong: quiet", 305, 1050, 0, false, 0.9, 1.1, ""},
+		{"a burst level at 3.5×, under strong: quiet", 305, 320, 1050, false, 0.9, 1.1, ""},
+		{"no spread (a single reading at 8×): counts at once", 2400, 0, 0, true, 7.5, 8.5, "at 2400 ns, "},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := fresh()
-			v := c.Update(spread(tc.ns, tc.peak))
+			v := c.Update(spread(tc.ns, tc.peak, tc.burst))
 			if v.Contended != tc.contended || v.Ratio < tc.ratioFrom || v.Ratio >= tc.ratioTo {
 				t.Errorf("verdict contended %v ratio %.2f, want %v in [%.1f, %.1f): %s", v.Contended, v.Ratio, tc.contended, tc.ratioFrom, tc.ratioTo, v.Reason)
 			}
-			if tc.contended && !strings.Contains(v.Reason, "2400 ns") {
-				t.Errorf("reason %q does not name the latency that counted", v.Reason)
+			if tc.contended && !strings.Contains(v.Reason, tc.counted) {
+				t.Errorf("reason %q does not name the latency that counted and what it is (%q)", v.Reason, tc.counted)
 			}
 			if len(v.Readings) != 1 || (tc.contended && v.Readings[0].Latency != 2400) || (!tc.contended && v.Readings[0].Latency != tc.ns) {
 				t.Errorf("rated readings %+v", v.Readings)
 			}
 			for range 30 {
-				c.Update(spread(tc.ns, tc.peak))
+				c.Update(spread(tc.ns, tc.peak, tc.burst))
 			}
 			// A contended reading teaches nothing; a quiet one teaches its
 			// median (305 ns), never its peak.
@@ -161,7 +165,7 @@ func TestContentionCountsAStrongPeak(t *testing.T) {
 				t.Errorf("baseline level %.1f after 30 such readings (quiet level about 299)", level)
 			}
 			w := fresh()
-			if got := w.Mark(spread(tc.ns, tc.peak)); got != tc.contended {
+			if got := w.Mark(spread(tc.ns, tc.peak, tc.burst)); got != tc.contended {
 				t.Errorf("watch marked %v, want %v", got, tc.contended)
 			}
 		})

@@ -58,7 +58,8 @@ type ProbeConfig struct {
 	// Spread is how many readings one DRAM reading of MeasureCPU and
 	// MeasureQuick takes, in pairs: the two of a pair back to back, the
 	// pairs SpreadGap apart. Its value is their median, its Peak the worst
-	// of them or of its bursts (see burstLevel; default 8, 1 turns it off). A split-lock storm whose
+	// of them, its Burst the level of its bursts (see burstLevel) (default
+	// 8; 1 turns it off). A split-lock storm whose
 	// polluter shares its CPU comes and goes: beside a paced service,
 	// within a millisecond (each of the service's wakes takes the CPU from
 	// the polluter for a moment); among busy tenants, in scheduler slices
@@ -154,14 +155,16 @@ type ProbeReading struct {
 	CPU    int     `json:"cpu"`
 	Kind   string  `json:"kind"`
 	Ns     float64 `json:"ns"` // per operation, median of the chunks (of a spread: the median of its readings)
-	// Peak is the worst reading of a spread, or the level two adjacent
-	// chunks of one of its readings both reach where that is worse (see
-	// burstLevel); 0: one reading. The judge
+	// Peak is the worst reading of a spread (0: one reading). The judge
 	// counts it only where it is strong enough to count at once: a storm
 	// that comes and goes shows in it, while the moderate ups and downs
 	// of busy neighbours' memory traffic, which the worst of four would
 	// catch four times as often as one reading, do not.
 	Peak float64 `json:"peak,omitempty"`
+	// Burst is the level two adjacent chunks of one of a spread's readings
+	// both reach, at its most (see burstLevel; 0: one reading): a storm in
+	// bursts shorter than a reading. The judge counts it as it counts Peak.
+	Burst float64 `json:"burst,omitempty"`
 }
 
 // Probe is the agent's own canary: a few hundred microseconds per probed CPU
@@ -431,7 +434,7 @@ func (p *Probe) measureOn(reading string, domain, cpu, chunks, dramChunks, sprea
 				all = append(all, Median(c))
 				burst = max(burst, burstLevel(c))
 			}
-			r.Ns, r.Peak = Median(all), max(slices.Max(all), burst)
+			r.Ns, r.Peak, r.Burst = Median(all), slices.Max(all), burst
 		}
 		if kind == ProbeDRAM {
 			for i := 1; i < worstOf; i++ {
