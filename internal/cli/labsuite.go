@@ -37,8 +37,8 @@ phase, starts late, stops early, pauses and comes back, or is already running
 when the agent starts; 0-3 innocent bystanders; and about one run in five a
 control run with no polluter at all. --polluters draws the polluters from
 the kinds named instead, among them splitlock-paced (the built-in split-lock
-loop paced to 150k, 200k or 300k locks a second: short bursts, which most of
-the probe's readings miss), which is drawn only when named. Built-in
+loop paced to 150k, 200k or 300k locks a second: bursts shorter than one of
+the probe's readings), which is drawn only when named. Built-in
 scenarios (--builtins) and scenario files can be added; scenarios named on
 the command line (built-in names or files) run alone unless --runs is given
 too. Each run has the victim's solo phase and one co-located phase per

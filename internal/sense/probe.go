@@ -58,8 +58,8 @@ type ProbeConfig struct {
 	// Spread is how many readings one DRAM reading of MeasureCPU and
 	// MeasureQuick takes, in pairs: the two of a pair back to back, the
 	// pairs SpreadGap apart. Its value is their median, its Peak the worst
-	// of them, its Burst the level of its bursts (see burstLevel) (default
-	// 8; 1 turns it off). A split-lock storm whose
+	// of them, its Burst the level of its bursts (see burstLevel); default
+	// 8, 1 turns it off. A split-lock storm whose
 	// polluter shares its CPU comes and goes: beside a paced service,
 	// within a millisecond (each of the service's wakes takes the CPU from
 	// the polluter for a moment); among busy tenants, in scheduler slices
@@ -538,12 +538,6 @@ func burstLevel(chunks []float64) float64 {
 		level = max(level, min(chunks[i-1], chunks[i]))
 	}
 	return level
-}
-
-// measure times Chunks chunks of one kind and returns the median of their
-// per-operation latencies.
-func (p *Probe) measure(kind string, chunks int) float64 {
-	return Median(p.measureChunks(kind, chunks))
 }
 
 // measureChunks times Chunks chunks of one kind and returns their

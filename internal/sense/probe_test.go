@@ -167,7 +167,7 @@ func TestLLCWarmupFollowsTheCycle(t *testing.T) {
 	if p.llcOrder[0] != 0 || p.llc[uint64(p.llcOrder[n-1])*8] != 0 {
 		t.Errorf("the warm-up does not start where the timed walk does (slot 0) and close the cycle")
 	}
-	if ns := p.measure(ProbeLLC, 7); !(ns > 0) {
+	if ns := Median(p.measureChunks(ProbeLLC, 7)); !(ns > 0) {
 		t.Errorf("an LLC reading of %v ns", ns)
 	}
 }
@@ -218,7 +218,7 @@ func BenchmarkProbeLLCReading(b *testing.B) {
 		name string
 		read func() float64
 	}{
-		{"independent-warmup", func() float64 { return p.measure(ProbeLLC, 7) }},
+		{"independent-warmup", func() float64 { return Median(p.measureChunks(ProbeLLC, 7)) }},
 		{"dependent-warmup-reference", dependent},
 	} {
 		b.Run(c.name, func(b *testing.B) {
@@ -322,9 +322,10 @@ func TestProbeRealtimeIsUndone(t *testing.T) {
 
 // A storm in bursts shorter than a reading slows a few adjacent chunks of a
 // reading and no reading's median: the spread's Burst reads it at the level
-// two adjacent chunks both reach, its Peak (the worst reading) does not. Slow chunks that are not side by side (an
-// interrupt, the host preempting the vCPU, each slowing one chunk) do not
-// count, however many readings have one.
+// two adjacent chunks both reach, its Peak (the worst reading) does not.
+// Slow chunks that are not side by side (an interrupt, the host preempting
+// the vCPU, each slowing one chunk) do not count, however many readings
+// have one.
 func TestProbeSpreadReadsBurstsShorterThanAReading(t *testing.T) {
 	quiet := []float64{350, 352, 348, 351, 349, 353, 350}
 	burst := func(slow ...int) []float64 {
